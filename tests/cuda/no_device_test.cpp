@@ -1,0 +1,36 @@
+#include <gtest/gtest.h>
+
+#include "cuactor/cuda/device.hpp"
+#include "cuactor/cuda/memory.hpp"
+#include "cuactor/cuda/module.hpp"
+
+namespace cuactor::cuda {
+namespace {
+
+TEST(DeviceOrdinal, NonexistentOrdinalIsNoDeviceNamingIt) {
+  auto p = device_properties(4096);
+  ASSERT_FALSE(p);
+  EXPECT_TRUE(p.error() == errc::no_device);
+  EXPECT_NE(p.error().message().find("4096"), std::string::npos) << p.error().message();
+  EXPECT_FALSE(device_properties(-1));
+  EXPECT_FALSE(MemPool::create(4096));
+  EXPECT_FALSE(ScopedDevice::make(-3));
+}
+
+TEST(CudaVersion, Formats) { EXPECT_EQ(format_cuda_version(13000), "13.0"); EXPECT_EQ(format_cuda_version(12080), "12.8"); }
+
+TEST(Library, RejectsNullImage) {
+  auto l = Library::load_data(nullptr);
+  ASSERT_FALSE(l);
+  EXPECT_TRUE(l.error() == errc::invalid_argument);
+}
+
+TEST(Launch, RejectsEmptyKernel) {
+  Kernel k;
+  auto s = launch(k, LaunchConfig{}, 1.0f);
+  ASSERT_FALSE(s);
+  EXPECT_TRUE(s.error() == errc::invalid_argument);
+}
+
+}  // namespace
+}  // namespace cuactor::cuda

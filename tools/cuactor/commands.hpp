@@ -1,0 +1,13 @@
+// Subcommands of the cuactor CLI; each file adds one to the app.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+namespace cuactor::cli {
+
+/// `cuactor info [--json]`: driver, runtime, devices, compiled kernel families, compilers, caches.
+void add_info_command(CLI::App& app);
+/// `cuactor demo`: a short checked demonstration of the library's headline work.
+void add_demo_command(CLI::App& app);
+
+}  // namespace cuactor::cli
