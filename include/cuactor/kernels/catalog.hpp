@@ -1,0 +1,41 @@
+/// @file
+/// The kernel catalog: every GEMM kernel instance compiled into this build ([J1] Strategy B),
+/// each with its GemmSku and its C ABI object (kernels/instance_abi.h).
+#pragma once
+
+#include <span>
+#include <string>
+#include <vector>
+
+#include "cuactor/kernels/sku.hpp"
+
+extern "C" {
+struct cuactor_gemm_instance;
+}
+
+namespace cuactor::kernels {
+
+/// One compiled kernel: what it computes and how to call it.
+struct CatalogEntry {
+  GemmSku sku;
+  const cuactor_gemm_instance* instance = nullptr;
+};
+
+/// Every instance compiled into this build, in matrix order (empty when CUACTOR_KERNEL_ARCHS
+/// selected no families).
+std::span<const CatalogEntry> catalog() noexcept;
+
+/// The entry of exactly this SKU, or null if it was not compiled in.
+const CatalogEntry* find_in_catalog(const GemmSku& sku) noexcept;
+
+/// Every entry of one family.
+std::vector<const CatalogEntry*> catalog_entries(GemmFamily family);
+
+/// One line per compiled (family, arch) pair with its instance count, e.g. "dense sm_90a (8)".
+std::vector<std::string> catalog_families();
+
+/// Checks that an instance was built against this ABI with argument struct size `args_size`;
+/// `unsupported` naming both versions otherwise.
+Status check_instance_abi(const cuactor_gemm_instance& instance, unsigned args_size);
+
+}  // namespace cuactor::kernels

@@ -1,0 +1,61 @@
+/// @file
+/// The SKU vocabulary as C++ types: every token an instantiation template's placeholders take
+/// ("bf16", "row", "cooperative", "linear_combination", ...) names a tag type here, so CMake and
+/// the JIT render the very same tokens GemmSku::to_string writes, and the mapping to CUTLASS types
+/// lives in this one place.
+#pragma once
+
+#include <cutlass/bfloat16.h>
+#include <cutlass/float8.h>
+#include <cutlass/half.h>
+#include <cutlass/layout/matrix.h>
+
+namespace cuactor::kernels::tags {
+
+/// Element type tags: `type` is the CUTLASS element.
+struct bf16 {
+  using type = cutlass::bfloat16_t;
+};
+/// IEEE half.
+struct f16 {
+  using type = cutlass::half_t;
+};
+/// IEEE single.
+struct f32 {
+  using type = float;
+};
+/// fp8 E4M3 (OCP).
+struct e4m3 {
+  using type = cutlass::float_e4m3_t;
+};
+/// fp8 E5M2 (OCP).
+struct e5m2 {
+  using type = cutlass::float_e5m2_t;
+};
+
+/// Row-major matrix (the last index is contiguous).
+struct row {
+  using type = cutlass::layout::RowMajor;
+};
+/// Column-major matrix (the first index is contiguous).
+struct col {
+  using type = cutlass::layout::ColumnMajor;
+};
+
+/// sm_90a: two consumer warpgroups share one output tile (large M).
+struct cooperative {};
+/// sm_90a: the two consumer warpgroups alternate output tiles (small M, decode).
+struct pingpong {};
+/// cooperative with fp8 fast accumulation (no periodic promotion to fp32).
+struct cooperative_fp8_fast_accum {};
+/// pingpong with fp8 fast accumulation.
+struct pingpong_fp8_fast_accum {};
+/// sm_80: CUTLASS 2.x multistage cp.async mainloop.
+struct multistage {};
+
+/// D = alpha * acc + beta * C.
+struct linear_combination {};
+/// D = (alpha * scale_a * scale_b) * acc + beta * C with per-tensor scales read from device memory.
+struct scaled_linear_combination {};
+
+}  // namespace cuactor::kernels::tags

@@ -1,0 +1,182 @@
+/// @file
+/// Instantiation template of one sm_90a CUTLASS 3.x dense GEMM configuration (TMA warp-specialized
+/// kernels, wgmma, built through the collective builders) and the C ABI entry points that expose it
+/// (instance_abi.h). Template arguments are the tag types of gemm_tags.cuh, so the placeholders of
+/// dense_sm90_instance.cu.in are plain SKU tokens.
+#pragma once
+
+#include <cutlass/cutlass.h>
+#include <cutlass/gemm/device/gemm_universal_adapter.h>
+#include <cutlass/kernel_hardware_info.h>
+
+#include <cstdint>
+#include <cute/tensor.hpp>
+#include <cutlass/epilogue/collective/collective_builder.hpp>
+#include <cutlass/epilogue/fusion/operations.hpp>
+#include <cutlass/epilogue/fusion/sm90_callbacks_tma_warpspecialized.hpp>
+#include <cutlass/gemm/collective/collective_builder.hpp>
+#include <cutlass/gemm/dispatch_policy.hpp>
+#include <cutlass/gemm/kernel/gemm_universal.hpp>
+#include <type_traits>
+
+#include "kernels/gemm_tags.cuh"
+#include "kernels/instance_abi.h"
+
+namespace cuactor::kernels::sm90 {
+
+/// Kernel and epilogue schedules of a schedule tag.
+template <class Schedule>
+struct Schedules;
+template <>
+struct Schedules<tags::cooperative> {
+  using kernel = cutlass::gemm::KernelTmaWarpSpecializedCooperative;
+  using epilogue = cutlass::epilogue::TmaWarpSpecializedCooperative;
+};
+template <>
+struct Schedules<tags::pingpong> {
+  using kernel = cutlass::gemm::KernelTmaWarpSpecializedPingpong;
+  using epilogue = cutlass::epilogue::TmaWarpSpecialized;
+};
+template <>
+struct Schedules<tags::cooperative_fp8_fast_accum> {
+  using kernel = cutlass::gemm::KernelTmaWarpSpecializedCooperativeFP8FastAccum;
+  using epilogue = cutlass::epilogue::TmaWarpSpecializedCooperative;
+};
+template <>
+struct Schedules<tags::pingpong_fp8_fast_accum> {
+  using kernel = cutlass::gemm::KernelTmaWarpSpecializedPingpongFP8FastAccum;
+  using epilogue = cutlass::epilogue::TmaWarpSpecialized;
+};
+
+/// D = (alpha * scale_a * scale_b) * acc + beta * C as an epilogue visitor tree: the three factors
+/// are one scalar broadcast that multiplies its values, each read from device memory when its
+/// pointer is set, so fp8 scales produced by an earlier kernel need no host round trip.
+template <class ElementD, class ElementC, class ElementCompute>
+using ScaledLinearCombination = cutlass::epilogue::fusion::Sm90EVT<
+    cutlass::epilogue::fusion::Sm90Compute<cutlass::homogeneous_multiply_add, ElementD, ElementCompute,
+                                           cutlass::FloatRoundStyle::round_to_nearest>,
+    cutlass::epilogue::fusion::Sm90ScalarBroadcast<ElementCompute, cute::Stride<cute::_0, cute::_0, int64_t>>,
+    cutlass::epilogue::fusion::Sm90SrcFetch<ElementC>,
+    cutlass::epilogue::fusion::Sm90EVT<
+        cutlass::epilogue::fusion::Sm90Compute<cutlass::multiplies, ElementCompute, ElementCompute,
+                                               cutlass::FloatRoundStyle::round_to_nearest>,
+        cutlass::epilogue::fusion::Sm90ScalarBroadcast<ElementCompute, cute::Stride<cute::_0, cute::_0, int64_t>, 3>,
+        cutlass::epilogue::fusion::Sm90AccFetch>>;
+
+/// The fusion operation of an epilogue tag.
+template <class Epilogue, class ElementD, class ElementC, class ElementCompute>
+struct Fusion;
+template <class ElementD, class ElementC, class ElementCompute>
+struct Fusion<tags::linear_combination, ElementD, ElementC, ElementCompute> {
+  using type = cutlass::epilogue::fusion::LinearCombination<ElementD, ElementCompute, ElementC, ElementCompute>;
+};
+template <class ElementD, class ElementC, class ElementCompute>
+struct Fusion<tags::scaled_linear_combination, ElementD, ElementC, ElementCompute> {
+  using type = ScaledLinearCombination<ElementD, ElementC, ElementCompute>;
+};
+
+/// A CuTe (M|N, K|N, L) stride with the leading dimension `ld` in the dynamic one of the first two
+/// modes (the other is the static unit stride) and `batch_stride` in the third.
+template <class Stride>
+Stride make_stride(int64_t ld, int64_t batch_stride) {
+  Stride s{};
+  if constexpr (cute::is_static_v<std::remove_cvref_t<decltype(cute::get<0>(s))>>)
+    cute::get<1>(s) = ld;
+  else
+    cute::get<0>(s) = ld;
+  cute::get<2>(s) = batch_stride;
+  return s;
+}
+
+/// One dense GEMM configuration: D (M x N) = epilogue(A (M x K) * B (K x N), C), fp32 accumulation.
+template <class A, class B, class C, class D, class Acc, class LayoutA, class LayoutB, class LayoutC, int TileM,
+          int TileN, int TileK, int ClusterM, int ClusterN, int ClusterK, class Schedule, class Epilogue>
+struct DenseGemm {
+  using ElementA = typename A::type;
+  using ElementB = typename B::type;
+  using ElementC = typename C::type;
+  using ElementD = typename D::type;
+  using ElementAccumulator = typename Acc::type;
+  using ElementCompute = float;
+  static constexpr int kAlignmentA = 128 / cutlass::sizeof_bits<ElementA>::value;
+  static constexpr int kAlignmentB = 128 / cutlass::sizeof_bits<ElementB>::value;
+  static constexpr int kAlignmentC = 128 / cutlass::sizeof_bits<ElementC>::value;
+  static constexpr int kAlignmentD = 128 / cutlass::sizeof_bits<ElementD>::value;
+
+  using TileShape = cute::Shape<cute::Int<TileM>, cute::Int<TileN>, cute::Int<TileK>>;
+  using ClusterShape = cute::Shape<cute::Int<ClusterM>, cute::Int<ClusterN>, cute::Int<ClusterK>>;
+
+  using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
+      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
+      cutlass::epilogue::collective::EpilogueTileAuto, ElementAccumulator, ElementCompute, ElementC,
+      typename LayoutC::type, kAlignmentC, ElementD, typename LayoutC::type, kAlignmentD,
+      typename Schedules<Schedule>::epilogue,
+      typename Fusion<Epilogue, ElementD, ElementC, ElementCompute>::type>::CollectiveOp;
+
+  using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
+      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, ElementA, typename LayoutA::type, kAlignmentA, ElementB,
+      typename LayoutB::type, kAlignmentB, ElementAccumulator, TileShape, ClusterShape,
+      cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(
+          sizeof(typename CollectiveEpilogue::SharedStorage))>,
+      typename Schedules<Schedule>::kernel>::CollectiveOp;
+
+  using GemmKernel =
+      cutlass::gemm::kernel::GemmUniversal<cute::Shape<int, int, int, int>, CollectiveMainloop, CollectiveEpilogue>;
+  using Gemm = cutlass::gemm::device::GemmUniversalAdapter<GemmKernel>;
+
+  /// CUTLASS arguments from the ABI's.
+  static typename Gemm::Arguments make_arguments(const cuactor_dense_args& a) {
+    typename Gemm::Arguments args{};
+    args.mode = cutlass::gemm::GemmUniversalMode::kGemm;
+    args.problem_shape = {a.m, a.n, a.k, a.batch};
+    args.mainloop.ptr_A = static_cast<const ElementA*>(a.a);
+    args.mainloop.dA = make_stride<typename GemmKernel::StrideA>(a.lda, a.batch_stride_a);
+    args.mainloop.ptr_B = static_cast<const ElementB*>(a.b);
+    args.mainloop.dB = make_stride<typename GemmKernel::StrideB>(a.ldb, a.batch_stride_b);
+    args.epilogue.ptr_C = static_cast<const ElementC*>(a.c);
+    args.epilogue.dC = make_stride<typename GemmKernel::StrideC>(a.ldc, a.batch_stride_c);
+    args.epilogue.ptr_D = static_cast<ElementD*>(a.d);
+    args.epilogue.dD = make_stride<typename GemmKernel::StrideD>(a.ldd, a.batch_stride_d);
+    if constexpr (std::is_same_v<Epilogue, tags::scaled_linear_combination>) {
+      // Tree arguments in visiting order: {beta}, C, {{alpha, scale_a, scale_b}, acc, multiply}, fma.
+      args.epilogue.thread = {
+          {{a.beta}, {nullptr}, {}}, {}, {{{a.alpha, 1.0f, 1.0f}, {nullptr, a.scale_a, a.scale_b}, {}}, {}, {}}, {}};
+    } else {
+      args.epilogue.thread.alpha = a.alpha;
+      args.epilogue.thread.beta = a.beta;
+    }
+    args.hw_info.device_id = a.device;
+    args.hw_info.sm_count =
+        a.sm_count > 0 ? a.sm_count : cutlass::KernelHardwareInfo::query_device_multiprocessor_count(a.device);
+    return args;
+  }
+
+  /// ABI entry: can_implement.
+  static int can_implement(const void* p) {
+    if (p == nullptr) return CUACTOR_KERNEL_BAD_ARGS;
+    const auto& a = *static_cast<const cuactor_dense_args*>(p);
+    return Gemm::can_implement(make_arguments(a)) == cutlass::Status::kSuccess ? CUACTOR_KERNEL_OK
+                                                                               : CUACTOR_KERNEL_NOT_IMPLEMENTABLE;
+  }
+
+  /// ABI entry: workspace_size.
+  static size_t workspace_size(const void* p) {
+    if (p == nullptr) return 0;
+    return Gemm::get_workspace_size(make_arguments(*static_cast<const cuactor_dense_args*>(p)));
+  }
+
+  /// ABI entry: run. Launches the way GemmUniversalAdapter does (a cluster launch only for
+  /// cluster shapes larger than one CTA).
+  static int run(const void* p, void* workspace, size_t workspace_bytes, void* stream) {
+    if (p == nullptr) return CUACTOR_KERNEL_BAD_ARGS;
+    const auto args = make_arguments(*static_cast<const cuactor_dense_args*>(p));
+    if (Gemm::get_workspace_size(args) > workspace_bytes) return CUACTOR_KERNEL_WORKSPACE_TOO_SMALL;
+    Gemm gemm;
+    const auto s = static_cast<cudaStream_t>(stream);
+    if (gemm.initialize(args, workspace, s) != cutlass::Status::kSuccess) return CUACTOR_KERNEL_INIT_FAILED;
+    if (gemm.run(s) != cutlass::Status::kSuccess) return CUACTOR_KERNEL_LAUNCH_FAILED;
+    return CUACTOR_KERNEL_OK;
+  }
+};
+
+}  // namespace cuactor::kernels::sm90
