@@ -25,8 +25,10 @@ GpuArch best_target_for(int major, int minor) noexcept {
 }
 
 std::optional<GpuArch> parse_arch(std::string_view s) noexcept {
-  if (s.starts_with("sm_")) s.remove_prefix(3);
-  else if (s.starts_with("sm")) s.remove_prefix(2);
+  if (s.starts_with("sm_"))
+    s.remove_prefix(3);
+  else if (s.starts_with("sm"))
+    s.remove_prefix(2);
   bool specific = false;
   if (s.ends_with("a")) {
     specific = true;

@@ -1,13 +1,13 @@
 #include "cuactor/core/error.hpp"
 
-#include "cuactor/core/driver_api.hpp"
-
 #include <cublas_api.h>
 #include <cuda.h>
 #include <cuda_runtime_api.h>
 #include <nvrtc.h>
 
 #include <string>
+
+#include "cuactor/core/driver_api.hpp"
 
 namespace cuactor {
 namespace {
@@ -17,23 +17,40 @@ class CuactorCategory final : public std::error_category {
   const char* name() const noexcept override { return "cuactor"; }
   std::string message(int v) const override {
     switch (static_cast<errc>(v)) {
-      case errc::stale_handle: return "stale handle";
-      case errc::device_shutting_down: return "device shutting down";
-      case errc::context_poisoned: return "context poisoned";
-      case errc::circuit_open: return "circuit open";
-      case errc::queue_full: return "queue full";
-      case errc::unsupported: return "unsupported";
-      case errc::invalid_argument: return "invalid argument";
-      case errc::capture_invalidated: return "capture invalidated";
-      case errc::workspace_too_small: return "workspace too small";
-      case errc::no_device: return "no device";
-      case errc::out_of_memory: return "out of memory";
-      case errc::wrong_device: return "wrong device";
-      case errc::compile_failed: return "compile failed";
-      case errc::cache_corrupt: return "cache corrupt";
-      case errc::timeout: return "timeout";
-      case errc::cancelled: return "cancelled";
-      case errc::internal: return "internal error";
+      case errc::stale_handle:
+        return "stale handle";
+      case errc::device_shutting_down:
+        return "device shutting down";
+      case errc::context_poisoned:
+        return "context poisoned";
+      case errc::circuit_open:
+        return "circuit open";
+      case errc::queue_full:
+        return "queue full";
+      case errc::unsupported:
+        return "unsupported";
+      case errc::invalid_argument:
+        return "invalid argument";
+      case errc::capture_invalidated:
+        return "capture invalidated";
+      case errc::workspace_too_small:
+        return "workspace too small";
+      case errc::no_device:
+        return "no device";
+      case errc::out_of_memory:
+        return "out of memory";
+      case errc::wrong_device:
+        return "wrong device";
+      case errc::compile_failed:
+        return "compile failed";
+      case errc::cache_corrupt:
+        return "cache corrupt";
+      case errc::timeout:
+        return "timeout";
+      case errc::cancelled:
+        return "cancelled";
+      case errc::internal:
+        return "internal error";
     }
     return "unknown cuactor error " + std::to_string(v);
   }
@@ -73,16 +90,26 @@ class CublasCategory final : public std::error_category {
   const char* name() const noexcept override { return "cublas"; }
   std::string message(int v) const override {
     switch (static_cast<cublasStatus_t>(v)) {
-      case CUBLAS_STATUS_SUCCESS: return "CUBLAS_STATUS_SUCCESS";
-      case CUBLAS_STATUS_NOT_INITIALIZED: return "CUBLAS_STATUS_NOT_INITIALIZED";
-      case CUBLAS_STATUS_ALLOC_FAILED: return "CUBLAS_STATUS_ALLOC_FAILED";
-      case CUBLAS_STATUS_INVALID_VALUE: return "CUBLAS_STATUS_INVALID_VALUE";
-      case CUBLAS_STATUS_ARCH_MISMATCH: return "CUBLAS_STATUS_ARCH_MISMATCH";
-      case CUBLAS_STATUS_MAPPING_ERROR: return "CUBLAS_STATUS_MAPPING_ERROR";
-      case CUBLAS_STATUS_EXECUTION_FAILED: return "CUBLAS_STATUS_EXECUTION_FAILED";
-      case CUBLAS_STATUS_INTERNAL_ERROR: return "CUBLAS_STATUS_INTERNAL_ERROR";
-      case CUBLAS_STATUS_NOT_SUPPORTED: return "CUBLAS_STATUS_NOT_SUPPORTED";
-      case CUBLAS_STATUS_LICENSE_ERROR: return "CUBLAS_STATUS_LICENSE_ERROR";
+      case CUBLAS_STATUS_SUCCESS:
+        return "CUBLAS_STATUS_SUCCESS";
+      case CUBLAS_STATUS_NOT_INITIALIZED:
+        return "CUBLAS_STATUS_NOT_INITIALIZED";
+      case CUBLAS_STATUS_ALLOC_FAILED:
+        return "CUBLAS_STATUS_ALLOC_FAILED";
+      case CUBLAS_STATUS_INVALID_VALUE:
+        return "CUBLAS_STATUS_INVALID_VALUE";
+      case CUBLAS_STATUS_ARCH_MISMATCH:
+        return "CUBLAS_STATUS_ARCH_MISMATCH";
+      case CUBLAS_STATUS_MAPPING_ERROR:
+        return "CUBLAS_STATUS_MAPPING_ERROR";
+      case CUBLAS_STATUS_EXECUTION_FAILED:
+        return "CUBLAS_STATUS_EXECUTION_FAILED";
+      case CUBLAS_STATUS_INTERNAL_ERROR:
+        return "CUBLAS_STATUS_INTERNAL_ERROR";
+      case CUBLAS_STATUS_NOT_SUPPORTED:
+        return "CUBLAS_STATUS_NOT_SUPPORTED";
+      case CUBLAS_STATUS_LICENSE_ERROR:
+        return "CUBLAS_STATUS_LICENSE_ERROR";
     }
     return "cublasStatus_t " + std::to_string(v);
   }
@@ -151,16 +178,17 @@ const std::error_category& cublas_category() noexcept {
   return c;
 }
 
-std::error_code make_error_code(errc e) noexcept { return {static_cast<int>(e), cuactor_category()}; }
+std::error_code make_error_code(errc e) noexcept {
+  return {static_cast<int>(e), cuactor_category()};
+}
 
 FailureClass classify(std::error_code ec) noexcept {
   if (!ec) return FailureClass::none;
   if (ec.category() == cuda_runtime_category())
     return is_sticky_runtime(static_cast<cudaError_t>(ec.value())) ? FailureClass::context_poisoned
-                                                                    : FailureClass::request;
+                                                                   : FailureClass::request;
   if (ec.category() == cuda_driver_category())
-    return is_sticky_driver(static_cast<CUresult>(ec.value())) ? FailureClass::context_poisoned
-                                                                : FailureClass::request;
+    return is_sticky_driver(static_cast<CUresult>(ec.value())) ? FailureClass::context_poisoned : FailureClass::request;
   if (ec == errc::context_poisoned) return FailureClass::context_poisoned;
   return FailureClass::request;
 }

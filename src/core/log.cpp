@@ -10,11 +10,16 @@ namespace {
 
 constexpr std::string_view level_name(LogLevel l) {
   switch (l) {
-    case LogLevel::trace: return "trace";
-    case LogLevel::debug: return "debug";
-    case LogLevel::info: return "info";
-    case LogLevel::warn: return "warn";
-    case LogLevel::error: return "error";
+    case LogLevel::trace:
+      return "trace";
+    case LogLevel::debug:
+      return "debug";
+    case LogLevel::info:
+      return "info";
+    case LogLevel::warn:
+      return "warn";
+    case LogLevel::error:
+      return "error";
   }
   return "?";
 }
@@ -42,7 +47,9 @@ void set_log_sink(LogSink sink, LogLevel min_level) {
   s.min_level = static_cast<int>(min_level);
 }
 
-bool log_enabled(LogLevel level) noexcept { return static_cast<int>(level) >= state().min_level.load(); }
+bool log_enabled(LogLevel level) noexcept {
+  return static_cast<int>(level) >= state().min_level.load();
+}
 
 void log(LogLevel level, std::string_view message) {
   if (!log_enabled(level)) return;

@@ -16,9 +16,17 @@ Error make(const std::error_category& cat, Code e, std::string_view what) {
 
 }  // namespace
 
-Error make_error(cudaError_t e, std::string_view what) { return make(cuda_runtime_category(), e, what); }
-Error make_error(CUresult e, std::string_view what) { return make(cuda_driver_category(), e, what); }
-Error make_error(nvrtcResult e, std::string_view what) { return make(nvrtc_category(), e, what); }
-Error make_error(cublasStatus_t e, std::string_view what) { return make(cublas_category(), e, what); }
+Error make_error(cudaError_t e, std::string_view what) {
+  return make(cuda_runtime_category(), e, what);
+}
+Error make_error(CUresult e, std::string_view what) {
+  return make(cuda_driver_category(), e, what);
+}
+Error make_error(nvrtcResult e, std::string_view what) {
+  return make(nvrtc_category(), e, what);
+}
+Error make_error(cublasStatus_t e, std::string_view what) {
+  return make(cublas_category(), e, what);
+}
 
 }  // namespace cuactor::cuda

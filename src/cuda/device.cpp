@@ -1,7 +1,6 @@
 #include "cuactor/cuda/device.hpp"
 
 #include <cuda_runtime_api.h>
-
 #include <fmt/format.h>
 
 #include "cuactor/cuda/check.hpp"
@@ -20,7 +19,8 @@ int device_count() noexcept {
 Status check_ordinal(int ordinal) {
   const int n = device_count();
   if (ordinal < 0 || ordinal >= n)
-    return fail(errc::no_device, fmt::format("device ordinal {} does not exist ({} CUDA device(s) present)", ordinal, n));
+    return fail(errc::no_device,
+                fmt::format("device ordinal {} does not exist ({} CUDA device(s) present)", ordinal, n));
   return ok();
 }
 
@@ -62,7 +62,9 @@ int runtime_version() noexcept {
   return v;
 }
 
-std::string format_cuda_version(int v) { return fmt::format("{}.{}", v / 1000, (v % 1000) / 10); }
+std::string format_cuda_version(int v) {
+  return fmt::format("{}.{}", v / 1000, (v % 1000) / 10);
+}
 
 Result<MemoryInfo> memory_info(int ordinal) {
   auto scope = ScopedDevice::make(ordinal);
@@ -76,8 +78,7 @@ Result<ScopedDevice> ScopedDevice::make(int ordinal) {
   CUACTOR_TRY(check_ordinal(ordinal));
   int previous = 0;
   CUACTOR_CUDA_TRY(cudaGetDevice(&previous));
-  if (previous != ordinal)
-    CUACTOR_TRY(check(cudaSetDevice(ordinal), fmt::format("cudaSetDevice({})", ordinal)));
+  if (previous != ordinal) CUACTOR_TRY(check(cudaSetDevice(ordinal), fmt::format("cudaSetDevice({})", ordinal)));
   return ScopedDevice(previous);
 }
 

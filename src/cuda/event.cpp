@@ -27,13 +27,17 @@ Event::~Event() {
   if (event_) (void)cudaEventDestroy(event_);
 }
 
-Status Event::record(cudaStream_t stream) const { return check(cudaEventRecord(event_, stream), "cudaEventRecord"); }
+Status Event::record(cudaStream_t stream) const {
+  return check(cudaEventRecord(event_, stream), "cudaEventRecord");
+}
 
 Status Event::wait_on(cudaStream_t stream) const {
   return check(cudaStreamWaitEvent(stream, event_, 0), "cudaStreamWaitEvent");
 }
 
-Status Event::synchronize() const { return check(cudaEventSynchronize(event_), "cudaEventSynchronize"); }
+Status Event::synchronize() const {
+  return check(cudaEventSynchronize(event_), "cudaEventSynchronize");
+}
 
 Result<bool> Event::query() const {
   const cudaError_t e = cudaEventQuery(event_);

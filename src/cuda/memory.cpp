@@ -98,7 +98,9 @@ DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& o) noexcept {
   return *this;
 }
 
-DeviceBuffer::~DeviceBuffer() { (void)reset(); }
+DeviceBuffer::~DeviceBuffer() {
+  (void)reset();
+}
 
 Status DeviceBuffer::reset() {
   if (!ptr_) return ok();

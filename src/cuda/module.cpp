@@ -103,9 +103,9 @@ Status launch(const Kernel& kernel, const LaunchConfig& config, std::span<void* 
                               arg_sizes[i], params[i].size));
   // A CUkernel may be passed where a CUfunction is expected; it resolves to the current context.
   const DriverApi& api = driver_api();
-  return check(api.launch_kernel(reinterpret_cast<CUfunction>(kernel.get()), config.grid.x, config.grid.y, config.grid.z,
-                              config.block.x, config.block.y, config.block.z, config.shared_bytes,
-                              reinterpret_cast<CUstream>(config.stream), const_cast<void**>(args.data()), nullptr),
+  return check(api.launch_kernel(reinterpret_cast<CUfunction>(kernel.get()), config.grid.x, config.grid.y,
+                                 config.grid.z, config.block.x, config.block.y, config.block.z, config.shared_bytes,
+                                 reinterpret_cast<CUstream>(config.stream), const_cast<void**>(args.data()), nullptr),
                fmt::format("cuLaunchKernel('{}')", kernel.name()));
 }
 

@@ -44,7 +44,9 @@ Stream::~Stream() {
   if (stream_) (void)cudaStreamDestroy(stream_);
 }
 
-Status Stream::synchronize() const { return check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize"); }
+Status Stream::synchronize() const {
+  return check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
+}
 
 Result<bool> Stream::query() const {
   const cudaError_t e = cudaStreamQuery(stream_);

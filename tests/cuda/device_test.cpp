@@ -1,6 +1,7 @@
+#include "cuactor/cuda/device.hpp"
+
 #include <gtest/gtest.h>
 
-#include "cuactor/cuda/device.hpp"
 #include "support/gpu_test.hpp"
 
 namespace cuactor::cuda {

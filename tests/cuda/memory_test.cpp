@@ -1,9 +1,10 @@
+#include "cuactor/cuda/memory.hpp"
+
 #include <gtest/gtest.h>
 
 #include <random>
 #include <vector>
 
-#include "cuactor/cuda/memory.hpp"
 #include "cuactor/cuda/stream.hpp"
 #include "support/gpu_test.hpp"
 

@@ -1,9 +1,10 @@
+#include "cuactor/cuda/module.hpp"
+
 #include <gtest/gtest.h>
 
 #include <vector>
 
 #include "cuactor/cuda/memory.hpp"
-#include "cuactor/cuda/module.hpp"
 #include "cuactor/cuda/stream.hpp"
 #include "support/gpu_test.hpp"
 

@@ -17,7 +17,10 @@ TEST(DeviceOrdinal, NonexistentOrdinalIsNoDeviceNamingIt) {
   EXPECT_FALSE(ScopedDevice::make(-3));
 }
 
-TEST(CudaVersion, Formats) { EXPECT_EQ(format_cuda_version(13000), "13.0"); EXPECT_EQ(format_cuda_version(12080), "12.8"); }
+TEST(CudaVersion, Formats) {
+  EXPECT_EQ(format_cuda_version(13000), "13.0");
+  EXPECT_EQ(format_cuda_version(12080), "12.8");
+}
 
 TEST(Library, RejectsNullImage) {
   auto l = Library::load_data(nullptr);

@@ -32,14 +32,14 @@ class GpuTest : public ::testing::Test {
 }  // namespace cuactor::testing
 
 /// Asserts that a Result/Status holds a value, printing the error otherwise.
-#define CUACTOR_ASSERT_OK(expr)                                                         \
-  do {                                                                                  \
-    auto&& cuactor_r_ = (expr);                                                         \
+#define CUACTOR_ASSERT_OK(expr)                                                             \
+  do {                                                                                      \
+    auto&& cuactor_r_ = (expr);                                                             \
     ASSERT_TRUE(cuactor_r_.has_value()) << #expr << ": " << cuactor_r_.error().to_string(); \
   } while (false)
 
 /// Evaluates a Result<T>, asserts success and binds its value to `lhs`.
-#define CUACTOR_ASSERT_OK_AND_ASSIGN(lhs, expr)                                         \
-  auto lhs##_result_ = (expr);                                                          \
+#define CUACTOR_ASSERT_OK_AND_ASSIGN(lhs, expr)                                                 \
+  auto lhs##_result_ = (expr);                                                                  \
   ASSERT_TRUE(lhs##_result_.has_value()) << #expr << ": " << lhs##_result_.error().to_string(); \
   auto lhs = std::move(*lhs##_result_)

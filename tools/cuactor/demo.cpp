@@ -73,8 +73,8 @@ Status run_demo(int m, int n, int k) {
       den += ref * ref;
     }
   const double rel = std::sqrt(num / den);
-  std::cout << fmt::format("bf16 GEMM {}x{}x{} (fp32 accumulate) through cuBLAS: relative error vs fp64 = {:.3e}\n", m, n,
-                           k, rel);
+  std::cout << fmt::format("bf16 GEMM {}x{}x{} (fp32 accumulate) through cuBLAS: relative error vs fp64 = {:.3e}\n", m,
+                           n, k, rel);
   if (!(rel < 1e-5))  // exact bf16 products summed in fp32: far below bf16 rounding
     return fail(errc::internal, fmt::format("demo result check failed: relative error {:.3e} >= 1e-5", rel));
   std::cout << "result check: PASS\n";

@@ -73,7 +73,9 @@ nlohmann::json collect() {
 
 void print_text(const nlohmann::json& j) {
   std::cout << "cuactor " CUACTOR_VERSION "\n";
-  std::cout << "  CUDA driver:  " << (j["driver_cuda_version"].is_null() ? "not loaded" : j["driver_cuda_version"].get<std::string>()) << "\n";
+  std::cout << "  CUDA driver:  "
+            << (j["driver_cuda_version"].is_null() ? "not loaded" : j["driver_cuda_version"].get<std::string>())
+            << "\n";
   std::cout << "  CUDA runtime: " << j["runtime_cuda_version"].get<std::string>() << "\n";
   const auto& devs = j["devices"];
   if (devs.empty()) {
@@ -84,14 +86,15 @@ void print_text(const nlohmann::json& j) {
         std::cout << fmt::format("  device {}: error: {}\n", d["ordinal"].get<int>(), d["error"].get<std::string>());
         continue;
       }
-      std::cout << fmt::format("  device {}: {} ({}, cc {}), {} SMs, {:.1f} GiB ({:.1f} GiB free), L2 {} MiB, SM {} MHz, memory {} MHz x {} bit, {}\n",
-                               d["ordinal"].get<int>(), d["name"].get<std::string>(), d["arch"].get<std::string>(),
-                               d["compute_capability"].get<std::string>(), d["multiprocessors"].get<int>(),
-                               static_cast<double>(d["total_memory_bytes"].get<std::size_t>()) / (1 << 30),
-                               static_cast<double>(d.value("free_memory_bytes", std::size_t{0})) / (1 << 30),
-                               d["l2_cache_bytes"].get<std::size_t>() >> 20, d["sm_clock_mhz"].get<int>(),
-                               d["memory_clock_mhz"].get<int>(), d["memory_bus_width_bits"].get<int>(),
-                               d["pci_bus_id"].get<std::string>());
+      std::cout << fmt::format(
+          "  device {}: {} ({}, cc {}), {} SMs, {:.1f} GiB ({:.1f} GiB free), L2 {} MiB, SM {} MHz, memory {} MHz x {} "
+          "bit, {}\n",
+          d["ordinal"].get<int>(), d["name"].get<std::string>(), d["arch"].get<std::string>(),
+          d["compute_capability"].get<std::string>(), d["multiprocessors"].get<int>(),
+          static_cast<double>(d["total_memory_bytes"].get<std::size_t>()) / (1 << 30),
+          static_cast<double>(d.value("free_memory_bytes", std::size_t{0})) / (1 << 30),
+          d["l2_cache_bytes"].get<std::size_t>() >> 20, d["sm_clock_mhz"].get<int>(), d["memory_clock_mhz"].get<int>(),
+          d["memory_bus_width_bits"].get<int>(), d["pci_bus_id"].get<std::string>());
     }
   }
   const auto& fam = j["kernel_families"];
@@ -112,8 +115,10 @@ void add_info_command(CLI::App& app) {
   cmd->add_flag("--json", json, "Machine-readable JSON output");
   cmd->callback([] {
     const auto j = collect();
-    if (json) std::cout << j.dump(2) << "\n";
-    else print_text(j);
+    if (json)
+      std::cout << j.dump(2) << "\n";
+    else
+      print_text(j);
   });
 }
 

@@ -28,17 +28,22 @@ enum class DType {
 constexpr int size_bits(DType t) noexcept {
   switch (t) {
     case DType::f64:
-    case DType::i64: return 64;
+    case DType::i64:
+      return 64;
     case DType::f32:
     case DType::tf32:
-    case DType::i32: return 32;
+    case DType::i32:
+      return 32;
     case DType::f16:
-    case DType::bf16: return 16;
+    case DType::bf16:
+      return 16;
     case DType::e4m3:
     case DType::e5m2:
     case DType::i8:
-    case DType::u8: return 8;
-    case DType::e2m1: return 4;
+    case DType::u8:
+      return 8;
+    case DType::e2m1:
+      return 4;
   }
   return 0;
 }
@@ -62,12 +67,33 @@ std::optional<DType> parse_dtype(std::string_view s) noexcept;
 /// specialise this where their headers are included).
 template <class T>
 struct dtype_of;
-template <> struct dtype_of<double> { static constexpr DType value = DType::f64; };
-template <> struct dtype_of<float> { static constexpr DType value = DType::f32; };
-template <> struct dtype_of<long long> { static constexpr DType value = DType::i64; };
-template <> struct dtype_of<long> { static constexpr DType value = DType::i64; };
-template <> struct dtype_of<int> { static constexpr DType value = DType::i32; };
-template <> struct dtype_of<signed char> { static constexpr DType value = DType::i8; };
-template <> struct dtype_of<unsigned char> { static constexpr DType value = DType::u8; };
+template <>
+struct dtype_of<double> {
+  static constexpr DType value = DType::f64;
+};
+template <>
+struct dtype_of<float> {
+  static constexpr DType value = DType::f32;
+};
+template <>
+struct dtype_of<long long> {
+  static constexpr DType value = DType::i64;
+};
+template <>
+struct dtype_of<long> {
+  static constexpr DType value = DType::i64;
+};
+template <>
+struct dtype_of<int> {
+  static constexpr DType value = DType::i32;
+};
+template <>
+struct dtype_of<signed char> {
+  static constexpr DType value = DType::i8;
+};
+template <>
+struct dtype_of<unsigned char> {
+  static constexpr DType value = DType::u8;
+};
 
 }  // namespace cuactor

@@ -11,23 +11,23 @@ namespace cuactor {
 
 /// cuactor's own error codes. Values are stable; never decide anything by matching messages.
 enum class errc : int {
-  stale_handle = 1,          ///< A GpuRef/graph was used after its device or generation went away.
-  device_shutting_down,      ///< The device stopped accepting work (orderly shutdown).
-  context_poisoned,          ///< A sticky CUDA error poisoned the context while the op was in flight.
-  circuit_open,              ///< Too many poisonings or a failed recovery: the device rejects work.
-  queue_full,                ///< The device actor's bounded mailbox is full.
-  unsupported,               ///< The request is valid but not supported (dtype x arch, layout, ...).
-  invalid_argument,          ///< The request breaks a documented rule (alignment, shape, ...).
-  capture_invalidated,       ///< An illegal call during stream capture ended the capture.
-  workspace_too_small,       ///< The caller's workspace is smaller than the plan requires.
-  no_device,                 ///< No CUDA device is present or the requested ordinal does not exist.
-  out_of_memory,             ///< An allocation failed for lack of memory.
-  wrong_device,              ///< A buffer or object of one device was used on another.
-  compile_failed,            ///< Run-time compilation (NVRTC/nvcc) failed.
-  cache_corrupt,             ///< A cache entry failed its integrity check.
-  timeout,                   ///< An operation did not finish in its allotted time.
-  cancelled,                 ///< The operation was cancelled before it ran.
-  internal,                  ///< A broken invariant inside cuactor (a bug).
+  stale_handle = 1,      ///< A GpuRef/graph was used after its device or generation went away.
+  device_shutting_down,  ///< The device stopped accepting work (orderly shutdown).
+  context_poisoned,      ///< A sticky CUDA error poisoned the context while the op was in flight.
+  circuit_open,          ///< Too many poisonings or a failed recovery: the device rejects work.
+  queue_full,            ///< The device actor's bounded mailbox is full.
+  unsupported,           ///< The request is valid but not supported (dtype x arch, layout, ...).
+  invalid_argument,      ///< The request breaks a documented rule (alignment, shape, ...).
+  capture_invalidated,   ///< An illegal call during stream capture ended the capture.
+  workspace_too_small,   ///< The caller's workspace is smaller than the plan requires.
+  no_device,             ///< No CUDA device is present or the requested ordinal does not exist.
+  out_of_memory,         ///< An allocation failed for lack of memory.
+  wrong_device,          ///< A buffer or object of one device was used on another.
+  compile_failed,        ///< Run-time compilation (NVRTC/nvcc) failed.
+  cache_corrupt,         ///< A cache entry failed its integrity check.
+  timeout,               ///< An operation did not finish in its allotted time.
+  cancelled,             ///< The operation was cancelled before it ran.
+  internal,              ///< A broken invariant inside cuactor (a bug).
 };
 
 /// Category of cuactor's own codes (name "cuactor").

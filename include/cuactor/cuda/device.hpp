@@ -16,12 +16,12 @@ struct DeviceProperties {
   std::string name;
   int cc_major = 0;
   int cc_minor = 0;
-  GpuArch arch;                   ///< Best compilation target (sm_90a on an H100/H200).
+  GpuArch arch;  ///< Best compilation target (sm_90a on an H100/H200).
   int multiprocessors = 0;
-  std::size_t total_memory = 0;   ///< Bytes.
+  std::size_t total_memory = 0;  ///< Bytes.
   std::size_t l2_cache_bytes = 0;
   std::size_t shared_memory_per_block_optin = 0;
-  int clock_khz = 0;              ///< SM clock, kHz.
+  int clock_khz = 0;  ///< SM clock, kHz.
   int memory_clock_khz = 0;
   int memory_bus_width_bits = 0;
   std::string pci_bus_id;
