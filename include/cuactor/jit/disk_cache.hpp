@@ -1,0 +1,122 @@
+/// @file
+/// On-disk cache of compiled machine code ([J3]): one file per key, written atomically (temp file +
+/// rename), with a checksummed header so that corrupt or truncated entries are detected, removed and
+/// rebuilt; a size cap enforced by evicting the least recently used entries; cross-thread and
+/// cross-process single-flight building through per-key file locks.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "cuactor/core/expected.hpp"
+#include "cuactor/jit/hash.hpp"
+
+namespace cuactor::jit {
+
+/// What a cache entry holds.
+enum class ArtifactKind : std::uint32_t {
+  cubin = 1,          ///< SASS for one architecture (NVRTC or nvcc), loaded with cuda::Library.
+  ptx = 2,            ///< PTX text, JIT-compiled by the driver at load (driver version is in the key).
+  shared_object = 3,  ///< An ELF shared object (nvcc back end) exposing the kernels' instance ABI.
+};
+
+/// Name of an artifact kind ("cubin", "ptx", "shared_object").
+std::string_view name(ArtifactKind k) noexcept;
+
+/// One cache entry as read back: kind, free-form metadata text and the machine code.
+struct Artifact {
+  ArtifactKind kind = ArtifactKind::cubin;
+  /// Metadata stored with the code (e.g. lowered kernel names, the request's description).
+  std::string metadata;
+  std::vector<std::byte> payload;
+};
+
+/// Where a cache lives and how large it may grow.
+struct DiskCacheOptions {
+  /// Directory of the entries (created when missing). Default: cuactor::cache_root() / "jit".
+  std::filesystem::path directory;
+  /// Total size of all entries above which the least recently used ones are evicted.
+  std::uint64_t max_bytes = 4ULL << 30;
+};
+
+/// Counters of one DiskCache object (not of the directory: other processes keep their own).
+struct DiskCacheStats {
+  std::uint64_t hits = 0;
+  std::uint64_t misses = 0;
+  std::uint64_t corrupt = 0;  ///< Entries found damaged (bad magic, size or checksum) and removed.
+  std::uint64_t stores = 0;
+  std::uint64_t evictions = 0;
+  std::uint64_t builds = 0;  ///< Times get_or_build ran its build function.
+};
+
+/// Listing entry of `DiskCache::list()`.
+struct CacheEntryInfo {
+  std::string key;
+  ArtifactKind kind = ArtifactKind::cubin;
+  std::uint64_t file_bytes = 0;
+  std::filesystem::file_time_type last_use;
+  std::string metadata;
+};
+
+/// Result of get_or_build: the artifact and whether it came from disk.
+struct CacheLookup {
+  Artifact artifact;
+  bool from_disk = false;
+};
+
+/// The on-disk cache. Cheap to copy (copies share counters); safe to use from many threads and
+/// processes at once on one directory.
+class DiskCache {
+ public:
+  /// Opens (creating if needed) the cache directory; `invalid_argument` if it cannot be created.
+  static Result<DiskCache> open(DiskCacheOptions options);
+
+  /// The entry for `key`, or nullopt on a miss. A damaged entry counts as corrupt, is removed and
+  /// reported as a miss. A hit refreshes the entry's last-use time (LRU).
+  Result<std::optional<Artifact>> load(const Digest& key);
+  /// Writes the entry atomically (temp file + rename), then evicts down to the size cap (never the
+  /// entry just written).
+  Status store(const Digest& key, const Artifact& artifact);
+  /// Loads `key`, or under an exclusive per-key file lock (which serialises threads and processes)
+  /// loads again and, if still missing, runs `build`, stores its result and returns it. Concurrent
+  /// callers for one key therefore build once.
+  Result<CacheLookup> get_or_build(const Digest& key, const std::function<Result<Artifact>()>& build);
+  /// Removes the least recently used entries until the total is at most `max_bytes`, sparing `keep`.
+  Status evict_to(std::uint64_t max_bytes, const std::optional<Digest>& keep = std::nullopt);
+  /// Every readable entry, most recently used first.
+  Result<std::vector<CacheEntryInfo>> list() const;
+  /// Removes every entry (and stray temp files).
+  Status clear();
+  /// Removes one entry; true if it existed.
+  Result<bool> remove(const Digest& key);
+
+  /// Path of the file of `key` (exists only after a store).
+  [[nodiscard]] std::filesystem::path entry_path(const Digest& key) const;
+  [[nodiscard]] const std::filesystem::path& directory() const noexcept { return options_.directory; }
+  [[nodiscard]] std::uint64_t max_bytes() const noexcept { return options_.max_bytes; }
+  /// Counters of this object and its copies.
+  [[nodiscard]] DiskCacheStats stats() const noexcept;
+
+ private:
+  struct Counters {
+    std::atomic<std::uint64_t> hits{0}, misses{0}, corrupt{0}, stores{0}, evictions{0}, builds{0};
+  };
+  DiskCacheOptions options_;
+  std::shared_ptr<Counters> counters_ = std::make_shared<Counters>();
+};
+
+/// Parses an entry file's bytes; `cache_corrupt` naming the defect when the header, size or
+/// checksum is wrong. Exposed for tests and `cuactor jit cache verify`.
+Result<Artifact> decode_entry(std::span<const std::byte> file_bytes);
+/// Serialises an artifact in the entry format that decode_entry reads.
+std::vector<std::byte> encode_entry(const Artifact& artifact);
+
+}  // namespace cuactor::jit

@@ -1,0 +1,178 @@
+#include "cuactor/jit/nvcc.hpp"
+
+#include <dlfcn.h>
+#include <fmt/format.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <iterator>
+#include <mutex>
+#include <sstream>
+#include <utility>
+
+#include "process.hpp"
+
+namespace cuactor::jit {
+namespace fs = std::filesystem;
+namespace {
+
+std::string gencode(GpuArch a) {
+  const std::string v = fmt::format("{}{}", a.sm(), a.arch_specific ? "a" : "");
+  return fmt::format("arch=compute_{},code=sm_{}", v, v);
+}
+
+// A scratch directory removed on destruction.
+struct ScratchDir {
+  fs::path path;
+  explicit ScratchDir(fs::path p) : path(std::move(p)) {}
+  ScratchDir(ScratchDir&& o) noexcept : path(std::exchange(o.path, {})) {}
+  ScratchDir& operator=(ScratchDir&&) = delete;
+  ~ScratchDir() {
+    std::error_code ec;
+    if (!path.empty()) fs::remove_all(path, ec);
+  }
+};
+
+Result<ScratchDir> make_scratch() {
+  std::string templ = (fs::temp_directory_path() / "cuactor-nvcc-XXXXXX").string();
+  if (::mkdtemp(templ.data()) == nullptr)
+    return fail(errc::internal, fmt::format("mkdtemp('{}') failed: {}", templ, std::strerror(errno)));
+  return ScratchDir(fs::path(templ));
+}
+
+}  // namespace
+
+std::optional<fs::path> find_nvcc() {
+  std::vector<fs::path> candidates;
+  for (const char* var : {"CUACTOR_NVCC", "CUDACXX"})
+    if (const char* p = std::getenv(var); p && *p) candidates.emplace_back(p);
+  for (const char* var : {"CUDA_HOME", "CUDA_PATH"})
+    if (const char* p = std::getenv(var); p && *p) candidates.push_back(fs::path(p) / "bin" / "nvcc");
+  if (const char* path = std::getenv("PATH")) {
+    std::stringstream ss(path);
+    for (std::string dir; std::getline(ss, dir, ':');)
+      if (!dir.empty()) candidates.push_back(fs::path(dir) / "nvcc");
+  }
+  candidates.emplace_back("/usr/local/cuda/bin/nvcc");
+  std::error_code ec;
+  for (const auto& c : candidates)
+    if (fs::is_regular_file(c, ec)) return c;
+  return std::nullopt;
+}
+
+Result<std::string> nvcc_identity() {
+  // Probing runs two processes (~50 ms): do it once per process.
+  static std::once_flag once;
+  static Result<std::string> identity = fail(errc::internal, "unset");
+  std::call_once(once, [] {
+    const auto nvcc = find_nvcc();
+    if (!nvcc) {
+      identity = fail(errc::unsupported, "nvcc was not found (set CUACTOR_NVCC or CUDA_HOME)");
+      return;
+    }
+    auto v = detail::run_process({nvcc->string(), "--version"}, std::chrono::seconds(60));
+    if (!v || v->exit_code != 0) {
+      identity = fail(errc::unsupported, fmt::format("'{} --version' failed", nvcc->string()));
+      return;
+    }
+    const char* host = std::getenv("NVCC_CCBIN");
+    auto h = detail::run_process({host && *host ? host : "c++", "--version"}, std::chrono::seconds(60));
+    identity =
+        nvcc->string() + "\n" + v->output + "\n" + (h && h->exit_code == 0 ? h->output : "host compiler unknown");
+  });
+  return identity;
+}
+
+Result<Digest> cache_key(const NvccRequest& req, std::string_view include_identity) {
+  auto id = nvcc_identity();
+  if (!id) return fail(id.error());
+  Hasher h;
+  h.field("backend", "nvcc").field("compiler", *id).field("arch", req.arch.name()).field("source", req.source);
+  h.field("includes", include_identity);
+  for (const auto& o : req.options) h.field("option", o);
+  return h.digest();
+}
+
+Result<std::vector<std::byte>> nvcc_compile(const NvccRequest& req, const ProgressFn& progress) {
+  const auto nvcc = find_nvcc();
+  if (!nvcc) return fail(errc::unsupported, "nvcc was not found (set CUACTOR_NVCC or CUDA_HOME)");
+  auto scratch = make_scratch();
+  if (!scratch) return fail(scratch.error());
+  const fs::path src = scratch->path / "instance.cu";
+  const fs::path obj = scratch->path / "instance.so";
+  {
+    std::ofstream out(src, std::ios::binary);
+    out << req.source;
+    if (!out) return fail(errc::internal, fmt::format("cannot write '{}'", src.string()));
+  }
+  std::vector<std::string> argv = {
+      nvcc->string(), "-std=c++20", "--expt-relaxed-constexpr", "-O3",      "-DNDEBUG",       "-shared",
+      "-Xcompiler",   "-fPIC",      "-cudart=shared",           "-gencode", gencode(req.arch)};
+  for (const auto& d : req.include_dirs) argv.push_back("-I" + d.string());
+  argv.insert(argv.end(), req.options.begin(), req.options.end());
+  argv.insert(argv.end(), {"-o", obj.string(), src.string()});
+  const auto start = std::chrono::steady_clock::now();
+  auto beat = [&] {
+    if (progress)
+      progress({req.description, JitStage::compiling,
+                std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count()});
+  };
+  beat();
+  auto r = detail::run_process(argv, req.timeout, beat);
+  if (!r) return fail(r.error());
+  if (r->exit_code != 0)
+    return fail(errc::compile_failed, fmt::format("nvcc could not compile '{}' for {} (exit {}):\n{}", req.description,
+                                                  req.arch.name(), r->exit_code, r->output.substr(0, 4000)));
+  std::ifstream in(obj, std::ios::binary);
+  std::vector<char> chars((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (chars.empty())
+    return fail(errc::compile_failed, fmt::format("nvcc produced no object for '{}'", req.description));
+  std::vector<std::byte> bytes(chars.size());
+  std::memcpy(bytes.data(), chars.data(), chars.size());
+  return bytes;
+}
+
+Result<std::shared_ptr<SharedObject>> SharedObject::load(std::span<const std::byte> elf, const std::string& name) {
+  // An anonymous in-memory file: nothing to clean up on disk, and the cache entry stays the only copy.
+  const int fd = ::memfd_create(("cuactor-" + name.substr(0, 200)).c_str(), MFD_CLOEXEC);
+  if (fd < 0) return fail(errc::internal, fmt::format("memfd_create failed: {}", std::strerror(errno)));
+  std::shared_ptr<SharedObject> so(new SharedObject());
+  so->fd_ = fd;
+  so->name_ = name;
+  std::size_t done = 0;
+  while (done < elf.size()) {
+    const ssize_t n = ::write(fd, elf.data() + done, elf.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0)
+      return fail(errc::internal,
+                  fmt::format("writing shared object '{}' to memfd failed: {}", name, std::strerror(errno)));
+    done += static_cast<std::size_t>(n);
+  }
+  const std::string path = fmt::format("/proc/self/fd/{}", fd);
+  so->handle_ = ::dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (!so->handle_) {
+    const char* err = ::dlerror();
+    return fail(errc::invalid_argument,
+                fmt::format("dlopen of JIT object '{}' failed: {}", name, err ? err : "unknown"));
+  }
+  return so;
+}
+
+SharedObject::~SharedObject() {
+  if (handle_) ::dlclose(handle_);
+  if (fd_ >= 0) ::close(fd_);
+}
+
+Result<void*> SharedObject::symbol(const std::string& sym) const {
+  ::dlerror();
+  void* p = ::dlsym(handle_, sym.c_str());
+  if (!p) return fail(errc::invalid_argument, fmt::format("JIT object '{}' does not export '{}'", name_, sym));
+  return p;
+}
+
+}  // namespace cuactor::jit
