@@ -1,0 +1,122 @@
+#include "cuactor/jit/gemm.hpp"
+
+#include <fmt/format.h>
+
+#include "cuactor/kernels/catalog.hpp"
+
+namespace cuactor::jit {
+namespace {
+
+using kernels::GemmFamily;
+using kernels::GemmSku;
+
+// Element types that kernels/gemm_tags.cuh names.
+bool has_tag(DType t) {
+  return t == DType::bf16 || t == DType::f16 || t == DType::f32 || t == DType::e4m3 || t == DType::e5m2;
+}
+
+}  // namespace
+
+Result<std::string> template_for(const GemmSku& sku) {
+  if (sku.family == GemmFamily::dense && sku.arch == GpuArch{9, 0, true})
+    return std::string("dense_sm90_instance.cu.in");
+  if (sku.family == GemmFamily::dense && sku.arch == GpuArch{8, 0, false})
+    return std::string("dense_sm80_instance.cu.in");
+  if (sku.family == GemmFamily::grouped && sku.arch == GpuArch{9, 0, true})
+    return std::string("grouped_instance.cu.in");
+  return fail(errc::unsupported, fmt::format("no instantiation template for {} GEMM on {} (templates: dense sm_90a, "
+                                             "dense sm_80, grouped sm_90a)",
+                                             kernels::name(sku.family), sku.arch.name()));
+}
+
+Placeholders placeholders_for(const GemmSku& sku) {
+  auto str = [](auto v) { return std::string(v); };
+  return Placeholders{
+      {"FAMILY", str(kernels::name(sku.family))},
+      {"ARCH", sku.arch.name()},
+      {"ELEMENT_A", str(name(sku.a))},
+      {"ELEMENT_B", str(name(sku.b))},
+      {"ELEMENT_C", str(name(sku.c))},
+      {"ELEMENT_D", str(name(sku.d))},
+      {"ELEMENT_ACC", str(name(sku.accumulator))},
+      {"LAYOUT_A", str(kernels::name(sku.layout_a))},
+      {"LAYOUT_B", str(kernels::name(sku.layout_b))},
+      {"LAYOUT_C", str(kernels::name(sku.layout_c))},
+      {"TILE_M", std::to_string(sku.tile.m)},
+      {"TILE_N", std::to_string(sku.tile.n)},
+      {"TILE_K", std::to_string(sku.tile.k)},
+      {"CLUSTER_M", std::to_string(sku.cluster.m)},
+      {"CLUSTER_N", std::to_string(sku.cluster.n)},
+      {"CLUSTER_K", std::to_string(sku.cluster.k)},
+      {"STAGES", std::to_string(sku.stages)},
+      {"SCHEDULE", str(kernels::name(sku.schedule))},
+      {"EPILOGUE", str(kernels::name(sku.epilogue))},
+      {"SYMBOL", sku.symbol_name()},
+  };
+}
+
+Result<InstanceRequest> instance_request(const GemmSku& sku, std::optional<GpuArch> target) {
+  auto templ = template_for(sku);
+  if (!templ) return fail(templ.error());
+  for (auto [operand, t] :
+       {std::pair{"A", sku.a}, {"B", sku.b}, {"C", sku.c}, {"D", sku.d}, {"accumulator", sku.accumulator}})
+    if (!has_tag(t))
+      return fail(errc::unsupported, fmt::format("SKU {}: element type {} of {} has no kernel template tag",
+                                                 sku.to_string(), name(t), operand));
+  if ((is_low_precision_float(sku.a) || is_low_precision_float(sku.b)) && sku.arch.sm() < 89)
+    return fail(errc::unsupported, fmt::format("SKU {}: fp8 operands need sm_89 or later, the SKU targets {}",
+                                               sku.to_string(), sku.arch.name()));
+  if (sku.tile.m <= 0 || sku.tile.n <= 0 || sku.tile.k <= 0)
+    return fail(errc::invalid_argument, fmt::format("SKU {}: tile {}x{}x{} must be positive in every extent",
+                                                    sku.to_string(), sku.tile.m, sku.tile.n, sku.tile.k));
+  if (sku.cluster.m <= 0 || sku.cluster.n <= 0 || sku.cluster.k <= 0)
+    return fail(errc::invalid_argument, fmt::format("SKU {}: cluster {}x{}x{} must be positive in every extent",
+                                                    sku.to_string(), sku.cluster.m, sku.cluster.n, sku.cluster.k));
+  if (sku.stages < 0)
+    return fail(errc::invalid_argument, fmt::format("SKU {}: stages={} is negative", sku.to_string(), sku.stages));
+  const GpuArch compile_for = target.value_or(sku.arch);
+  if (compile_for.sm() < sku.arch.sm())
+    return fail(errc::unsupported, fmt::format("SKU {} needs {} or later and cannot be compiled for {}",
+                                               sku.to_string(), sku.arch.name(), compile_for.name()));
+  if (sku.arch.arch_specific && compile_for != sku.arch)
+    return fail(errc::unsupported,
+                fmt::format("SKU {} uses {}-specific instructions and can only be compiled for it, not {}",
+                            sku.to_string(), sku.arch.name(), compile_for.name()));
+  InstanceRequest r;
+  r.template_name = std::move(*templ);
+  r.values = placeholders_for(sku);
+  r.symbol = sku.symbol_name();
+  r.arch = compile_for;
+  return r;
+}
+
+GemmJit::GemmJit(std::shared_ptr<JitEngine> engine, std::size_t plan_capacity)
+    : engine_(std::move(engine)), plans_(plan_capacity) {}
+
+JitFuture<JitInstance> GemmJit::compile(const GemmSku& sku, std::optional<GpuArch> target) {
+  return plans_.get_or_start(Key{sku, target.value_or(sku.arch)}, [&](JitFuture<JitInstance> future) {
+    auto request = instance_request(sku, target);
+    if (!request) return future.set(fail(request.error()));
+    engine_->instance(std::move(*request)).then([future](const JitFuture<JitInstance>::Value& r) { future.set(r); });
+  });
+}
+
+JitFuture<ResolvedInstance> GemmJit::resolve(const GemmSku& sku, std::optional<GpuArch> target) {
+  if (const auto* entry = kernels::find_in_catalog(sku))
+    return JitFuture<ResolvedInstance>::ready(
+        std::make_shared<const ResolvedInstance>(ResolvedInstance{entry->instance, nullptr}));
+  auto out = JitFuture<ResolvedInstance>::pending();
+  compile(sku, target).then([out](const JitFuture<JitInstance>::Value& r) {
+    if (!r) return out.set(fail(r.error()));
+    out.set(std::make_shared<const ResolvedInstance>(ResolvedInstance{&(*r)->abi(), *r}));
+  });
+  return out;
+}
+
+Result<WarmReport> GemmJit::warm(const GemmSku& sku, std::optional<GpuArch> target) {
+  auto request = instance_request(sku, target);
+  if (!request) return fail(request.error());
+  return engine_->warm(*request);
+}
+
+}  // namespace cuactor::jit

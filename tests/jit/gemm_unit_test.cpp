@@ -1,0 +1,157 @@
+// GEMM requests for the JIT without a GPU: one source of truth with the catalog build ([J1]),
+// rejections ([E2]), and one real CUTLASS sm_90a compile into the disk cache ([J5]).
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <iterator>
+
+#include "cuactor/jit/gemm.hpp"
+#include "cuactor/kernels/catalog.hpp"
+#include "jit/test_support.hpp"
+#include "kernels/instance_abi.h"
+#include "support/gpu_test.hpp"
+
+namespace cuactor::jit {
+namespace {
+
+namespace fs = std::filesystem;
+using kernels::GemmSku;
+using testing::TempDir;
+
+std::string read_text(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+// A configuration the ahead-of-time matrix does not hold (other tile and cluster shape).
+GemmSku jit_only_sku() {
+  GemmSku s;
+  s.tile = {128, 128, 64};
+  s.cluster = {1, 1, 1};
+  s.schedule = kernels::GemmSchedule::cooperative;
+  return s;
+}
+
+TEST(JitGemm, RendersEveryCatalogInstanceByteForByte) {
+  if (kernels::catalog().empty()) GTEST_SKIP() << "no catalog instances in this build (CUACTOR_KERNEL_ARCHS empty)";
+  for (const auto& e : kernels::catalog()) {
+    CUACTOR_ASSERT_OK_AND_ASSIGN(request, instance_request(e.sku));
+    CUACTOR_ASSERT_OK_AND_ASSIGN(rendered, render_template_file(kernels_dir() / request.template_name, request.values));
+    const fs::path generated = fs::path(CUACTOR_KERNELS_BINARY_DIR) / "instances" / (e.sku.symbol_name() + ".cu");
+    ASSERT_TRUE(fs::exists(generated)) << generated;
+    EXPECT_EQ(rendered, read_text(generated)) << e.sku.to_string();
+  }
+}
+
+TEST(JitGemm, RendererAgreesWithCMakeConfigureFile) {
+  // Render a JIT-only SKU both ways: CMake's configure_file(@ONLY) in script mode and ours.
+  TempDir dir;
+  CUACTOR_ASSERT_OK_AND_ASSIGN(request, instance_request(jit_only_sku()));
+  std::ofstream script(dir.path() / "render.cmake");
+  for (const auto& [k, v] : request.values) script << "set(" << k << " \"" << v << "\")\n";
+  script << "configure_file(\"" << (kernels_dir() / request.template_name).string() << "\" \""
+         << (dir.path() / "out.cu").string() << "\" @ONLY)\n";
+  script.close();
+  const std::string cmd = std::string(CUACTOR_CMAKE_COMMAND) + " -P " + (dir.path() / "render.cmake").string();
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  CUACTOR_ASSERT_OK_AND_ASSIGN(rendered, render_template_file(kernels_dir() / request.template_name, request.values));
+  EXPECT_EQ(rendered, read_text(dir.path() / "out.cu"));
+  EXPECT_NE(rendered.find(jit_only_sku().symbol_name()), std::string::npos);
+  EXPECT_EQ(rendered.find('@'), std::string::npos) << "every placeholder is substituted";
+}
+
+TEST(JitGemm, RejectsWhatNoTemplateExpresses) {
+  GemmSku s = jit_only_sku();
+  s.arch = GpuArch{10, 0, true};
+  auto r = instance_request(s);
+  ASSERT_FALSE(r.has_value());
+  EXPECT_EQ(r.error(), errc::unsupported);
+  EXPECT_NE(r.error().message().find("sm_100a"), std::string::npos) << r.error().message();
+
+  s = jit_only_sku();
+  s.a = DType::f64;
+  r = instance_request(s);
+  ASSERT_FALSE(r.has_value());
+  EXPECT_EQ(r.error(), errc::unsupported);
+  EXPECT_NE(r.error().message().find("f64"), std::string::npos) << r.error().message();
+
+  s = jit_only_sku();
+  s.arch = GpuArch{8, 0, false};
+  s.a = s.b = DType::e4m3;
+  r = instance_request(s);
+  ASSERT_FALSE(r.has_value());
+  EXPECT_EQ(r.error(), errc::unsupported);
+  EXPECT_NE(r.error().message().find("sm_89"), std::string::npos) << r.error().message();
+
+  s = jit_only_sku();
+  s.tile.n = 0;
+  r = instance_request(s);
+  ASSERT_FALSE(r.has_value());
+  EXPECT_EQ(r.error(), errc::invalid_argument);
+  EXPECT_NE(r.error().message().find("128x0x64"), std::string::npos) << r.error().message();
+
+  s = jit_only_sku();
+  s.cluster.m = -1;
+  EXPECT_EQ(instance_request(s).error(), errc::invalid_argument);
+
+  // Arch-specific code only for its own architecture; portable code for the same or a later one.
+  EXPECT_EQ(instance_request(jit_only_sku(), GpuArch{10, 0, false}).error(), errc::unsupported);
+  s = jit_only_sku();
+  s.arch = GpuArch{8, 0, false};
+  s.schedule = kernels::GemmSchedule::multistage;
+  EXPECT_TRUE(instance_request(s, GpuArch{9, 0, false}).has_value());
+  EXPECT_EQ(instance_request(s, GpuArch{7, 5, false}).error(), errc::unsupported);
+}
+
+TEST(JitGemm, IdentityCoversEverySkuField) {
+  const GemmSku base = jit_only_sku();
+  GemmSku other = base;
+  other.stages = 4;
+  CUACTOR_ASSERT_OK_AND_ASSIGN(r1, instance_request(base));
+  CUACTOR_ASSERT_OK_AND_ASSIGN(r2, instance_request(other));
+  EXPECT_NE(r1.identity(), r2.identity());
+  other = base;
+  other.epilogue = kernels::GemmEpilogue::scaled_linear_combination;
+  CUACTOR_ASSERT_OK_AND_ASSIGN(r3, instance_request(other));
+  EXPECT_NE(r1.identity(), r3.identity());
+}
+
+// The one real CUTLASS compile in CI (25-60 s, ~3.3 GB): warm a JIT-only sm_90a SKU on a machine
+// without a GPU, then find it on disk from a fresh engine without compiling again.
+TEST(JitGemmWarm, RealCutlassCompileIsCachedOnDisk) {
+  if (!find_nvcc()) GTEST_SKIP() << "nvcc not found";
+  TempDir dir;
+  JitOptions o;
+  o.disk.directory = dir.path();
+  int reports = 0;
+  o.progress = [&](const JitProgress& p) { reports += p.stage == JitStage::compiling ? 1 : 0; };
+  {
+    CUACTOR_ASSERT_OK_AND_ASSIGN(engine, JitEngine::create(o));
+    GemmJit gemm(engine);
+    CUACTOR_ASSERT_OK_AND_ASSIGN(first, gemm.warm(jit_only_sku()));
+    EXPECT_FALSE(first.already_cached);
+    EXPECT_GT(first.bytes, 100000u);
+    EXPECT_GE(reports, 1);
+  }
+  o.progress = {};
+  CUACTOR_ASSERT_OK_AND_ASSIGN(engine2, JitEngine::create(o));
+  GemmJit gemm2(engine2);
+  CUACTOR_ASSERT_OK_AND_ASSIGN(second, gemm2.warm(jit_only_sku()));
+  EXPECT_TRUE(second.already_cached);
+  EXPECT_EQ(engine2->stats().disk.builds, 0u);
+  // The stored object loads and exposes the instance ABI with the SKU it was asked for (host only).
+  CUACTOR_ASSERT_OK_AND_ASSIGN(request, instance_request(jit_only_sku()));
+  CUACTOR_ASSERT_OK_AND_ASSIGN(prepared, engine2->prepare(request));
+  CUACTOR_ASSERT_OK_AND_ASSIGN(entry, engine2->disk_cache().load(prepared.first));
+  ASSERT_TRUE(entry.has_value());
+  CUACTOR_ASSERT_OK_AND_ASSIGN(so, SharedObject::load(entry->payload, request.symbol));
+  CUACTOR_ASSERT_OK_AND_ASSIGN(sym, so->symbol(request.symbol));
+  const auto& abi = *static_cast<const cuactor_gemm_instance*>(sym);
+  EXPECT_EQ(abi.abi_version, CUACTOR_KERNEL_ABI_VERSION);
+  CUACTOR_ASSERT_OK_AND_ASSIGN(sku, GemmSku::from_desc(abi.sku));
+  EXPECT_EQ(sku, jit_only_sku());
+}
+
+}  // namespace
+}  // namespace cuactor::jit
