@@ -142,7 +142,7 @@ Result<CacheLookup> JitEngine::compile_nvrtc(const NvrtcRequest& request, const 
     auto out = nvrtc_compile(request);
     if (!out) return fail(out.error());
     report(what, JitStage::stored, start);
-    return Artifact{ArtifactKind::cubin, encode_lowered_names(out->lowered_names), std::move(out->cubin)};
+    return Artifact{ArtifactKind::cubin, what + "\n" + encode_lowered_names(out->lowered_names), std::move(out->cubin)};
   });
 }
 

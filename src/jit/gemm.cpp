@@ -90,12 +90,18 @@ Result<InstanceRequest> instance_request(const GemmSku& sku, std::optional<GpuAr
   return r;
 }
 
-GemmJit::GemmJit(std::shared_ptr<JitEngine> engine, std::size_t plan_capacity)
-    : engine_(std::move(engine)), plans_(plan_capacity) {}
+GemmJit::GemmJit(std::shared_ptr<JitEngine> engine, std::vector<std::string> nvcc_options, std::size_t plan_capacity)
+    : engine_(std::move(engine)), options_(std::move(nvcc_options)), plans_(plan_capacity) {}
+
+Result<InstanceRequest> GemmJit::request_for(const GemmSku& sku, std::optional<GpuArch> target) const {
+  auto request = instance_request(sku, target);
+  if (request) request->options.insert(request->options.end(), options_.begin(), options_.end());
+  return request;
+}
 
 JitFuture<JitInstance> GemmJit::compile(const GemmSku& sku, std::optional<GpuArch> target) {
   return plans_.get_or_start(Key{sku, target.value_or(sku.arch)}, [&](JitFuture<JitInstance> future) {
-    auto request = instance_request(sku, target);
+    auto request = request_for(sku, target);
     if (!request) return future.set(fail(request.error()));
     engine_->instance(std::move(*request)).then([future](const JitFuture<JitInstance>::Value& r) { future.set(r); });
   });
@@ -114,7 +120,7 @@ JitFuture<ResolvedInstance> GemmJit::resolve(const GemmSku& sku, std::optional<G
 }
 
 Result<WarmReport> GemmJit::warm(const GemmSku& sku, std::optional<GpuArch> target) {
-  auto request = instance_request(sku, target);
+  auto request = request_for(sku, target);
   if (!request) return fail(request.error());
   return engine_->warm(*request);
 }

@@ -7,6 +7,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "cuactor/core/arch.hpp"
 #include "cuactor/jit/engine.hpp"
@@ -40,8 +41,10 @@ struct ResolvedInstance {
 /// GEMM instances by SKU on top of a JitEngine, plan-cached by (SKU, target).
 class GemmJit {
  public:
-  /// Uses `engine` for rendering, compiling and caching.
-  explicit GemmJit(std::shared_ptr<JitEngine> engine, std::size_t plan_capacity = 64);
+  /// Uses `engine` for rendering, compiling and caching; `nvcc_options` are added to every compile
+  /// (and so to every identity).
+  explicit GemmJit(std::shared_ptr<JitEngine> engine, std::vector<std::string> nvcc_options = {},
+                   std::size_t plan_capacity = 64);
 
   /// The run-time compiled instance of `sku` (even when the catalog has it: tests compare the two).
   JitFuture<JitInstance> compile(const kernels::GemmSku& sku, std::optional<GpuArch> target = std::nullopt);
@@ -64,7 +67,9 @@ class GemmJit {
       return kernels::hash_value(k.sku) * 31 + static_cast<std::size_t>(k.target.sm() * 2 + k.target.arch_specific);
     }
   };
+  Result<InstanceRequest> request_for(const kernels::GemmSku& sku, std::optional<GpuArch> target) const;
   std::shared_ptr<JitEngine> engine_;
+  std::vector<std::string> options_;
   PlanCache<Key, JitInstance, KeyHash> plans_;
 };
 

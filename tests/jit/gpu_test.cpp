@@ -1,0 +1,267 @@
+// JIT kernels on a GPU ([J2], [J5]): NVRTC modules launch and compute right, warmed entries load
+// without compiling, a JIT-only CUTLASS configuration matches an fp64 reference, and a JIT
+// instance matches the ahead-of-time instance of the same SKU bit for bit.
+#include "support/gpu_test.hpp"
+
+#include <cuda_runtime_api.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "cuactor/cuda/device.hpp"
+#include "cuactor/cuda/memory.hpp"
+#include "cuactor/cuda/module.hpp"
+#include "cuactor/cuda/stream.hpp"
+#include "cuactor/jit/gemm.hpp"
+#include "cuactor/kernels/catalog.hpp"
+#include "jit/test_support.hpp"
+#include "kernels/instance_abi.h"
+
+namespace cuactor::jit {
+namespace {
+
+using kernels::GemmSku;
+using testing::saxpy_request;
+using testing::TempDir;
+
+GpuArch device_arch() {
+  auto p = cuda::device_properties(0);
+  return p ? p->arch : GpuArch{9, 0, true};
+}
+
+// Round-to-nearest-even float -> bf16 bits, and back.
+std::uint16_t to_bf16(float f) {
+  std::uint32_t u;
+  std::memcpy(&u, &f, 4);
+  u += 0x7fff + ((u >> 16) & 1);
+  return static_cast<std::uint16_t>(u >> 16);
+}
+float from_bf16(std::uint16_t h) {
+  const std::uint32_t u = static_cast<std::uint32_t>(h) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+class JitGpu : public cuactor::testing::GpuTest {
+ protected:
+  void SetUp() override {
+    GpuTest::SetUp();
+    if (IsSkipped() || HasFatalFailure()) return;
+    JitOptions o;
+    o.disk.directory = dir_.path();
+    o.workers = 4;
+    auto e = JitEngine::create(o);
+    ASSERT_TRUE(e.has_value()) << e.error().to_string();
+    engine_ = *e;
+  }
+  // CUTLASS compiles take 25-60 s: they go to a cache shared by the test processes (ctest runs
+  // them in parallel, the sanitizer runs again), which the per-key file lock keeps consistent.
+  static std::shared_ptr<JitEngine> shared_engine() {
+    JitOptions o;
+    o.disk.directory = std::filesystem::temp_directory_path() / "cuactor-jit-gpu-test-cache";
+    o.workers = 4;
+    auto e = JitEngine::create(o);
+    EXPECT_TRUE(e.has_value()) << e.error().to_string();
+    return e ? *e : nullptr;
+  }
+  TempDir dir_;
+  std::shared_ptr<JitEngine> engine_;
+};
+
+TEST_F(JitGpu, NvrtcKernelLaunchesAndComputes) {
+  const auto& r = engine_->module(saxpy_request("gpu-launch", device_arch())).get();
+  ASSERT_TRUE(r.has_value()) << r.error().to_string();
+  const JitModule& m = **r;
+  EXPECT_FALSE(m.from_disk());
+  constexpr int n = 1000;
+  std::vector<float> x(n), y(n);
+  for (int i = 0; i < n; ++i) {
+    x[i] = 0.5f * static_cast<float>(i) + 1.0f;
+    y[i] = 3.0f - 0.25f * static_cast<float>(i);
+  }
+  float *dx = nullptr, *dy = nullptr;
+  ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&dx), n * sizeof(float)), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&dy), n * sizeof(float)), cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(dx, x.data(), n * sizeof(float), cudaMemcpyHostToDevice), cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(dy, y.data(), n * sizeof(float), cudaMemcpyHostToDevice), cudaSuccess);
+  CUACTOR_ASSERT_OK_AND_ASSIGN(saxpy, m.kernel("saxpy"));
+  CUACTOR_ASSERT_OK_AND_ASSIGN(scale, m.kernel("scale<float>"));
+  const cuda::LaunchConfig cfg{dim3((n + 127) / 128), dim3(128), 0, nullptr};
+  CUACTOR_ASSERT_OK(cuda::launch(saxpy, cfg, n, 2.0f, static_cast<const float*>(dx), dy));
+  CUACTOR_ASSERT_OK(cuda::launch(scale, cfg, n, -1.5f, dy));
+  std::vector<float> out(n);
+  ASSERT_EQ(cudaMemcpy(out.data(), dy, n * sizeof(float), cudaMemcpyDeviceToHost), cudaSuccess);
+  for (int i = 0; i < n; ++i) ASSERT_FLOAT_EQ(out[i], -1.5f * (2.0f * x[i] + y[i])) << i;
+  // A wrong argument list is rejected before launching.
+  auto bad = cuda::launch(saxpy, cfg, n, 2.0f, dy);
+  ASSERT_FALSE(bad.has_value());
+  EXPECT_EQ(bad.error(), errc::invalid_argument);
+  ASSERT_EQ(cudaFree(dx), cudaSuccess);
+  ASSERT_EQ(cudaFree(dy), cudaSuccess);
+}
+
+TEST_F(JitGpu, WarmedEntryLoadsWithoutCompiling) {
+  const auto req = saxpy_request("gpu-warm", device_arch());
+  CUACTOR_ASSERT_OK(engine_->warm(req));  // as `cuactor jit warm` does on a machine without a GPU
+  JitOptions o;
+  o.disk.directory = dir_.path();
+  CUACTOR_ASSERT_OK_AND_ASSIGN(fresh, JitEngine::create(o));
+  const auto& r = fresh->module(req).get();
+  ASSERT_TRUE(r.has_value()) << r.error().to_string();
+  EXPECT_TRUE((*r)->from_disk());
+  EXPECT_EQ(fresh->stats().disk.builds, 0u);
+  CUACTOR_ASSERT_OK((*r)->kernel("saxpy"));
+  // The second request is a plan-cache hit returning the same module.
+  const auto& again = fresh->module(req).get();
+  ASSERT_TRUE(again.has_value());
+  EXPECT_EQ(again->get(), r->get());
+  EXPECT_EQ(fresh->stats().nvrtc_plans.hits, 1u);
+}
+
+// Device buffers of one bf16 GEMM problem with random data; D is poisoned with NaN before each run.
+struct DenseProblem {
+  int m, n, k, batch;
+  std::vector<std::uint16_t> a, b, c;  // row-major A (m x k), B as n x k (column-major k x n), C (m x n)
+  void *da = nullptr, *db = nullptr, *dc = nullptr, *dd = nullptr;
+
+  DenseProblem(int m_, int n_, int k_, int batch_, unsigned seed) : m(m_), n(n_), k(k_), batch(batch_) {
+    std::mt19937 gen(seed);
+    std::uniform_real_distribution<float> dist(-1.f, 1.f);
+    auto fill = [&](std::vector<std::uint16_t>& v, std::size_t count) {
+      v.resize(count);
+      for (auto& x : v) x = to_bf16(dist(gen));
+    };
+    fill(a, std::size_t(batch) * m * k);
+    fill(b, std::size_t(batch) * n * k);
+    fill(c, std::size_t(batch) * m * n);
+    EXPECT_EQ(cudaMalloc(&da, a.size() * 2), cudaSuccess);
+    EXPECT_EQ(cudaMalloc(&db, b.size() * 2), cudaSuccess);
+    EXPECT_EQ(cudaMalloc(&dc, c.size() * 2), cudaSuccess);
+    EXPECT_EQ(cudaMalloc(&dd, c.size() * 2), cudaSuccess);
+    EXPECT_EQ(cudaMemcpy(da, a.data(), a.size() * 2, cudaMemcpyHostToDevice), cudaSuccess);
+    EXPECT_EQ(cudaMemcpy(db, b.data(), b.size() * 2, cudaMemcpyHostToDevice), cudaSuccess);
+    EXPECT_EQ(cudaMemcpy(dc, c.data(), c.size() * 2, cudaMemcpyHostToDevice), cudaSuccess);
+  }
+  ~DenseProblem() {
+    EXPECT_EQ(cudaFree(da), cudaSuccess);
+    EXPECT_EQ(cudaFree(db), cudaSuccess);
+    EXPECT_EQ(cudaFree(dc), cudaSuccess);
+    EXPECT_EQ(cudaFree(dd), cudaSuccess);
+  }
+  cuactor_dense_args args(float alpha, float beta, int sms) const {
+    cuactor_dense_args r{};
+    r.m = m, r.n = n, r.k = k, r.batch = batch;
+    r.a = da, r.b = db, r.c = dc, r.d = dd;
+    r.lda = k, r.ldb = k, r.ldc = n, r.ldd = n;
+    r.batch_stride_a = std::int64_t(m) * k, r.batch_stride_b = std::int64_t(n) * k;
+    r.batch_stride_c = r.batch_stride_d = std::int64_t(m) * n;
+    r.alpha = alpha, r.beta = beta;
+    r.device = 0, r.sm_count = sms;
+    return r;
+  }
+  // Runs `inst` once on a NaN-poisoned D and returns D.
+  std::vector<std::uint16_t> run(const cuactor_gemm_instance& inst, float alpha, float beta) const {
+    const auto problem = args(alpha, beta, cuda::device_properties(0)->multiprocessors);
+    EXPECT_EQ(inst.can_implement(&problem), CUACTOR_KERNEL_OK);
+    const std::size_t ws_bytes = inst.workspace_size(&problem);
+    void* ws = nullptr;
+    if (ws_bytes) {
+      EXPECT_EQ(cudaMalloc(&ws, ws_bytes), cudaSuccess);
+    }
+    EXPECT_EQ(cudaMemset(dd, 0xff, c.size() * 2), cudaSuccess);  // 0xffff is a bf16 NaN
+    EXPECT_EQ(inst.run(&problem, ws, ws_bytes, nullptr), CUACTOR_KERNEL_OK);
+    EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    std::vector<std::uint16_t> out(c.size());
+    EXPECT_EQ(cudaMemcpy(out.data(), dd, out.size() * 2, cudaMemcpyDeviceToHost), cudaSuccess);
+    if (ws) {
+      EXPECT_EQ(cudaFree(ws), cudaSuccess);
+    }
+    return out;
+  }
+  // ||D - D_ref|| / ||D_ref|| against an fp64 host reference from the same bf16 inputs.
+  double relative_error(const std::vector<std::uint16_t>& d, float alpha, float beta) const {
+    double num = 0, den = 0;
+    for (int l = 0; l < batch; ++l)
+      for (int i = 0; i < m; ++i)
+        for (int j = 0; j < n; ++j) {
+          double acc = 0;
+          const auto* ar = &a[(std::size_t(l) * m + i) * k];
+          const auto* br = &b[(std::size_t(l) * n + j) * k];
+          for (int p = 0; p < k; ++p) acc += double(from_bf16(ar[p])) * double(from_bf16(br[p]));
+          const std::size_t idx = (std::size_t(l) * m + i) * n + j;
+          const double ref = alpha * acc + beta * double(from_bf16(c[idx]));
+          const double got = from_bf16(d[idx]);
+          if (std::isnan(got)) return INFINITY;
+          num += (got - ref) * (got - ref);
+          den += ref * ref;
+        }
+    return std::sqrt(num / den);
+  }
+};
+
+GemmSku jit_only_sku() {
+  GemmSku s;  // bf16, row/col/row, sm_90a, linear combination
+  s.tile = {128, 128, 64};
+  s.cluster = {1, 1, 1};
+  s.schedule = kernels::GemmSchedule::cooperative;
+  return s;
+}
+
+TEST_F(JitGpu, JitOnlyCutlassConfigurationMatchesReference) {
+  if (device_arch() != GpuArch{9, 0, true}) GTEST_SKIP() << "needs an sm_90a device, this is " << device_arch().name();
+  const GemmSku sku = jit_only_sku();
+  ASSERT_EQ(kernels::find_in_catalog(sku), nullptr) << "this configuration must not be in the AOT matrix";
+  auto engine = shared_engine();
+  ASSERT_NE(engine, nullptr);
+  GemmJit gemm(engine);
+  const auto& r = gemm.resolve(sku).get();
+  ASSERT_TRUE(r.has_value()) << r.error().to_string();
+  ASSERT_FALSE((*r)->from_catalog());
+  const cuactor_gemm_instance& inst = *(*r)->abi;
+  CUACTOR_ASSERT_OK(kernels::check_instance_abi(inst, sizeof(cuactor_dense_args)));
+  // Shapes with tails that are not multiples of the tile; several iterations with fresh data.
+  struct Case {
+    int m, n, k, batch;
+    float alpha, beta;
+  };
+  unsigned seed = 1;
+  for (const Case c : {Case{257, 136, 264, 1, 1.f, 0.f}, Case{1000, 520, 1032, 1, 0.5f, 1.f},
+                       Case{129, 384, 72, 3, 1.f, -0.5f}, Case{64, 8, 8, 1, 2.f, 0.f}}) {
+    DenseProblem p(c.m, c.n, c.k, c.batch, seed++);
+    const auto d = p.run(inst, c.alpha, c.beta);
+    const double err = p.relative_error(d, c.alpha, c.beta);
+    EXPECT_LT(err, 1e-2) << c.m << "x" << c.n << "x" << c.k << " batch " << c.batch;
+  }
+}
+
+TEST_F(JitGpu, JitInstanceMatchesAotInstanceBitForBit) {
+  if (device_arch() != GpuArch{9, 0, true}) GTEST_SKIP() << "needs an sm_90a device, this is " << device_arch().name();
+  const kernels::CatalogEntry* aot = nullptr;
+  for (const auto& e : kernels::catalog())
+    if (e.sku.family == kernels::GemmFamily::dense && e.sku.arch == GpuArch{9, 0, true} && e.sku.a == DType::bf16 &&
+        e.sku.d == DType::bf16 && e.sku.layout_b == kernels::MatrixLayout::col)
+      aot = &e;
+  if (aot == nullptr) GTEST_SKIP() << "no dense bf16 sm_90a instance in this build's catalog";
+  auto engine = shared_engine();
+  ASSERT_NE(engine, nullptr);
+  GemmJit gemm(engine);
+  const auto& r = gemm.compile(aot->sku).get();
+  ASSERT_TRUE(r.has_value()) << r.error().to_string();
+  for (unsigned seed : {11u, 12u}) {
+    DenseProblem p(515, 264, 392, 1, seed);
+    const auto from_aot = p.run(*aot->instance, 1.f, 0.75f);
+    const auto from_jit = p.run((*r)->abi(), 1.f, 0.75f);
+    ASSERT_EQ(from_aot.size(), from_jit.size());
+    EXPECT_EQ(std::memcmp(from_aot.data(), from_jit.data(), from_aot.size() * 2), 0) << aot->sku.to_string();
+    EXPECT_LT(p.relative_error(from_jit, 1.f, 0.75f), 1e-2);
+  }
+}
+
+}  // namespace
+}  // namespace cuactor::jit
