@@ -137,29 +137,60 @@ Result<std::vector<std::byte>> nvcc_compile(const NvccRequest& req, const Progre
   return bytes;
 }
 
-Result<std::shared_ptr<SharedObject>> SharedObject::load(std::span<const std::byte> elf, const std::string& name) {
-  // An anonymous in-memory file: nothing to clean up on disk, and the cache entry stays the only copy.
-  const int fd = ::memfd_create(("cuactor-" + name.substr(0, 200)).c_str(), MFD_CLOEXEC);
-  if (fd < 0) return fail(errc::internal, fmt::format("memfd_create failed: {}", std::strerror(errno)));
-  std::shared_ptr<SharedObject> so(new SharedObject());
-  so->fd_ = fd;
-  so->name_ = name;
+namespace {
+
+Status write_all(int fd, std::span<const std::byte> bytes, const std::string& name) {
   std::size_t done = 0;
-  while (done < elf.size()) {
-    const ssize_t n = ::write(fd, elf.data() + done, elf.size() - done);
+  while (done < bytes.size()) {
+    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0)
-      return fail(errc::internal,
-                  fmt::format("writing shared object '{}' to memfd failed: {}", name, std::strerror(errno)));
+      return fail(errc::internal, fmt::format("writing shared object '{}' failed: {}", name, std::strerror(errno)));
     done += static_cast<std::size_t>(n);
   }
-  const std::string path = fmt::format("/proc/self/fd/{}", fd);
-  so->handle_ = ::dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
-  if (!so->handle_) {
+  return ok();
+}
+
+// An anonymous in-memory file that may be mapped executable (MFD_EXEC where the kernel knows it:
+// with vm.memfd_noexec set, memfds are otherwise not executable).
+int executable_memfd(const std::string& name) {
+#ifdef MFD_EXEC
+  const int fd = ::memfd_create(name.c_str(), MFD_CLOEXEC | MFD_EXEC);
+  if (fd >= 0 || errno != EINVAL) return fd;
+#endif
+  return ::memfd_create(name.c_str(), MFD_CLOEXEC);
+}
+
+}  // namespace
+
+Result<std::shared_ptr<SharedObject>> SharedObject::load(std::span<const std::byte> elf, const std::string& name) {
+  std::shared_ptr<SharedObject> so(new SharedObject());
+  so->name_ = name;
+  std::string memfd_error;
+  // First choice: a memfd, so the cache entry stays the only copy on disk.
+  if (const int fd = executable_memfd("cuactor-" + name.substr(0, 200)); fd >= 0) {
+    so->fd_ = fd;
+    CUACTOR_TRY(write_all(fd, elf, name));
+    so->handle_ = ::dlopen(fmt::format("/proc/self/fd/{}", fd).c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (so->handle_) return so;
     const char* err = ::dlerror();
-    return fail(errc::invalid_argument,
-                fmt::format("dlopen of JIT object '{}' failed: {}", name, err ? err : "unknown"));
+    memfd_error = err ? err : "unknown";
+  } else {
+    memfd_error = std::strerror(errno);
   }
+  // Fallback (memfd refused or not executable): a temp file, unlinked once mapped.
+  std::string path = (fs::temp_directory_path() / "cuactor-jit-XXXXXX.so").string();
+  const int tfd = ::mkstemps(path.data(), 3);
+  if (tfd < 0) return fail(errc::internal, fmt::format("mkstemps('{}') failed: {}", path, std::strerror(errno)));
+  auto written = write_all(tfd, elf, name);
+  ::close(tfd);
+  if (written) so->handle_ = ::dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  const char* err = so->handle_ ? nullptr : ::dlerror();
+  ::unlink(path.c_str());
+  if (!written) return fail(written.error());
+  if (!so->handle_)
+    return fail(errc::invalid_argument, fmt::format("dlopen of JIT object '{}' failed: {} (memfd: {})", name,
+                                                    err ? err : "unknown", memfd_error));
   return so;
 }
 

@@ -55,8 +55,9 @@ class JitFuture {
     std::lock_guard lock(state_->mutex);
     return state_->value.has_value();
   }
-  /// Blocks until completed and returns the result (never call on a device actor's thread).
-  const Value& get() const {
+  /// Blocks until completed and returns (a copy of) the result; never call it on a device actor's
+  /// thread. A copy, so that it outlives a temporary future.
+  Value get() const {
     std::unique_lock lock(state_->mutex);
     state_->cv.wait(lock, [&] { return state_->value.has_value(); });
     return *state_->value;
