@@ -106,3 +106,29 @@ set(dense90 FAMILY dense ARCH sm_90a TEMPLATE dense_sm90_instance.cu.in)
 # bf16, large M: cooperative 128x256x64, cluster 2x1; A row-major, B as N x K ("TN") or K x N.
 cuactor_gemm_instance(${dense90} TYPES bf16 bf16 bf16 bf16 f32 LAYOUTS row col row TILE 128 256 64 CLUSTER 2 1 1
                       SCHEDULE cooperative EPILOGUE linear_combination)
+
+# ---- The matrix: grouped GEMM (sm_90a ptr-array kernels, launched without host problem shapes) ----
+set(grouped90 FAMILY grouped ARCH sm_90a TEMPLATE grouped_instance.cu.in)
+# 16-bit, large M: cooperative 128x256x64, cluster 2x1; small M (decode): pingpong 64x128x128.
+foreach(t bf16 f16)
+  cuactor_gemm_instance(${grouped90} TYPES ${t} ${t} ${t} ${t} f32 LAYOUTS row col row TILE 128 256 64 CLUSTER 2 1 1
+                        SCHEDULE cooperative EPILOGUE linear_combination)
+  cuactor_gemm_instance(${grouped90} TYPES ${t} ${t} ${t} ${t} f32 LAYOUTS row col row TILE 64 128 128 CLUSTER 1 1 1
+                        SCHEDULE pingpong EPILOGUE linear_combination)
+endforeach()
+# bf16 with B as K x N row-major, and bf16 inputs with f32 output.
+cuactor_gemm_instance(${grouped90} TYPES bf16 bf16 bf16 bf16 f32 LAYOUTS row row row TILE 128 256 64 CLUSTER 2 1 1
+                      SCHEDULE cooperative EPILOGUE linear_combination)
+cuactor_gemm_instance(${grouped90} TYPES bf16 bf16 f32 f32 f32 LAYOUTS row col row TILE 128 256 64 CLUSTER 2 1 1
+                      SCHEDULE cooperative EPILOGUE linear_combination)
+# fp8 e4m3, TN only, bf16 out, per-tensor scales folded into alpha[g]: 256x128x128 cluster 1x2 / pingpong.
+cuactor_gemm_instance(${grouped90} TYPES e4m3 e4m3 bf16 bf16 f32 LAYOUTS row col row TILE 256 128 128 CLUSTER 1 2 1
+                      SCHEDULE cooperative_fp8_fast_accum EPILOGUE scaled_linear_combination)
+cuactor_gemm_instance(${grouped90} TYPES e4m3 e4m3 bf16 bf16 f32 LAYOUTS row col row TILE 64 128 128 CLUSTER 1 1 1
+                      SCHEDULE pingpong_fp8_fast_accum EPILOGUE scaled_linear_combination)
+# sm_80 (CUTLASS 2.x, Ampere/Ada; also runs on Hopper): 16-bit TN grouped, 128x128x32, 4 stages.
+foreach(t bf16 f16)
+  cuactor_gemm_instance(FAMILY grouped ARCH sm_80 TEMPLATE grouped_sm80_instance.cu.in TYPES ${t} ${t} ${t} ${t} f32
+                        LAYOUTS row col row TILE 128 128 32 CLUSTER 1 1 1 STAGES 4 SCHEDULE multistage
+                        EPILOGUE linear_combination)
+endforeach()

@@ -1,0 +1,160 @@
+/// @file
+/// Instantiation template of one sm_90a CUTLASS 3.x ptr-array grouped GEMM configuration: the
+/// kernel reads every group's shape, pointers and leading dimensions from device memory, and is
+/// launched with a persistent grid of one CTA per SM without host problem shapes, so a launch
+/// needs no host synchronisation and can be captured into a graph.
+#pragma once
+
+#include <cutlass/cutlass.h>
+#include <cutlass/gemm/device/gemm_universal_adapter.h>
+
+#include <cstdint>
+#include <cute/tensor.hpp>
+#include <cutlass/epilogue/collective/collective_builder.hpp>
+#include <cutlass/epilogue/fusion/operations.hpp>
+#include <cutlass/gemm/collective/collective_builder.hpp>
+#include <cutlass/gemm/dispatch_policy.hpp>
+#include <cutlass/gemm/group_array_problem_shape.hpp>
+#include <cutlass/gemm/kernel/gemm_universal.hpp>
+#include <type_traits>
+
+#include "kernels/gemm_tags.cuh"
+#include "kernels/grouped_instance_abi.h"
+
+namespace cuactor::kernels::sm90 {
+
+/// One grouped GEMM configuration D[g] = alpha[g] * A[g] * B[g] + beta * C[g], fp32 accumulation,
+/// from the tag types of gemm_tags.cuh: A row-major (M x K); B "col" (N x K row-major, "TN", how
+/// weights are stored) or "row" (K x N row-major); C and D row-major (M x N) of one element type.
+/// Schedule cooperative (two consumer warpgroups share a tile: large M) or pingpong (they
+/// alternate tiles: small M, decode), fp8 with the fast-accum forms. Epilogue linear_combination,
+/// or scaled_linear_combination for fp8 (per-tensor scales folded into alpha[g] on the device).
+template <class TagA, class TagB, class TagC, class TagD, class TagAcc, class TagLayoutA, class TagLayoutB,
+          class TagLayoutC, int TileM, int TileN, int TileK, int ClusterM, int ClusterN, int ClusterK, class Schedule,
+          class Epilogue>
+struct GroupedGemm {
+  using ElementA = typename TagA::type;
+  using ElementB = typename TagB::type;
+  using ElementD = typename TagD::type;
+  using LayoutA = typename TagLayoutA::type;
+  using LayoutB = typename TagLayoutB::type;
+  using LayoutD = typename TagLayoutC::type;
+  using ElementAccumulator = typename TagAcc::type;
+  static_assert(std::is_same_v<TagC, TagD>, "grouped SKUs read C in D's element type");
+  static_assert(std::is_same_v<ElementAccumulator, float>, "grouped SKUs accumulate in f32");
+  static_assert(std::is_same_v<LayoutA, cutlass::layout::RowMajor> &&
+                    std::is_same_v<LayoutD, cutlass::layout::RowMajor>,
+                "grouped SKUs take A, C and D row-major");
+  static_assert(ClusterK == 1, "grouped SKUs cluster along M and N only");
+  using ProblemShape = cutlass::gemm::GroupProblemShape<cute::Shape<int, int, int>>;
+  static constexpr bool kIsFp8 = cutlass::sizeof_bits<ElementA>::value == 8;
+  static constexpr int kAlignmentA = 128 / cutlass::sizeof_bits<ElementA>::value;
+  static constexpr int kAlignmentB = 128 / cutlass::sizeof_bits<ElementB>::value;
+  static constexpr int kAlignmentD = 128 / cutlass::sizeof_bits<ElementD>::value;
+
+  using TileShape = cute::Shape<cute::Int<TileM>, cute::Int<TileN>, cute::Int<TileK>>;
+  using ClusterShape = cute::Shape<cute::Int<ClusterM>, cute::Int<ClusterN>, cute::_1>;
+  static constexpr bool kPingpong =
+      std::is_same_v<Schedule, tags::pingpong> || std::is_same_v<Schedule, tags::pingpong_fp8_fast_accum>;
+  static constexpr bool kFastAccum = std::is_same_v<Schedule, tags::cooperative_fp8_fast_accum> ||
+                                     std::is_same_v<Schedule, tags::pingpong_fp8_fast_accum>;
+  static_assert(kFastAccum == kIsFp8, "fp8 grouped SKUs use the fast-accum schedules, 16-bit ones the plain ones");
+  using KernelSchedule = std::conditional_t<
+      kFastAccum,
+      std::conditional_t<kPingpong, cutlass::gemm::KernelPtrArrayTmaWarpSpecializedPingpongFP8FastAccum,
+                         cutlass::gemm::KernelPtrArrayTmaWarpSpecializedCooperativeFP8FastAccum>,
+      std::conditional_t<kPingpong, cutlass::gemm::KernelPtrArrayTmaWarpSpecializedPingpong,
+                         cutlass::gemm::KernelPtrArrayTmaWarpSpecializedCooperative>>;
+  using EpilogueSchedule = std::conditional_t<kPingpong, cutlass::epilogue::PtrArrayTmaWarpSpecializedPingpong,
+                                              cutlass::epilogue::PtrArrayTmaWarpSpecializedCooperative>;
+
+  using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
+      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
+      cutlass::epilogue::collective::EpilogueTileAuto, ElementAccumulator, ElementAccumulator, ElementD, LayoutD*,
+      kAlignmentD, ElementD, LayoutD*, kAlignmentD, EpilogueSchedule,
+      cutlass::epilogue::fusion::LinearCombination<ElementD, ElementAccumulator, ElementD,
+                                                   ElementAccumulator>>::CollectiveOp;
+
+  using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
+      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, ElementA, LayoutA*, kAlignmentA, ElementB, LayoutB*,
+      kAlignmentB, ElementAccumulator, TileShape, ClusterShape,
+      cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(
+          sizeof(typename CollectiveEpilogue::SharedStorage))>,
+      KernelSchedule>::CollectiveOp;
+
+  using GemmKernel = cutlass::gemm::kernel::GemmUniversal<ProblemShape, CollectiveMainloop, CollectiveEpilogue>;
+  using Gemm = cutlass::gemm::device::GemmUniversalAdapter<GemmKernel>;
+
+  using StrideA = typename GemmKernel::InternalStrideA;
+  using StrideB = typename GemmKernel::InternalStrideB;
+  using StrideC = typename GemmKernel::InternalStrideC;
+  using StrideD = typename GemmKernel::InternalStrideD;
+  // The ABI passes one int64 leading dimension per group and operand; each CUTLASS packed stride is
+  // exactly that one dynamic int64 (the unit and batch modes are static), so the arrays are
+  // reinterpreted in place instead of converted.
+  static_assert(sizeof(StrideA) == sizeof(std::int64_t) && sizeof(StrideB) == sizeof(std::int64_t) &&
+                sizeof(StrideC) == sizeof(std::int64_t) && sizeof(StrideD) == sizeof(std::int64_t));
+  static_assert(sizeof(typename ProblemShape::UnderlyingProblemShape) == 3 * sizeof(std::int32_t));
+
+  /// CUTLASS arguments from the ABI's: shapes, pointers and strides all stay in device memory and no
+  /// host problem shapes are given (persistent grid of hw_info.sm_count CTAs).
+  static typename Gemm::Arguments make_arguments(const cuactor_grouped_args& a) {
+    typename Gemm::Arguments args;
+    args.mode = cutlass::gemm::GemmUniversalMode::kGrouped;
+    args.problem_shape = {
+        a.group_count,
+        reinterpret_cast<typename ProblemShape::UnderlyingProblemShape*>(const_cast<std::int32_t*>(a.problem_shapes)),
+        nullptr};
+    args.mainloop = {reinterpret_cast<const ElementA**>(const_cast<const void**>(a.ptr_a)),
+                     reinterpret_cast<StrideA*>(const_cast<std::int64_t*>(a.ld_a)),
+                     reinterpret_cast<const ElementB**>(const_cast<const void**>(a.ptr_b)),
+                     reinterpret_cast<StrideB*>(const_cast<std::int64_t*>(a.ld_b))};
+    auto& fusion = args.epilogue.thread;
+    fusion.alpha = a.alpha;
+    fusion.beta = a.beta;
+    if (a.alpha_per_group != nullptr) {  // alpha[g] (fp8 per-tensor scales folded in on the device)
+      fusion.alpha_ptr = a.alpha_per_group;
+      fusion.dAlpha = {cute::_0{}, cute::_0{}, 1};
+    }
+    args.epilogue.ptr_C = reinterpret_cast<const ElementD**>(const_cast<const void**>(a.ptr_c));
+    args.epilogue.dC = reinterpret_cast<StrideC*>(const_cast<std::int64_t*>(a.ld_c));
+    args.epilogue.ptr_D = reinterpret_cast<ElementD**>(const_cast<void**>(a.ptr_d));
+    args.epilogue.dD = reinterpret_cast<StrideD*>(const_cast<std::int64_t*>(a.ld_d));
+    args.hw_info.device_id = a.device;
+    args.hw_info.sm_count = a.sm_count;
+    return args;
+  }
+
+  /// CUACTOR_KERNEL_OK if CUTLASS accepts the configuration (shape and alignment checks are the
+  /// host library's: CUTLASS sees no host shapes).
+  static int can_implement(const void* args) {
+    if (args == nullptr) return CUACTOR_KERNEL_BAD_ARGS;
+    return Gemm::can_implement(make_arguments(*static_cast<const cuactor_grouped_args*>(args))) ==
+                   cutlass::Status::kSuccess
+               ? CUACTOR_KERNEL_OK
+               : CUACTOR_KERNEL_NOT_IMPLEMENTABLE;
+  }
+
+  /// CUTLASS scratch bytes: per-SM TMA descriptors, a function of the SM count only.
+  static size_t workspace_size(const void* args) {
+    if (args == nullptr) return 0;
+    return Gemm::get_workspace_size(make_arguments(*static_cast<const cuactor_grouped_args*>(args)));
+  }
+
+  /// Builds the kernel parameters (host only) and enqueues the kernel on `stream` the way
+  /// GemmUniversalAdapter does (no cluster attribute for cluster-1 kernels); no allocation, no
+  /// synchronisation.
+  static int run(const void* args, void* workspace, size_t workspace_bytes, void* stream) {
+    if (args == nullptr) return CUACTOR_KERNEL_BAD_ARGS;
+    const auto& a = *static_cast<const cuactor_grouped_args*>(args);
+    const auto cutlass_args = make_arguments(a);
+    if (workspace_bytes < Gemm::get_workspace_size(cutlass_args)) return CUACTOR_KERNEL_WORKSPACE_TOO_SMALL;
+    Gemm gemm;
+    auto s = static_cast<cudaStream_t>(stream);
+    if (gemm.initialize(cutlass_args, workspace, s) != cutlass::Status::kSuccess) return CUACTOR_KERNEL_INIT_FAILED;
+    if (gemm.run(s) != cutlass::Status::kSuccess) return CUACTOR_KERNEL_LAUNCH_FAILED;
+    return CUACTOR_KERNEL_OK;
+  }
+};
+
+}  // namespace cuactor::kernels::sm90
