@@ -1,0 +1,14 @@
+// The same tiny kernel compiled into the benchmark, launched with <<<>>> (raw CUDA reference).
+#include "bench_raw_launch.hpp"
+
+namespace {
+__global__ void tiny_raw(float* x, int n) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) x[i] = x[i] * 0.5f + 1.0f;
+}
+}  // namespace
+
+cudaError_t bench_launch_tiny_raw(float* x, int n, cudaStream_t stream) {
+  tiny_raw<<<1, 128, 0, stream>>>(x, n);
+  return cudaGetLastError();
+}

@@ -1,0 +1,126 @@
+// Capture and replay through the device actor: operations submitted while the actor's stream captures
+// are recorded, their GpuRefs auto-registered in the pool, and the graph is bound to the generation.
+#include "cuactor/graph/actor_capture.hpp"
+
+#include <gtest/gtest.h>
+
+#include <boost/asio/use_future.hpp>
+#include <cmath>
+#include <random>
+#include <tuple>
+#include <vector>
+
+#include "cuactor/cuda/stream.hpp"
+#include "support/gpu_test.hpp"
+
+namespace cuactor::graph {
+namespace {
+
+namespace asio = boost::asio;
+
+template <class R>
+std::pair<std::error_code, R> wait(std::future<std::tuple<std::error_code, R>> f) {
+  auto [ec, v] = f.get();
+  return {ec, std::move(v)};
+}
+
+std::vector<float> random_floats(std::size_t n, std::mt19937& rng) {
+  std::uniform_real_distribution<float> d(-1.0f, 1.0f);
+  std::vector<float> v(n);
+  for (auto& x : v) x = d(rng);
+  return v;
+}
+
+class GraphActorTest : public cuactor::testing::GpuTest {
+ protected:
+  void TearDown() override {
+    if (IsSkipped()) return;
+    auto released = wait_for_released_pools(std::chrono::seconds(10));
+    EXPECT_TRUE(released.has_value()) << released.error().to_string();
+  }
+};
+
+TEST_F(GraphActorTest, GraphActorOpsAreRecordedAutoRegisteredAndReplayed) {
+  constexpr int m = 64, k = 48, n = 32;
+  std::mt19937 rng(7);
+  CUACTOR_ASSERT_OK_AND_ASSIGN(actor, runtime::DeviceActor::create(0));
+  auto [ea, a] = wait(actor.allocate<float>(std::size_t{m} * k, asio::use_future));
+  auto [eb, b] = wait(actor.allocate<float>(std::size_t{k} * n, asio::use_future));
+  auto [ec, c] = wait(actor.allocate<float>(std::size_t{m} * n, asio::use_future));
+  ASSERT_FALSE(ea || eb || ec);
+  const auto b_host = random_floats(b.size(), rng);
+  ASSERT_FALSE(wait(actor.copy_to_device(b, std::span<const float>(b_host), asio::use_future)).first);
+
+  CUACTOR_ASSERT_OK_AND_ASSIGN(capture, ActorCapture::begin(actor, CaptureMode::global));
+  ASSERT_TRUE(capture.active());
+  runtime::GemmRequest<float> req;
+  req.m = m;
+  req.n = n;
+  req.k = k;
+  req.a = a;
+  req.lda = m;
+  req.b = b;
+  req.ldb = k;
+  req.c = c;
+  req.ldc = m;
+  auto [eg, gemm_c] = wait(actor.gemm(req, asio::use_future));  // replies once recorded
+  ASSERT_FALSE(eg) << eg.message();
+  CUACTOR_ASSERT_OK_AND_ASSIGN(graph, capture.end_capture());
+  EXPECT_FALSE(capture.active());
+  EXPECT_TRUE(graph.has_pool());
+  EXPECT_GE(graph.pool_buffer_count(), 3u);  // a, b, c registered automatically
+  ASSERT_EQ(graph.buffers_written().size(), 1u);
+  EXPECT_EQ(graph.buffers_written()[0], c.allocation());
+  EXPECT_EQ(graph.buffers_read().size(), 2u);
+  EXPECT_EQ(graph.generation(), std::optional<std::uint64_t>(actor.state()->generation()));
+
+  auto shared_graph = std::make_shared<CapturedGraph>(std::move(graph));
+  for (int round = 0; round < 3; ++round) {
+    const auto a_host = random_floats(a.size(), rng);
+    ASSERT_FALSE(wait(actor.copy_to_device(a, std::span<const float>(a_host), asio::use_future)).first);
+    ASSERT_FALSE(wait(actor.fill(c, -1.0e30f, asio::use_future)).first);  // poison
+    auto [er, done] = wait(replay(actor, shared_graph, asio::use_future));
+    ASSERT_FALSE(er) << er.message();
+    auto [eh, got] = wait(actor.copy_to_host(c, asio::use_future));
+    ASSERT_FALSE(eh);
+    double num = 0, den = 0;
+    for (int j = 0; j < n; ++j)
+      for (int i = 0; i < m; ++i) {
+        double want = 0;
+        for (int p = 0; p < k; ++p) want += double{a_host[i + p * m]} * double{b_host[p + j * k]};
+        const double d = got[i + j * m] - want;
+        num += d * d;
+        den += want * want;
+      }
+    EXPECT_LT(std::sqrt(num / den), 1e-5) << "replay " << round;
+  }
+  EXPECT_EQ(shared_graph->num_replays(), 3u);
+
+  // After the actor shut down, its graphs are stale.
+  actor.shutdown();
+  CUACTOR_ASSERT_OK_AND_ASSIGN(stream, cuda::Stream::create(0));
+  auto stale = shared_graph->launch(stream.get());
+  ASSERT_FALSE(stale.has_value());
+  EXPECT_TRUE(stale.error() == errc::stale_handle) << stale.error().to_string();
+  shared_graph.reset();
+}
+
+TEST_F(GraphActorTest, GraphActorCaptureInvalidatedAndAbandoned) {
+  CUACTOR_ASSERT_OK_AND_ASSIGN(actor, runtime::DeviceActor::create(0));
+  {
+    CUACTOR_ASSERT_OK_AND_ASSIGN(capture, ActorCapture::begin(actor, CaptureMode::relaxed));
+    CUACTOR_ASSERT_OK(capture.abandon());
+    EXPECT_FALSE(capture.active());
+  }
+  // The actor still works eagerly after an abandoned capture.
+  auto [ea, a] = wait(actor.allocate<int>(256, asio::use_future));
+  ASSERT_FALSE(ea);
+  ASSERT_FALSE(wait(actor.fill(a, 7, asio::use_future)).first);
+  auto [eh, host] = wait(actor.copy_to_host(a, asio::use_future));
+  ASSERT_FALSE(eh);
+  EXPECT_EQ(host.front(), 7);
+  EXPECT_EQ(host.back(), 7);
+}
+
+}  // namespace
+}  // namespace cuactor::graph
