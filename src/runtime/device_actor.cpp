@@ -176,9 +176,10 @@ class ActorCore : public std::enable_shared_from_this<ActorCore> {
   ~ActorCore() { shutdown(); }
 
   Status start() {
-    std::promise<Status> ready;
-    auto started = ready.get_future();
-    thread_ = std::thread([this, &ready] { thread_main(ready); });
+    // Shared: the thread may still be inside set_value() when start() returns.
+    auto ready = std::make_shared<std::promise<Status>>();
+    auto started = ready->get_future();
+    thread_ = std::thread([this, ready] { thread_main(*ready); });
     Status st = started.get();
     if (!st) thread_.join();
     return st;
@@ -192,7 +193,7 @@ class ActorCore : public std::enable_shared_from_this<ActorCore> {
         rejection =
             Error(errc::device_shutting_down,
                   fmt::format("device {}: request '{}' rejected: the actor is shutting down", ordinal_, op->name));
-      } else if (circuit_ == CircuitState::open) {
+      } else if (circuit_state() == CircuitState::open) {
         rejection = Error(errc::circuit_open,
                           fmt::format("device {}: request '{}' rejected: the circuit is open", ordinal_, op->name));
       } else if (!mailbox_.push(op)) {
@@ -226,7 +227,7 @@ class ActorCore : public std::enable_shared_from_this<ActorCore> {
     {
       std::lock_guard lock(signals_->mutex);
       s.queue_depth = mailbox_.size();
-      s.circuit = circuit_;
+      s.circuit = circuit_state();
     }
     s.accepting_ops = state_->accepting_ops();
     s.in_flight = signals_->in_flight.load(std::memory_order_acquire);
@@ -332,7 +333,7 @@ class ActorCore : public std::enable_shared_from_this<ActorCore> {
       if (stopping_) return false;
       const std::size_t in_flight = signals_->in_flight.load(std::memory_order_acquire);
       const bool slots = in_flight < options_.max_in_flight;
-      if (!mailbox_.empty() && slots && circuit_ != CircuitState::recovering) {
+      if (!mailbox_.empty() && slots && circuit_state() != CircuitState::recovering) {
         const std::size_t room = std::min(options_.max_batch, options_.max_in_flight - in_flight);
         mailbox_.pop_batch(batch, room);
         signals_->queued.store(mailbox_.size(), std::memory_order_release);
@@ -361,14 +362,12 @@ class ActorCore : public std::enable_shared_from_this<ActorCore> {
     }
   }
 
-  CircuitState circuit_state() const {
-    std::lock_guard lock(signals_->mutex);
-    return circuit_;
-  }
+  CircuitState circuit_state() const { return circuit_.load(std::memory_order_acquire); }
 
   // Poisoning after submission: host functions never fire after a context error, so the stream is
   // polled while operations are in flight ([R7]).
   void watchdog() {
+    if (capturing_) return;  // querying a capturing stream would invalidate the capture
     const cudaError_t e = cudaStreamQuery(inc_->stream());
     if (e == cudaSuccess || e == cudaErrorNotReady) return;
     poison(cuda::make_error(e, fmt::format("watchdog: cudaStreamQuery(device {} actor stream)", ordinal_)), {});
@@ -494,7 +493,7 @@ class ActorCore : public std::enable_shared_from_this<ActorCore> {
     log(LogLevel::error, fmt::format("device {}: context poisoned: {}", ordinal_, cause.to_string()));
     {
       std::lock_guard lock(signals_->mutex);
-      circuit_ = CircuitState::recovering;
+      circuit_.store(CircuitState::recovering, std::memory_order_release);
     }
     state_->advance_generation();  // every outstanding GpuRef is stale from here on
     poisonings_.fetch_add(1, std::memory_order_relaxed);
@@ -525,7 +524,7 @@ class ActorCore : public std::enable_shared_from_this<ActorCore> {
     log(LogLevel::warn,
         fmt::format("device {}: recovered (reset + canary), generation {}", ordinal_, state_->generation()));
     std::lock_guard lock(signals_->mutex);
-    circuit_ = CircuitState::closed;
+    circuit_.store(CircuitState::closed, std::memory_order_release);
   }
 
   // Reset + canary kernel on a fresh incarnation.
@@ -569,11 +568,17 @@ class ActorCore : public std::enable_shared_from_this<ActorCore> {
     std::vector<std::shared_ptr<OpRecord>> queued;
     {
       std::lock_guard lock(signals_->mutex);
-      circuit_ = CircuitState::open;
+      circuit_.store(CircuitState::open, std::memory_order_release);
       queued = mailbox_.take_all();
       signals_->queued.store(0, std::memory_order_release);
     }
     state_->set_accepting_ops(false);
+    if (inc_) {
+      // The context is poisoned and will not be reset here: never touch its memory or handles again.
+      std::lock_guard context(context_mutex_);
+      context_dead_ = true;
+      inc_->mark_lost();
+    }
     log(LogLevel::error, fmt::format("device {}: circuit open: {}", ordinal_, cause.to_string()));
     const Error rejected(errc::circuit_open, fmt::format("device {}: the circuit opened before the request ran ({})",
                                                          ordinal_, cause.message()));
@@ -612,7 +617,7 @@ class ActorCore : public std::enable_shared_from_this<ActorCore> {
 
   // Guarded by signals_->mutex.
   Mailbox<std::shared_ptr<OpRecord>> mailbox_;
-  CircuitState circuit_ = CircuitState::closed;
+  std::atomic<CircuitState> circuit_{CircuitState::closed};  // written under the mutex, read anywhere
   bool stopping_ = false;
 
   std::atomic<std::uint64_t> poisonings_{0};

@@ -398,7 +398,7 @@ TEST_F(RuntimeActorGpu, ShutdownAnswersQueuedAndMakesHandlesStale) {
 }
 
 TEST_F(RuntimeActorGpu, ManyThreadsNoReplyLostOrDoubled) {
-  constexpr int threads = 8, per_thread = 3000;
+  constexpr int threads = 8, per_thread = 1500;
   std::vector<std::atomic<int>> replies(threads * per_thread);
   std::atomic<int> total{0}, errors{0};
   auto bufs = std::vector<GpuRef<int>>();

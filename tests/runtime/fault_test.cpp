@@ -33,13 +33,13 @@ constexpr int requests = 16;  // request 0 faults; requests >= max_in_flight can
 /// Runs the scenario in the child and writes "key=value" lines to `out_path`.
 void child_scenario(const std::string& out_path, bool recover) {
   std::ofstream out(out_path);
-  std::atomic<int> escalations{0};
+  std::atomic<int> escalations{0}, escalation_code{0};
   ActorOptions o;
   o.max_in_flight = max_in_flight;
   o.recover_in_process = recover;
   o.on_escalation = [&](int, const Error& e) {
+    escalation_code.store(e.code().value());
     escalations.fetch_add(1);
-    out << "escalation_code=" << e.code().value() << "\n";
   };
   auto created = DeviceActor::create(0, o);
   if (!created) {
@@ -97,7 +97,7 @@ void child_scenario(const std::string& out_path, bool recover) {
   const DeviceStats s = actor.stats();
   out << "generation=" << s.generation << "\npoisonings=" << s.poisonings << "\ncircuit=" << to_string(s.circuit)
       << "\nin_flight=" << s.in_flight << "\nqueue_depth=" << s.queue_depth << "\n";
-  out << "escalations=" << escalations.load() << "\n";
+  out << "escalations=" << escalations.load() << "\nescalation_code=" << escalation_code.load() << "\n";
   // A request after the incident: works on the rebuilt context, or circuit_open.
   std::error_code after_ec;
   auto [ec_a, ref] = actor.allocate<int>(16, asio::use_future).get();

@@ -96,7 +96,7 @@ struct ActorOptions {
   std::size_t max_in_flight = 4096;                   ///< Operations on the stream before the actor stops dequeuing.
   std::size_t max_batch = 64;                         ///< Operations sharing one completion host function.
   std::chrono::microseconds watchdog_interval{500};   ///< Poll period for poisoning while ops are in flight.
-  std::chrono::microseconds idle_spin{30};            ///< Busy-wait for new work before sleeping (latency).
+  std::chrono::microseconds idle_spin{50};            ///< Busy-wait for new work before sleeping (latency).
   std::chrono::milliseconds shutdown_timeout{10000};  ///< Wait for in-flight work at shutdown, then `timeout`.
   BreakerOptions breaker;
   bool recover_in_process = true;  ///< Attempt reset + canary after a poisoning; false opens the circuit.
