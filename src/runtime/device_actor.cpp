@@ -3,6 +3,7 @@
 #include <cublas_v2.h>
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <boost/asio/post.hpp>
@@ -397,6 +398,19 @@ class ActorCore : public std::enable_shared_from_this<ActorCore> {
   // Registers the operations enqueued so far and puts their completion host function on the stream.
   void flush(std::vector<std::shared_ptr<OpRecord>>& pending) {
     if (pending.empty()) return;
+    // One write event per buffer and batch: others learn of a write only through its reply, which
+    // comes after this point, so recording at the end of the batch orders them just as well.
+    Status recorded = ok();
+    for (DeviceAllocation* a : unrecorded_writes_)
+      if (recorded) recorded = a->record_write(inc_->stream());
+    unrecorded_writes_.clear();
+    if (!recorded && classify(recorded.error().code()) == FailureClass::context_poisoned) {
+      poison(recorded.error(), std::move(pending));
+      pending.clear();
+      return;
+    }
+    if (!recorded)
+      log(LogLevel::warn, fmt::format("device {}: write tracking: {}", ordinal_, recorded.error().to_string()));
     const std::uint64_t id = next_request_id();
     const std::size_t n = pending.size();
     signals_->in_flight.fetch_add(n, std::memory_order_acq_rel);
@@ -434,7 +448,8 @@ class ActorCore : public std::enable_shared_from_this<ActorCore> {
       }
       if (st && op->kind == OpKind::stream && !capturing_)
         for (const auto& a : op->writes)
-          if (st) st = a->record_write(inc_->stream());
+          if (std::find(unrecorded_writes_.begin(), unrecorded_writes_.end(), a.get()) == unrecorded_writes_.end())
+            unrecorded_writes_.push_back(a.get());
       if (!st) {
         if (classify(st.error().code()) == FailureClass::context_poisoned) {
           // The rest of the batch was never submitted: it goes back to the head of the mailbox.
@@ -505,6 +520,7 @@ class ActorCore : public std::enable_shared_from_this<ActorCore> {
       for (auto& op : batch.ops) finish_error(*signals_, std::move(op), poisoned);
       signals_->in_flight.fetch_sub(n, std::memory_order_acq_rel);
     }
+    unrecorded_writes_.clear();
     for (auto& op : unsubmitted) finish_error(*signals_, std::move(op), poisoned);
     capturing_ = false;
     capture_listener_ = {};
@@ -629,6 +645,7 @@ class ActorCore : public std::enable_shared_from_this<ActorCore> {
   std::shared_ptr<Incarnation> inc_;
   CircuitBreaker breaker_;
   bool capturing_ = false;
+  std::vector<DeviceAllocation*> unrecorded_writes_;  // written by pending (unflushed) operations
   CaptureListener capture_listener_;
   std::vector<std::shared_ptr<const void>> capture_keep_alive_;
 
@@ -774,7 +791,8 @@ Status DeviceActor::launch_kernel(OpContext& ctx, const cuda::Kernel& kernel, co
     sizes[i] = slot.size;
   }
   cuda::LaunchConfig config{shape.grid, shape.block, shape.shared_bytes, ctx.stream()};
-  return cuda::launch(kernel, config, pointers, sizes);
+  // Explicit spans: a vector would select launch()'s variadic typed overload.
+  return cuda::launch(kernel, config, std::span<void* const>(pointers), std::span<const std::size_t>(sizes));
 }
 
 Status enqueue_fill(void* dst, std::size_t count, const void* value, std::size_t element_bytes, cudaStream_t stream) {
