@@ -66,6 +66,7 @@ InFlightRegistry<Batch>& registry() {
 }
 
 std::atomic<std::uint64_t> g_next_id{1};
+thread_local bool t_internal_thread = false;
 
 boost::asio::thread_pool& completion_pool() {
   // Two threads: handlers without an executor of their own run here, never on CUDA's host-function
@@ -101,6 +102,7 @@ void finish_error_from_pool(std::shared_ptr<ActorSignals> signals, std::shared_p
 
 /// cudaLaunchHostFunc callback: only hands results to the handlers' executors (no CUDA calls here).
 void CUDART_CB on_batch_done(void* user) {
+  const InternalThreadScope internal;
   auto batch = registry().take(static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(user)));
   if (!batch) return;  // the supervisor already failed it after a poisoning
   auto& signals = *batch->signals;
@@ -300,6 +302,7 @@ class ActorCore : public std::enable_shared_from_this<ActorCore> {
 
  private:
   void thread_main(std::promise<Status>& ready) {
+    const InternalThreadScope internal;
     auto init = [&]() -> Status {
       CUACTOR_TRY(cuda::check_ordinal(ordinal_));
       CUACTOR_TRY(cuda::check(cudaSetDevice(ordinal_), fmt::format("cudaSetDevice({})", ordinal_)));
@@ -666,6 +669,16 @@ void post_request(const std::shared_ptr<ActorCore>& core, std::shared_ptr<OpReco
 
 void cancel_request(const std::weak_ptr<ActorCore>& core, std::uint64_t id) noexcept {
   if (auto c = core.lock()) c->cancel(id);
+}
+
+bool on_internal_thread() noexcept {
+  return t_internal_thread;
+}
+InternalThreadScope::InternalThreadScope() noexcept : previous_(t_internal_thread) {
+  t_internal_thread = true;
+}
+InternalThreadScope::~InternalThreadScope() {
+  t_internal_thread = previous_;
 }
 
 boost::asio::any_completion_executor completion_pool_executor() {

@@ -8,6 +8,7 @@
 #include <boost/asio/deferred.hpp>
 #include <boost/asio/detached.hpp>
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/system_executor.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/use_future.hpp>
 #include <future>
@@ -128,6 +129,32 @@ TEST(RuntimeTokens, HandlerRunsOnItsExecutor) {
   guard.reset();
   runner.join();
   EXPECT_EQ(id, io_thread);
+}
+
+TEST(RuntimeTokens, InlineExecutorsNeverRunOnInternalThreads) {
+  // use_future's and system_executor's handlers would run inline on the completing thread; from CUDA's
+  // host-function thread (simulated here) they must be moved to the completion pool instead.
+  std::promise<std::thread::id> ran_on;
+  std::thread::id source_thread;
+  auto start = [&](auto op) {
+    std::thread([&, op = std::move(op)]() mutable {
+      const detail::InternalThreadScope internal;
+      source_thread = std::this_thread::get_id();
+      op->set_value(3);
+      detail::OpRecord* raw = op.get();
+      raw->complete(std::move(op), {});
+    }).join();
+  };
+  fake_request<int>(asio::bind_executor(asio::system_executor(),
+                                        [&](std::error_code, int v) {
+                                          EXPECT_EQ(v, 3);
+                                          EXPECT_FALSE(detail::on_internal_thread());
+                                          ran_on.set_value(std::this_thread::get_id());
+                                        }),
+                    start);
+  EXPECT_NE(ran_on.get_future().get(), source_thread);
+  auto f = fake_request<int>(asio::use_future, start);
+  EXPECT_EQ(std::get<1>(f.get()), 3);
 }
 
 TEST(RuntimeTokens, OutstandingWorkKeepsIoContextRunning) {

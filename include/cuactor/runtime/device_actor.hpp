@@ -264,6 +264,20 @@ struct OpRecord {
   int leases_held = 0;  ///< Number of writes whose op lease is held.
 };
 
+/// True on threads where handlers must not run: CUDA's host-function thread and the actors' threads.
+bool on_internal_thread() noexcept;
+/// Marks the current thread as internal (see on_internal_thread()) while it lives.
+class InternalThreadScope {
+ public:
+  InternalThreadScope() noexcept;
+  ~InternalThreadScope();
+  InternalThreadScope(const InternalThreadScope&) = delete;
+  InternalThreadScope& operator=(const InternalThreadScope&) = delete;
+
+ private:
+  bool previous_;
+};
+
 /// Executor of the runtime's completion pool: runs handlers that have no executor of their own and
 /// hands replies produced on a caller's thread (rejections, cancellations) to the handler's executor.
 boost::asio::any_completion_executor completion_pool_executor();
@@ -299,21 +313,11 @@ class TypedOp final : public OpRecord {
   void set_value(R value) { value_.emplace(std::move(value)); }
 
   void complete(std::shared_ptr<OpRecord> self, std::error_code ec) noexcept override {
-    // Callers of complete() run on threads that belong to no user executor (CUDA's host-function
-    // thread, the actor's thread, the runtime's completion pool), so execute() queues the reply on the
-    // handler's executor instead of running it here.
+    // execute() queues the reply on the handler's executor. Executors that run work inline (use_future's,
+    // system_executor) would run it right here, on CUDA's host-function thread or the actor's thread:
+    // Deliver notices and moves itself to the completion pool first.
     auto ex = std::move(work_);
-    ex.execute([self = std::move(self), ec]() mutable {
-      auto& op = static_cast<TypedOp&>(*self);
-      auto slot = op.handler_.get_cancellation_slot();
-      if (slot.is_connected()) slot.clear();
-      Handler h = std::move(op.handler_);
-      R value = (!ec && op.value_) ? std::move(*op.value_) : R{};
-      op.value_.reset();
-      std::move(h)(ec, std::move(value));
-      // `self` (the record with its buffers and keep-alive objects) is released here, on the
-      // handler's executor, never on CUDA's host-function thread.
-    });
+    ex.execute(Deliver{std::move(self), ec});
   }
 
   /// Connects the handler's cancellation slot (if any) so that a still-queued request can be removed.
@@ -326,6 +330,27 @@ class TypedOp final : public OpRecord {
   }
 
  private:
+  /// Invokes the handler with the outcome; never on a runtime-internal thread.
+  struct Deliver {
+    std::shared_ptr<OpRecord> self;
+    std::error_code ec;
+    void operator()() {
+      if (on_internal_thread()) {
+        completion_pool_executor().execute(std::move(*this));
+        return;
+      }
+      auto& op = static_cast<TypedOp&>(*self);
+      auto slot = op.handler_.get_cancellation_slot();
+      if (slot.is_connected()) slot.clear();
+      Handler h = std::move(op.handler_);
+      R value = (!ec && op.value_) ? std::move(*op.value_) : R{};
+      op.value_.reset();
+      std::move(h)(ec, std::move(value));
+      // `self` (the record with its buffers and keep-alive objects) is released here, never on CUDA's
+      // host-function thread (where freeing a buffer would call into CUDA).
+    }
+  };
+
   Fn fn_;
   boost::asio::any_completion_executor work_;
   Handler handler_;
