@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "cuactor/core/log.hpp"
+#include "cuactor/cuda/check.hpp"
 #include "kernels/instance_abi.h"
 
 namespace cuactor::jit {
@@ -105,6 +106,9 @@ std::string InstanceRequest::identity() const {
 }
 
 Result<cuda::Kernel> JitModule::kernel(const std::string& name) const {
+  // The module may have been loaded on a worker thread; the driver's kernel queries need a current
+  // context on this one.
+  CUACTOR_TRY(cuda::check(cudaFree(nullptr), "cudaFree(nullptr) (context initialisation)"));
   for (const auto& [expr, lowered] : lowered_)
     if (expr == name) return library_.kernel(lowered);
   return library_.kernel(name);

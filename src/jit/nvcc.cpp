@@ -171,7 +171,8 @@ Result<std::shared_ptr<SharedObject>> SharedObject::load(std::span<const std::by
   if (const int fd = executable_memfd("cuactor-" + name.substr(0, 200)); fd >= 0) {
     so->fd_ = fd;
     CUACTOR_TRY(write_all(fd, elf, name));
-    so->handle_ = ::dlopen(fmt::format("/proc/self/fd/{}", fd).c_str(), RTLD_NOW | RTLD_LOCAL);
+    so->path_ = fmt::format("/proc/self/fd/{}", fd);
+    so->handle_ = ::dlopen(so->path_.c_str(), RTLD_NOW | RTLD_LOCAL);
     if (so->handle_) return so;
     const char* err = ::dlerror();
     memfd_error = err ? err : "unknown";
@@ -182,8 +183,10 @@ Result<std::shared_ptr<SharedObject>> SharedObject::load(std::span<const std::by
   std::string path = (fs::temp_directory_path() / "cuactor-jit-XXXXXX.so").string();
   const int tfd = ::mkstemps(path.data(), 3);
   if (tfd < 0) return fail(errc::internal, fmt::format("mkstemps('{}') failed: {}", path, std::strerror(errno)));
+  if (so->fd_ >= 0) ::close(so->fd_);
+  so->fd_ = tfd;  // held open like the memfd: see ~SharedObject
   auto written = write_all(tfd, elf, name);
-  ::close(tfd);
+  so->path_ = path;
   if (written) so->handle_ = ::dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
   const char* err = so->handle_ ? nullptr : ::dlerror();
   ::unlink(path.c_str());
@@ -196,7 +199,20 @@ Result<std::shared_ptr<SharedObject>> SharedObject::load(std::span<const std::by
 
 SharedObject::~SharedObject() {
   if (handle_) ::dlclose(handle_);
-  if (fd_ >= 0) ::close(fd_);
+  // An object with GNU unique symbols (C++ template statics, as CUTLASS has) stays resident after
+  // dlclose. Its file must then stay open: a closed memfd frees its descriptor number and inode,
+  // and a later dlopen of "/proc/self/fd/<same number>" or of a file with the same inode would be
+  // answered with this old object instead of the new one.
+  if (fd_ >= 0) {
+    // The temp-file fallback was unlinked, so residency cannot be asked by path: always keep it.
+    if (!path_.starts_with("/proc/self/fd/")) return;
+    void* resident = ::dlopen(path_.c_str(), RTLD_LAZY | RTLD_NOLOAD);
+    if (resident) {
+      ::dlclose(resident);
+      return;  // deliberately keeps fd_ open for the life of the process
+    }
+    ::close(fd_);
+  }
 }
 
 Result<void*> SharedObject::symbol(const std::string& sym) const {

@@ -32,9 +32,13 @@ std::string program_log(nvrtcProgram p) {
 }  // namespace
 
 std::string nvrtc_version() {
-  int major = 0, minor = 0;
-  if (nvrtcVersion(&major, &minor) != NVRTC_SUCCESS) return "unknown";
-  return fmt::format("{}.{}", major, minor);
+  // Part of every NVRTC plan-cache key: computed once.
+  static const std::string version = [] {
+    int major = 0, minor = 0;
+    if (nvrtcVersion(&major, &minor) != NVRTC_SUCCESS) return std::string("unknown");
+    return fmt::format("{}.{}", major, minor);
+  }();
+  return version;
 }
 
 Result<NvrtcOutput> nvrtc_compile(const NvrtcRequest& req) {

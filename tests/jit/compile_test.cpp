@@ -166,6 +166,32 @@ extern "C" int cuactor_test_answer(int x) { return x + 40; }
   EXPECT_EQ(missing.error(), errc::invalid_argument);
 }
 
+// Objects with GNU unique symbols (template statics, as in CUTLASS) stay resident after dlclose;
+// loading another object after the first was released must still give the new one, not the old
+// one under a recycled /proc/self/fd path (a bug seen on the GPU run with two CUTLASS instances).
+TEST(JitNvcc, ObjectLoadedAfterAResidentOneIsTheNewOne) {
+  if (!find_nvcc()) GTEST_SKIP() << "nvcc not found";
+  auto build = [](const std::string& fn) {
+    NvccRequest r;
+    r.description = fn;
+    r.arch = GpuArch{8, 0, false};
+    r.source =
+        "template <class T> struct Counter { static inline int count = 0; };\n"
+        "extern \"C\" int " +
+        fn + "() { return ++Counter<int>::count; }\n";
+    return nvcc_compile(r);
+  };
+  CUACTOR_ASSERT_OK_AND_ASSIGN(first_elf, build("cuactor_first"));
+  CUACTOR_ASSERT_OK_AND_ASSIGN(second_elf, build("cuactor_second"));
+  {
+    CUACTOR_ASSERT_OK_AND_ASSIGN(first, SharedObject::load(first_elf, "first"));
+    CUACTOR_ASSERT_OK(first->symbol("cuactor_first"));
+  }
+  CUACTOR_ASSERT_OK_AND_ASSIGN(second, SharedObject::load(second_elf, "second"));
+  CUACTOR_ASSERT_OK(second->symbol("cuactor_second"));
+  EXPECT_FALSE(second->symbol("cuactor_first").has_value());
+}
+
 TEST(JitNvcc, CompileErrorIsCompileFailed) {
   if (!find_nvcc()) GTEST_SKIP() << "nvcc not found";
   NvccRequest r;

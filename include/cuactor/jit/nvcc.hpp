@@ -66,6 +66,7 @@ class SharedObject {
   SharedObject() = default;
   void* handle_ = nullptr;
   int fd_ = -1;
+  std::string path_;  // what dlopen was given
   std::string name_;
 };
 
