@@ -22,7 +22,7 @@ namespace fs = std::filesystem;
 namespace {
 
 constexpr char kMagic[8] = {'C', 'U', 'A', 'C', 'T', 'J', 'I', 'T'};
-constexpr std::uint32_t kFormatVersion = 1;
+constexpr std::uint32_t kFormatVersion = 2;  // 2: word-wise checksum
 constexpr std::string_view kEntrySuffix = ".cjit";
 constexpr std::string_view kTempMarker = ".tmp.";
 
