@@ -1,40 +1,53 @@
 // bench_graph (issue 4): the host cost of one graph replay, and a sequence of 200 small kernels
-// launched eagerly (through cuactor's validated launch and through raw <<<>>>) versus replayed from a
-// captured graph. PyTorch on an H200 for scale: 200 tiny kernels 1452 us eager vs 229 us replayed; one
-// replay costs the host 2.6 us.
+// launched eagerly (through cuactor's validated launch, through the device actor, and through raw
+// <<<>>>) versus replayed from a captured graph (directly and as a device-actor operation). PyTorch on
+// an H200 for scale: 200 tiny kernels 1452 us eager vs 229 us replayed; one replay costs the host 2.6 us.
 #include <benchmark/benchmark.h>
 
+#include <atomic>
+#include <boost/asio/use_future.hpp>
 #include <chrono>
-#include <cstdio>
-#include <cstdlib>
 #include <memory>
+#include <tuple>
 #include <vector>
 
 #include "bench_raw_launch.hpp"
+#include "cuactor/cuda/check.hpp"
 #include "cuactor/cuda/device.hpp"
 #include "cuactor/cuda/memory.hpp"
 #include "cuactor/cuda/module.hpp"
 #include "cuactor/cuda/stream.hpp"
+#include "cuactor/graph/actor_capture.hpp"
 #include "cuactor/graph/capture.hpp"
+#include "cuactor/runtime/device_actor.hpp"
 
 namespace cuactor {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+namespace asio = boost::asio;
 
 constexpr int kKernels = 200;
 constexpr int kElements = 128;
 constexpr int kSyncEvery = 256;  // launches queued before an (untimed) synchronisation
 
-/// Everything the benchmarks share: the tiny kernel, a stream, a buffer and the captured graphs.
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+/// Everything the benchmarks share: the tiny kernel, a stream, a buffer, a device actor and the
+/// captured graphs.
 struct Fixture {
-  cuda::Library library;
+  std::shared_ptr<cuda::Library> library;
   cuda::Kernel kernel;
   cuda::Stream stream;
   cuda::MemPool pool;
   cuda::DeviceBuffer buffer;
   std::unique_ptr<graph::CapturedGraph> one;       // one kernel
   std::unique_ptr<graph::CapturedGraph> sequence;  // kKernels kernels
+  std::unique_ptr<runtime::DeviceActor> actor;
+  runtime::GpuRef<float> actor_buffer;
+  std::shared_ptr<graph::CapturedGraph> actor_sequence;  // kKernels actor launches, captured
 
   Status launch_cuactor() const {
     cuda::LaunchConfig cfg;
@@ -42,6 +55,29 @@ struct Fixture {
     cfg.block = dim3(kElements);
     cfg.stream = stream.get();
     return cuda::launch(kernel, cfg, buffer.data_as<float>(), kElements);
+  }
+
+  /// Submits one launch of the tiny kernel to the actor.
+  template <class Token>
+  auto launch_on_actor(Token&& token) const {
+    runtime::LaunchShape shape;
+    shape.block = dim3(kElements);
+    return actor->launch(library, kernel, shape, runtime::KernelArgs::make(actor_buffer, kElements),
+                         std::forward<Token>(token));
+  }
+
+  /// Submits kKernels launches to the actor and waits for the last reply (the actor's stream runs them
+  /// in order, so the last reply means all ran).
+  Status run_actor_sequence() const {
+    std::atomic<int> failures{0};
+    for (int i = 0; i < kKernels - 1; ++i)
+      launch_on_actor([&failures](std::error_code ec, std::monostate) {
+        if (ec) failures.fetch_add(1);
+      });
+    auto [ec, done] = launch_on_actor(asio::use_future).get();
+    if (ec || failures.load() != 0)
+      return fail(errc::internal, "actor launch failed: " + (ec ? ec.message() : std::string("earlier launch")));
+    return ok();
   }
 
   Result<graph::CapturedGraph> capture(int kernels) const {
@@ -54,12 +90,19 @@ struct Fixture {
     return g;
   }
 
+  Result<graph::CapturedGraph> capture_on_actor() const {
+    auto capture = graph::ActorCapture::begin(*actor, graph::CaptureMode::global);
+    if (!capture) return fail(capture.error());
+    CUACTOR_TRY(run_actor_sequence());
+    return capture->end_capture();
+  }
+
   static Result<std::unique_ptr<Fixture>> make() {
     auto f = std::make_unique<Fixture>();
     auto lib = cuda::Library::load_file(CUACTOR_BENCH_GRAPH_PTX);
     if (!lib) return fail(lib.error());
-    f->library = std::move(*lib);
-    auto k = f->library.kernel("cuactor_bench_tiny");
+    f->library = std::make_shared<cuda::Library>(std::move(*lib));
+    auto k = f->library->kernel("cuactor_bench_tiny");
     if (!k) return fail(k.error());
     f->kernel = std::move(*k);
     auto s = cuda::Stream::create(0);
@@ -80,15 +123,32 @@ struct Fixture {
     if (!seq) return fail(seq.error());
     f->sequence = std::make_unique<graph::CapturedGraph>(std::move(*seq));
     CUACTOR_TRY(f->stream.synchronize());
+
+    auto actor = runtime::DeviceActor::create(0);
+    if (!actor) return fail(actor.error());
+    f->actor = std::make_unique<runtime::DeviceActor>(std::move(*actor));
+    auto [ea, ref] = f->actor->allocate<float>(kElements, asio::use_future).get();
+    if (ea) return fail(Error(ea, "actor allocate"));
+    f->actor_buffer = ref;
+    if (auto [ef, filled] = f->actor->fill(ref, 1.0f, asio::use_future).get(); ef) return fail(Error(ef, "actor fill"));
+    auto captured = f->capture_on_actor();
+    if (!captured) return fail(captured.error());
+    f->actor_sequence = std::make_shared<graph::CapturedGraph>(std::move(*captured));
     return f;
   }
 };
 
-Fixture* fixture(benchmark::State& state) {
+/// The shared fixture, made on first use; released explicitly before exit (see main).
+Result<std::unique_ptr<Fixture>>& fixture_slot() {
   static Result<std::unique_ptr<Fixture>> f = [] {
     if (cuda::device_count() == 0) return Result<std::unique_ptr<Fixture>>(fail(errc::no_device, "no CUDA device"));
     return Fixture::make();
   }();
+  return f;
+}
+
+Fixture* fixture(benchmark::State& state) {
+  auto& f = fixture_slot();
   if (!f) {
     state.SkipWithError(f.error().to_string().c_str());
     return nullptr;
@@ -102,74 +162,60 @@ bool ok_or_skip(benchmark::State& state, const Status& s) {
   return false;
 }
 
-/// Host time of graph.launch() alone (queueing the replay), synchronising outside the timed region.
-void host_cost_of_replay(benchmark::State& state, bool long_graph) {
-  Fixture* f = fixture(state);
-  if (!f) return;
-  graph::CapturedGraph& g = long_graph ? *f->sequence : *f->one;
+/// Host time of `enqueue()` alone; the stream is synchronised, untimed, every `sync_every` calls.
+template <class Enqueue>
+void time_host_cost(benchmark::State& state, const Fixture& f, int sync_every, Enqueue enqueue) {
   int queued = 0;
   for (auto _ : state) {
     const auto t0 = Clock::now();
-    const Status s = g.launch(f->stream.get());
-    const auto t1 = Clock::now();
+    const Status s = enqueue();
+    state.SetIterationTime(seconds_since(t0));
     if (!ok_or_skip(state, s)) return;
-    state.SetIterationTime(std::chrono::duration<double>(t1 - t0).count());
-    if (++queued == (long_graph ? 8 : kSyncEvery)) {
-      if (!ok_or_skip(state, f->stream.synchronize())) return;
+    if (++queued == sync_every) {
+      if (!ok_or_skip(state, f.stream.synchronize())) return;
       queued = 0;
     }
   }
-  (void)f->stream.synchronize();
+  (void)f.stream.synchronize();
+}
+
+/// End-to-end time of `run()` (enqueue and wait for kKernels kernels), reported per kernel too.
+template <class Run>
+void time_sequence(benchmark::State& state, Run run) {
+  double total = 0;
+  for (auto _ : state) {
+    const auto t0 = Clock::now();
+    if (!ok_or_skip(state, run())) return;
+    total += seconds_since(t0);
+  }
+  state.counters["us_per_kernel"] = total / static_cast<double>(state.iterations()) / kKernels * 1e6;
 }
 
 void BM_ReplayHostCost(benchmark::State& state) {
-  host_cost_of_replay(state, false);
+  if (Fixture* f = fixture(state))
+    time_host_cost(state, *f, kSyncEvery, [f] { return f->one->launch(f->stream.get()); });
 }
 BENCHMARK(BM_ReplayHostCost)->UseManualTime()->Unit(benchmark::kMicrosecond)->MinTime(0.5);
 
 void BM_ReplayHostCost200Kernels(benchmark::State& state) {
-  host_cost_of_replay(state, true);
+  if (Fixture* f = fixture(state)) time_host_cost(state, *f, 8, [f] { return f->sequence->launch(f->stream.get()); });
 }
 BENCHMARK(BM_ReplayHostCost200Kernels)->UseManualTime()->Unit(benchmark::kMicrosecond)->MinTime(0.5);
 
-/// Host time of one eager cuactor launch (cuda::launch validates argument count and sizes).
+/// Host time of one eager cuactor launch (cuda::launch checks argument count and sizes).
 void BM_EagerLaunchHostCost(benchmark::State& state) {
-  Fixture* f = fixture(state);
-  if (!f) return;
-  int queued = 0;
-  for (auto _ : state) {
-    const auto t0 = Clock::now();
-    const Status s = f->launch_cuactor();
-    const auto t1 = Clock::now();
-    if (!ok_or_skip(state, s)) return;
-    state.SetIterationTime(std::chrono::duration<double>(t1 - t0).count());
-    if (++queued == kSyncEvery) {
-      if (!ok_or_skip(state, f->stream.synchronize())) return;
-      queued = 0;
-    }
-  }
-  (void)f->stream.synchronize();
+  if (Fixture* f = fixture(state)) time_host_cost(state, *f, kSyncEvery, [f] { return f->launch_cuactor(); });
 }
 BENCHMARK(BM_EagerLaunchHostCost)->UseManualTime()->Unit(benchmark::kMicrosecond)->MinTime(0.5);
 
-void set_per_kernel(benchmark::State& state, double total_seconds) {
-  const double iterations = static_cast<double>(state.iterations());
-  state.counters["us_per_kernel"] = total_seconds / iterations / kKernels * 1e6;
-}
-
-/// 200 tiny kernels through cuactor's launch, then a synchronisation: end-to-end time.
+/// 200 tiny kernels through cuactor's direct launch, then a synchronisation.
 void BM_Sequence200Eager(benchmark::State& state) {
   Fixture* f = fixture(state);
   if (!f) return;
-  double total = 0;
-  for (auto _ : state) {
-    const auto t0 = Clock::now();
-    for (int i = 0; i < kKernels; ++i)
-      if (!ok_or_skip(state, f->launch_cuactor())) return;
-    if (!ok_or_skip(state, f->stream.synchronize())) return;
-    total += std::chrono::duration<double>(Clock::now() - t0).count();
-  }
-  set_per_kernel(state, total);
+  time_sequence(state, [f]() -> Status {
+    for (int i = 0; i < kKernels; ++i) CUACTOR_TRY(f->launch_cuactor());
+    return f->stream.synchronize();
+  });
 }
 BENCHMARK(BM_Sequence200Eager)->Unit(benchmark::kMicrosecond)->MinTime(0.5);
 
@@ -177,37 +223,62 @@ BENCHMARK(BM_Sequence200Eager)->Unit(benchmark::kMicrosecond)->MinTime(0.5);
 void BM_Sequence200EagerRawCuda(benchmark::State& state) {
   Fixture* f = fixture(state);
   if (!f) return;
-  double total = 0;
-  for (auto _ : state) {
-    const auto t0 = Clock::now();
+  time_sequence(state, [f]() -> Status {
     for (int i = 0; i < kKernels; ++i)
-      if (bench_launch_tiny_raw(f->buffer.data_as<float>(), kElements, f->stream.get()) != cudaSuccess) {
-        state.SkipWithError("raw launch failed");
-        return;
-      }
-    if (!ok_or_skip(state, f->stream.synchronize())) return;
-    total += std::chrono::duration<double>(Clock::now() - t0).count();
-  }
-  set_per_kernel(state, total);
+      CUACTOR_CUDA_TRY(bench_launch_tiny_raw(f->buffer.data_as<float>(), kElements, f->stream.get()));
+    return f->stream.synchronize();
+  });
 }
 BENCHMARK(BM_Sequence200EagerRawCuda)->Unit(benchmark::kMicrosecond)->MinTime(0.5);
+
+/// The same 200 kernels as device-actor requests (validated, ordered, completed), waiting for the last.
+void BM_Sequence200EagerActor(benchmark::State& state) {
+  Fixture* f = fixture(state);
+  if (!f) return;
+  time_sequence(state, [f] { return f->run_actor_sequence(); });
+}
+BENCHMARK(BM_Sequence200EagerActor)->Unit(benchmark::kMicrosecond)->MinTime(0.5);
 
 /// The same 200 kernels replayed from one captured graph, then a synchronisation.
 void BM_Sequence200Replayed(benchmark::State& state) {
   Fixture* f = fixture(state);
   if (!f) return;
-  double total = 0;
-  for (auto _ : state) {
-    const auto t0 = Clock::now();
-    if (!ok_or_skip(state, f->sequence->launch(f->stream.get()))) return;
-    if (!ok_or_skip(state, f->stream.synchronize())) return;
-    total += std::chrono::duration<double>(Clock::now() - t0).count();
-  }
-  set_per_kernel(state, total);
+  time_sequence(state, [f]() -> Status {
+    CUACTOR_TRY(f->sequence->launch(f->stream.get()));
+    return f->stream.synchronize();
+  });
 }
 BENCHMARK(BM_Sequence200Replayed)->Unit(benchmark::kMicrosecond)->MinTime(0.5);
 
+/// The 200 actor launches captured through the actor, replayed as one actor request.
+void BM_Sequence200ReplayedActor(benchmark::State& state) {
+  Fixture* f = fixture(state);
+  if (!f) return;
+  time_sequence(state, [f]() -> Status {
+    auto [ec, done] = graph::replay(*f->actor, f->actor_sequence, asio::use_future).get();
+    if (ec) return fail(Error(ec, "actor replay"));
+    return ok();
+  });
+}
+BENCHMARK(BM_Sequence200ReplayedActor)->Unit(benchmark::kMicrosecond)->MinTime(0.5);
+
 }  // namespace
+
+/// Tears the fixture down while CUDA is still fully alive: the actor is shut down and the graphs'
+/// pools are freed before static destruction begins.
+void release_bench_fixture() {
+  auto& f = fixture_slot();
+  if (f) f->reset();
+  (void)graph::wait_for_released_pools(std::chrono::seconds(10));
+}
+
 }  // namespace cuactor
 
-BENCHMARK_MAIN();
+int main(int argc, char** argv) {
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  cuactor::release_bench_fixture();
+  benchmark::Shutdown();
+  return 0;
+}

@@ -16,19 +16,12 @@ namespace cuactor::graph {
 Status GenerationStamp::check(std::string_view what) const {
   if (!bound) return ok();
   const auto s = state.lock();
-  if (!s)
-    return fail(
-        errc::stale_handle,
-        fmt::format("{} (generation {}) is stale: state gone (its device actor no longer exists)", what, generation));
+  if (!s) return fail(runtime::stale_error(what, runtime::StaleReason::state_gone, generation, 0, device, device));
   if (!s->accepting_ops())
-    return fail(errc::stale_handle, fmt::format("{} (generation {}) is stale: shutting down (device {} stopped "
-                                                "accepting operations)",
-                                                what, generation, s->device_id()));
-  if (const auto current = s->generation(); current != generation)
     return fail(
-        errc::stale_handle,
-        fmt::format("{} is stale: context rebuilt (captured in generation {}, device {} is now at generation {})", what,
-                    generation, s->device_id(), current));
+        runtime::stale_error(what, runtime::StaleReason::shutting_down, generation, s->generation(), device, device));
+  if (const auto current = s->generation(); current != generation)
+    return fail(runtime::stale_error(what, runtime::StaleReason::context_rebuilt, generation, current, device, device));
   return ok();
 }
 
@@ -77,6 +70,7 @@ struct CaptureCore {
     if (!stamp.bound || generation > stamp.generation) {
       stamp.state = state;
       stamp.generation = generation;
+      stamp.device = state->device_id();
       stamp.bound = true;
     }
     return ok();
@@ -141,18 +135,8 @@ Status tie_pool_to_graph(const cuda::Graph& graph, const std::shared_ptr<Capture
 Status keep_allocation(CaptureCore& core, const std::shared_ptr<runtime::DeviceAllocation>& allocation, BufferUse use,
                        bool* added) {
   if (!allocation) return fail(errc::invalid_argument, "capture keep-alive: null GpuRef allocation");
-  const auto state = allocation->state();
-  if (!state)
-    return fail(errc::stale_handle,
-                fmt::format("capture keep-alive: buffer {} ({} bytes, generation {}) is stale: state gone",
-                            allocation->data(), allocation->bytes(), allocation->generation()));
-  if (allocation->generation() != state->generation())
-    return fail(errc::stale_handle,
-                fmt::format("capture keep-alive: buffer {} ({} bytes, generation {}) is stale: context rebuilt "
-                            "(device {} is now at generation {})",
-                            allocation->data(), allocation->bytes(), allocation->generation(), state->device_id(),
-                            state->generation()));
-  CUACTOR_TRY(core.bind(state, allocation->generation()));
+  CUACTOR_TRY(allocation->access(core.device));
+  CUACTOR_TRY(core.bind(allocation->state(), allocation->generation()));
   auto pool = core.get_pool();
   if (!pool) return fail(pool.error());
   auto r = (*pool)->keep_alive(allocation, allocation->data(), allocation->bytes());
@@ -327,6 +311,10 @@ Status CaptureSession::abandon() {
 
 bool is_capturing_session(cudaStream_t stream) {
   return find_session(stream) != nullptr;
+}
+
+bool detail::any_capture_session_active() noexcept {
+  return registry().count.load(std::memory_order_acquire) > 0;
 }
 
 Result<bool> keep_alive_if_capturing(cudaStream_t stream, std::shared_ptr<void> owner, const void* address,

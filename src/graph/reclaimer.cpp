@@ -28,6 +28,7 @@ void Reclaimer::run() {
     std::vector<std::shared_ptr<void>> batch = std::exchange(queue_, {});
     busy_ = true;
     lock.unlock();
+    while (any_capture_session_active()) std::this_thread::sleep_for(std::chrono::microseconds(200));
     for (auto& item : batch) item.reset();  // in order: buffers before the pool that frees them
     batch.clear();
     // Frees handed to this thread's own stream complete before the reclaimer reports itself idle.

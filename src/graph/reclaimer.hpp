@@ -18,6 +18,11 @@
 
 namespace cuactor::graph::detail {
 
+/// True while any CaptureSession is capturing (defined with the session registry). The reclaimer waits
+/// for none to be: a stream-ordered free that lands on a capturing stream (e.g. a GpuRef freed on its
+/// actor's stream) would be recorded into that graph instead of running.
+bool any_capture_session_active() noexcept;
+
 /// The process-wide reclaimer (never destroyed, so that late CUDA callbacks always find it).
 class Reclaimer {
  public:

@@ -327,6 +327,94 @@ TEST_F(GraphGpuTest, GraphExecUpdateInPlaceThenTopologyChange) {
   EXPECT_EQ(graph.num_replays(), 3u);
 }
 
+TEST_F(GraphGpuTest, GraphInPlaceUpdateReleasesThePreviousCapturesPool) {
+  constexpr int n = 4096;
+  const auto input = random_vector(n, rng_);
+  auto x = upload(input);
+  // Each capture writes an output allocated from its own pool while it runs.
+  auto capture = [&](float a, float** out) -> Result<CaptureSession> {
+    auto s = begin_capture(stream_.get(), CaptureMode::global);
+    if (!s) return s;
+    auto o = s->allocate(n * sizeof(float));
+    if (!o) return fail(o.error());
+    *out = static_cast<float*>(*o);
+    if (launch_axpb(*out, x.data_as<float>(), a, 0.0f, n, stream_.get()) != cudaSuccess)
+      return fail(errc::internal, "launch");
+    return s;
+  };
+  float* out1 = nullptr;
+  float* out2 = nullptr;
+  CUACTOR_ASSERT_OK_AND_ASSIGN(s1, capture(3.0f, &out1));
+  CUACTOR_ASSERT_OK_AND_ASSIGN(graph, s1.end_capture());
+  std::weak_ptr<CapturePool> first_pool = graph.pool();
+  CUACTOR_ASSERT_OK(graph.launch(stream_.get()));
+  CUACTOR_ASSERT_OK_AND_ASSIGN(s2, capture(-2.0f, &out2));
+  CUACTOR_ASSERT_OK_AND_ASSIGN(update, graph.update_from(std::move(s2)));
+  ASSERT_TRUE(update.in_place);
+  EXPECT_NE(graph.pool(), first_pool.lock());
+  poison(out2, n);
+  CUACTOR_ASSERT_OK(graph.launch(stream_.get()));
+  const auto got = download(out2, n, stream_.get());
+  std::vector<double> want(n);
+  for (int i = 0; i < n; ++i) want[i] = -2.0 * input[i];
+  EXPECT_LT(relative_error(got, want), 1e-6);
+  // The exec now holds the second capture's pool only: the first one goes once its launch finished.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (!first_pool.expired() && std::chrono::steady_clock::now() < deadline) {
+    CUACTOR_ASSERT_OK(drain_released_pools());
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  EXPECT_TRUE(first_pool.expired()) << "an in-place update must release the previous capture's pool";
+}
+
+TEST_F(GraphGpuTest, GraphDirectApiAutoRegistersGpuRefsAndBindsGeneration) {
+  constexpr int n = 512;
+  const auto input = random_vector(n, rng_);
+  auto x = upload(input);
+  auto y = upload(std::vector<float>(n, kPoison));
+  auto state = std::make_shared<runtime::DeviceState>(0);
+  state->advance_generation();
+  state->set_accepting_ops(true);
+  // Caller-owned memory viewed through GpuRefs (null owner: the runtime never frees it).
+  runtime::GpuRef<float> x_ref(std::make_shared<runtime::DeviceAllocation>(x.data(), x.size(), state, nullptr));
+  runtime::GpuRef<float> y_ref(std::make_shared<runtime::DeviceAllocation>(y.data(), y.size(), state, nullptr));
+  CUACTOR_ASSERT_OK_AND_ASSIGN(not_capturing, keep_alive_if_capturing(stream_.get(), x_ref, BufferUse::read));
+  EXPECT_FALSE(not_capturing);
+
+  CUACTOR_ASSERT_OK_AND_ASSIGN(session, begin_capture(stream_.get(), CaptureMode::global));
+  EXPECT_TRUE(is_capturing_session(stream_.get()));
+  // What an operation does for each buffer it enqueues work on: register it with the capture.
+  CUACTOR_ASSERT_OK_AND_ASSIGN(read_new, keep_alive_if_capturing(stream_.get(), x_ref, BufferUse::read));
+  EXPECT_TRUE(read_new);
+  CUACTOR_ASSERT_OK(keep_alive_if_capturing(stream_.get(), y_ref, BufferUse::write));
+  CUACTOR_ASSERT_OK(keep_alive_if_capturing(stream_.get(), y_ref, BufferUse::read));  // stays "written"
+  ASSERT_EQ(launch_axpb(y.data_as<float>(), x.data_as<float>(), 0.5f, 2.0f, n, stream_.get()), cudaSuccess);
+  CUACTOR_ASSERT_OK_AND_ASSIGN(graph, session.end_capture());
+  EXPECT_FALSE(is_capturing_session(stream_.get()));
+  EXPECT_EQ(graph.pool_buffer_count(), 2u);
+  ASSERT_EQ(graph.buffers_read().size(), 1u);
+  EXPECT_EQ(graph.buffers_read()[0], x_ref.allocation());
+  ASSERT_EQ(graph.buffers_written().size(), 1u);
+  EXPECT_EQ(graph.buffers_written()[0], y_ref.allocation());
+  EXPECT_EQ(graph.generation(), std::optional<std::uint64_t>(1));
+  CUACTOR_ASSERT_OK(graph.launch(stream_.get()));
+  const auto got = download(y.data(), n, stream_.get());
+  std::vector<double> want(n);
+  for (int i = 0; i < n; ++i) want[i] = 0.5 * input[i] + 2.0;
+  EXPECT_LT(relative_error(got, want), 1e-6);
+
+  state->advance_generation();
+  auto stale = graph.launch(stream_.get());
+  ASSERT_FALSE(stale.has_value());
+  EXPECT_TRUE(stale.error() == errc::stale_handle);
+  // A capture refuses a GpuRef of an older generation.
+  CUACTOR_ASSERT_OK_AND_ASSIGN(again, begin_capture(stream_.get(), CaptureMode::global));
+  auto old = keep_alive_if_capturing(stream_.get(), x_ref, BufferUse::read);
+  ASSERT_FALSE(old.has_value());
+  EXPECT_TRUE(old.error() == errc::stale_handle) << old.error().to_string();
+  CUACTOR_ASSERT_OK(again.abandon());
+}
+
 TEST_F(GraphGpuTest, GraphIllegalCallInvalidatesCaptureAndStreamRecovers) {
   constexpr int n = 1024;
   const auto input = random_vector(n, rng_);

@@ -85,13 +85,14 @@ TEST(GraphGenerationStamp, StaleWhenRebuiltShuttingDownOrGone) {
   auto state = std::make_shared<runtime::DeviceState>(0);
   state->advance_generation();
   state->set_accepting_ops(true);
-  GenerationStamp stamp{state, state->generation(), true};
+  GenerationStamp stamp{state, state->generation(), 0, true};
   EXPECT_TRUE(stamp.check("graph").has_value());
 
   state->advance_generation();  // context rebuilt
   auto s = stamp.check("graph");
   ASSERT_FALSE(s.has_value());
   EXPECT_TRUE(s.error() == errc::stale_handle);
+  EXPECT_NE(s.error().message().find("context rebuilt"), std::string::npos) << s.error().message();
   EXPECT_NE(s.error().message().find("generation 1"), std::string::npos) << s.error().message();
   EXPECT_NE(s.error().message().find("generation 2"), std::string::npos) << s.error().message();
 

@@ -27,6 +27,7 @@ using cuda::CaptureStatus;
 struct GenerationStamp {
   std::weak_ptr<runtime::DeviceState> state;  ///< The device's state; unset when no state was bound.
   std::uint64_t generation = 0;               ///< Generation at capture time.
+  int device = -1;                            ///< The state's device.
   bool bound = false;                         ///< True when a device state was bound to the capture.
 
   /// `stale_handle` naming `what` and the reason when the state is gone, the device stopped
