@@ -194,6 +194,11 @@ void pack_grouped_metadata(std::span<const GroupedProblem> groups, const Grouped
 
 }  // namespace detail
 
+bool grouped_sku_runs_on(const GemmSku& sku, GpuArch device) noexcept {
+  // sm_80 instances are also compiled to sm_90 machine code (catalog.cmake), so Hopper runs them.
+  return can_run(sku.arch, device) || (sku.arch == GpuArch{8, 0, false} && device.major == 9);
+}
+
 int grouped_alignment_elements(DType t) noexcept {
   return 128 / std::max(size_bits(t), 1);
 }
@@ -202,7 +207,7 @@ namespace {
 
 bool spec_matches(const GemmSku& sku, const GroupedGemmSpec& spec) {
   return sku.family == GemmFamily::grouped && sku.a == spec.a && sku.b == spec.b && sku.d == spec.d &&
-         sku.layout_b == spec.layout_b && can_run(sku.arch, spec.arch);
+         sku.layout_b == spec.layout_b && grouped_sku_runs_on(sku, spec.arch);
 }
 
 bool is_small_m(GemmSchedule s) {

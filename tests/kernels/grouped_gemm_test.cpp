@@ -73,7 +73,7 @@ class GroupedGemmGpu : public cuactor::testing::GpuTest {
   std::vector<GemmSku> runnable_skus() const {
     std::vector<GemmSku> out;
     for (const CatalogEntry* e : catalog_entries(GemmFamily::grouped))
-      if (can_run(e->sku.arch, props_.arch)) out.push_back(e->sku);
+      if (grouped_sku_runs_on(e->sku, props_.arch)) out.push_back(e->sku);
     return out;
   }
 
@@ -270,7 +270,9 @@ TEST_F(GroupedGemmGpu, EverySkuRaggedGroupsEveryElement) {
 TEST_F(GroupedGemmGpu, ManyIterationsFreshDataEveryElement) {
   std::mt19937 rng(7);
   for (const GemmSku& sku : runnable_skus()) {
-    if (sku.schedule != GemmSchedule::cooperative && sku.schedule != GemmSchedule::cooperative_fp8_fast_accum) continue;
+    if (sku.schedule != GemmSchedule::cooperative && sku.schedule != GemmSchedule::cooperative_fp8_fast_accum &&
+        sku.schedule != GemmSchedule::multistage)
+      continue;
     unsigned long long total = 0;
     for (int it = 0; it < 12; ++it) {
       std::vector<Dims> dims;
@@ -338,7 +340,7 @@ TEST_F(GroupedGemmGpu, CapturedGraphEqualsEager) {
 // routing that overruns the capacity skips the bad group and says which, instead of faulting.
 TEST_F(GroupedGemmGpu, DeviceSizedOffsetsOneGraphEveryRouting) {
   for (const GemmSku& sku : runnable_skus()) {
-    if (sku.schedule != GemmSchedule::cooperative && sku.schedule != GemmSchedule::pingpong_fp8_fast_accum) continue;
+    if (sku.schedule == GemmSchedule::pingpong || sku.schedule == GemmSchedule::cooperative_fp8_fast_accum) continue;
     constexpr int kGroups = 8, kCapacity = 1024, kN = 256, kK = 128;
     const std::size_t ea = size_bits(sku.a) / 8, ed = size_bits(sku.d) / 8;
     const bool b_col = sku.layout_b == MatrixLayout::col;

@@ -310,6 +310,31 @@ TEST(GroupedPlan, ChoosesBySkuShapeHintAndOverride) {
   EXPECT_EQ(mismatch.error().code(), make_error_code(errc::unsupported));
 }
 
+TEST(GroupedPlan, AmpereAndAdaGetTheSm80KernelsAndHopperMayToo) {
+  const GemmSku* sm80 = nullptr;
+  for (const CatalogEntry* e : catalog_entries(GemmFamily::grouped))
+    if (e->sku.arch == GpuArch{8, 0, false} && e->sku.a == DType::bf16) sm80 = &e->sku;
+  if (sm80 == nullptr) GTEST_SKIP() << "no sm_80 grouped kernels in this build (CUACTOR_KERNEL_ARCHS)";
+  auto ada = hopper_spec();
+  ada.arch = GpuArch{8, 9, false};
+  auto plan = GroupedGemmPlan::create(ada);
+  ASSERT_TRUE(plan.has_value()) << plan.error().to_string();
+  EXPECT_EQ(plan->sku(), *sm80);
+  EXPECT_EQ(plan->sku().schedule, GemmSchedule::multistage);
+  EXPECT_TRUE(grouped_sku_runs_on(*sm80, GpuArch{9, 0, true}));  // compiled to sm_90 SASS as well
+  EXPECT_FALSE(grouped_sku_runs_on(*sm80, GpuArch{7, 5, false}));
+  auto hopper = hopper_spec();
+  hopper.sku_override = *sm80;
+  auto forced = GroupedGemmPlan::create(hopper);
+  ASSERT_TRUE(forced.has_value()) << forced.error().to_string();
+  EXPECT_EQ(forced->sku(), *sm80);
+  auto turing = hopper_spec();
+  turing.arch = GpuArch{7, 5, false};
+  auto none = GroupedGemmPlan::create(turing);
+  ASSERT_FALSE(none.has_value());
+  EXPECT_EQ(none.error().code(), make_error_code(errc::unsupported));
+}
+
 TEST(GroupedPlan, PrepareRejectsBeforeTouchingTheDevice) {
   if (!has_grouped_sm90()) GTEST_SKIP() << "no sm_90a grouped kernels in this build (CUACTOR_KERNEL_ARCHS)";
   auto plan = GroupedGemmPlan::create(hopper_spec());

@@ -133,8 +133,10 @@ auto async_grouped_gemm(DeviceActor& actor, GroupedPlanCache& plans, GroupedGemm
         auto workspace = ctx.allocate_bytes(prepared->workspace_size());
         if (!workspace) return fail(workspace.error());
         CUACTOR_TRY(prepared->run(ctx.stream(), (*workspace)->data(), (*workspace)->bytes()));
+        // The workspace goes back to the pool now: its cudaFreeAsync on this stream is ordered after the
+        // kernel. The prepared metadata (pinned) must outlive the enqueued upload, so it is kept alive.
+        workspace->reset();
         ctx.keep_alive(detail::hold(std::move(*prepared)));
-        ctx.keep_alive(std::move(*workspace));
         return ops.d;
       },
       std::forward<Token>(token));
@@ -175,8 +177,10 @@ auto async_grouped_gemm_device_sized(DeviceActor& actor, GroupedPlanCache& plans
         auto workspace = ctx.allocate_bytes(prepared->workspace_size());
         if (!workspace) return fail(workspace.error());
         CUACTOR_TRY(prepared->run(ctx.stream(), (*workspace)->data(), (*workspace)->bytes()));
+        // The workspace goes back to the pool now: its cudaFreeAsync on this stream is ordered after the
+        // kernel. The prepared metadata (pinned) must outlive the enqueued upload, so it is kept alive.
+        workspace->reset();
         ctx.keep_alive(detail::hold(std::move(*prepared)));
-        ctx.keep_alive(std::move(*workspace));
         return ops.d;
       },
       std::forward<Token>(token));

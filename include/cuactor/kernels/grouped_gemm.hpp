@@ -155,6 +155,10 @@ class GroupedGemmPlan {
   const cuactor_gemm_instance* instance_ = nullptr;
 };
 
+/// True if the grouped kernel `sku` runs on a device whose best target is `device`: can_run(), plus
+/// the sm_80 instances on Hopper (they are compiled to sm_90 machine code as well).
+bool grouped_sku_runs_on(const GemmSku& sku, GpuArch device) noexcept;
+
 /// Elements per 16 bytes of `t` (8 for 16-bit types, 16 for fp8, 4 for f32): the multiple that
 /// leading dimensions and contiguous extents must have for the TMA-based kernels.
 int grouped_alignment_elements(DType t) noexcept;

@@ -1,0 +1,408 @@
+// `cuactor bench grouped`: cuactor's grouped GEMM against a loop of cuBLAS GEMMs and
+// cublasGemmGroupedBatchedEx, measured in the same run on the same data, on mixture-of-experts
+// shapes. CUDA-event timing after warm-up, median of many repetitions.
+#include <cublas_v2.h>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <iostream>
+#include <numeric>
+#include <optional>
+#include <random>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "commands.hpp"
+#include "cuactor/cuda/check.hpp"
+#include "cuactor/cuda/device.hpp"
+#include "cuactor/cuda/event.hpp"
+#include "cuactor/cuda/memory.hpp"
+#include "cuactor/cuda/stream.hpp"
+#include "cuactor/kernels/catalog.hpp"
+#include "cuactor/kernels/grouped_gemm.hpp"
+
+namespace cuactor::cli {
+namespace {
+
+using kernels::GroupedGemmPlan;
+using kernels::GroupedGemmSpec;
+using kernels::GroupedProblem;
+
+/// One benchmark shape: rows per group (ragged allowed), and N, K shared by the experts.
+struct GroupedShape {
+  std::string name;
+  std::vector<int> rows;
+  int n = 0;
+  int k = 0;
+  bool decode = false;  ///< Report achieved bandwidth over the weight bytes too.
+};
+
+/// `groups` row counts summing to about `total`, uniformly jittered by +-`spread`, with `empty`
+/// groups set to zero; deterministic so that the torch script can reproduce them.
+std::vector<int> ragged_rows(int groups, int total, double spread, int empty, unsigned seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<double> jitter(1.0 - spread, 1.0 + spread);
+  std::vector<double> w(static_cast<std::size_t>(groups));
+  for (auto& v : w) v = jitter(rng);
+  for (int i = 0; i < empty; ++i) w[rng() % w.size()] = 0.0;
+  const double sum = std::accumulate(w.begin(), w.end(), 0.0);
+  std::vector<int> rows;
+  for (double v : w) rows.push_back(static_cast<int>(v / sum * total + 0.5));
+  return rows;
+}
+
+std::vector<GroupedShape> moe_shapes() {
+  return {
+      {"8x2048 N14336 K4096", std::vector<int>(8, 2048), 14336, 4096, false},
+      {"32 ragged~8192 N4096 K7168", ragged_rows(32, 8192, 0.6, 0, 32), 4096, 7168, false},
+      {"64 ragged~1000 N4096 K7168", ragged_rows(64, 1000, 0.9, 8, 64), 4096, 7168, true},
+      {"128x16 N2048 K2048", std::vector<int>(128, 16), 2048, 2048, true},
+  };
+}
+
+struct CublasHandle {
+  cublasHandle_t h = nullptr;
+  ~CublasHandle() {
+    if (h) cublasDestroy(h);
+  }
+};
+
+cudaDataType_t cuda_type(DType t) {
+  switch (t) {
+    case DType::bf16:
+      return CUDA_R_16BF;
+    case DType::f16:
+      return CUDA_R_16F;
+    case DType::e4m3:
+      return CUDA_R_8F_E4M3;
+    default:
+      return CUDA_R_32F;
+  }
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0.0 : v[v.size() / 2];
+}
+
+/// Median milliseconds of `reps` calls of `launch` on `stream` after `warmup` calls, each timed by
+/// its own pair of events.
+template <class Launch>
+Result<double> time_ms(cudaStream_t stream, int warmup, int reps, Launch&& launch) {
+  for (int i = 0; i < warmup; ++i) CUACTOR_TRY(launch());
+  std::vector<cuda::Event> starts, stops;
+  for (int i = 0; i < reps; ++i) {
+    auto a = cuda::Event::create(cuda::Event::Kind::timing);
+    auto b = cuda::Event::create(cuda::Event::Kind::timing);
+    if (!a) return fail(a.error());
+    if (!b) return fail(b.error());
+    starts.push_back(std::move(*a));
+    stops.push_back(std::move(*b));
+  }
+  for (int i = 0; i < reps; ++i) {
+    CUACTOR_TRY(starts[static_cast<std::size_t>(i)].record(stream));
+    CUACTOR_TRY(launch());
+    CUACTOR_TRY(stops[static_cast<std::size_t>(i)].record(stream));
+  }
+  CUACTOR_CUDA_TRY(cudaStreamSynchronize(stream));
+  std::vector<double> ms;
+  for (int i = 0; i < reps; ++i) {
+    auto t = cuda::Event::elapsed_ms(starts[static_cast<std::size_t>(i)], stops[static_cast<std::size_t>(i)]);
+    if (!t) return fail(t.error());
+    ms.push_back(*t);
+  }
+  return median(ms);
+}
+
+/// Fills `bytes` of device memory with pseudo-random finite values of `t` (random data, like real
+/// weights, draws the tensor cores' full power, so constant data would flatter every row) by
+/// repeating one 32 MiB pinned chunk.
+Status fill_random(void* dst, std::size_t bytes, DType t, unsigned seed, cudaStream_t s) {
+  constexpr std::size_t kChunk = std::size_t{32} << 20;
+  auto chunk = cuda::PinnedBuffer::allocate(kChunk);
+  if (!chunk) return fail(chunk.error());
+  std::mt19937 rng(seed);
+  auto words = chunk->as_span<std::uint16_t>();
+  for (auto& w : words) {
+    const auto r = static_cast<std::uint16_t>(rng());
+    // 16-bit: sign, exponent of 0.5..2; fp8 e4m3: two bytes without the NaN encodings (0x7f/0xff).
+    w = t == DType::e4m3 ? static_cast<std::uint16_t>(r & 0x7777) : static_cast<std::uint16_t>((r & 0x80ff) | 0x3f00);
+  }
+  for (std::size_t off = 0; off < bytes; off += kChunk)
+    CUACTOR_TRY(cuda::copy_async(static_cast<std::byte*>(dst) + off, chunk->data(), std::min(kChunk, bytes - off), s));
+  return cuda::check(cudaStreamSynchronize(s), "fill_random");
+}
+
+struct Options {
+  int reps = 30;
+  int warmup = 5;
+  bool json = false;
+  bool fp8 = true;
+  bool all_skus = false;  ///< Also time every other grouped SKU that computes the row (as "alt" rows).
+};
+
+struct Row {
+  std::string shape, dtype, sku;
+  double flops = 0, weight_bytes = 0, io_bytes = 0;
+  double ours_ms = 0, loop_ms = 0, grouped_ms = 0;
+  std::vector<int> rows;
+  int n = 0, k = 0;
+  bool alt = false;  ///< A SKU the plan did not choose, timed through an override.
+};
+
+class GroupedBench {
+ public:
+  GroupedBench(cuda::DeviceProperties props, cuda::Stream stream, cuda::MemPool pool, Options opt)
+      : props_(std::move(props)), stream_(std::move(stream)), pool_(std::move(pool)), opt_(opt) {}
+
+  Result<double> measure_bandwidth_gbs() {
+    const std::size_t bytes = std::size_t{2} << 30;
+    auto src = cuda::DeviceBuffer::allocate(pool_, bytes, stream_.get());
+    auto dst = cuda::DeviceBuffer::allocate(pool_, bytes, stream_.get());
+    if (!src) return fail(src.error());
+    if (!dst) return fail(dst.error());
+    auto ms =
+        time_ms(stream_.get(), 3, 10, [&] { return cuda::copy_async(dst->data(), src->data(), bytes, stream_.get()); });
+    if (!ms) return fail(ms.error());
+    return 2.0 * static_cast<double>(bytes) / (*ms * 1e-3) / 1e9;  // read + write
+  }
+
+  Result<Row> run(const GroupedShape& shape, DType in, bool with_cublas,
+                  std::optional<kernels::GemmSku> sku_override = std::nullopt) {
+    const DType out = DType::bf16;
+    const std::size_t ei = storage_bytes(in, 1), eo = storage_bytes(out, 1);
+    const int groups = static_cast<int>(shape.rows.size());
+    const std::int64_t total_rows = std::accumulate(shape.rows.begin(), shape.rows.end(), std::int64_t{0});
+    const cudaStream_t s = stream_.get();
+    auto a = cuda::DeviceBuffer::allocate(pool_, std::max<std::int64_t>(total_rows, 1) * shape.k * ei, s);
+    auto b = cuda::DeviceBuffer::allocate(pool_, std::size_t(groups) * shape.n * shape.k * ei, s);
+    auto d = cuda::DeviceBuffer::allocate(pool_, std::max<std::int64_t>(total_rows, 1) * shape.n * eo, s);
+    if (!a) return fail(a.error());
+    if (!b) return fail(b.error());
+    if (!d) return fail(d.error());
+    CUACTOR_TRY(fill_random(a->data(), a->size(), in, 1, s));
+    CUACTOR_TRY(fill_random(b->data(), b->size(), in, 2, s));
+
+    std::vector<GroupedProblem> problems;
+    std::int64_t row = 0;
+    for (int g = 0; g < groups; ++g) {
+      GroupedProblem p;
+      p.m = shape.rows[static_cast<std::size_t>(g)];
+      p.n = shape.n;
+      p.k = shape.k;
+      p.a = a->data_as<std::byte>() + row * shape.k * ei;
+      p.lda = shape.k;
+      p.b = b->data_as<std::byte>() + std::size_t(g) * shape.n * shape.k * ei;
+      p.ldb = shape.k;
+      p.d = d->data_as<std::byte>() + row * shape.n * eo;
+      p.ldd = shape.n;
+      row += p.m;
+      problems.push_back(p);
+    }
+    GroupedGemmSpec spec;
+    spec.a = spec.b = in;
+    spec.d = out;
+    spec.arch = props_.arch;
+    spec.sm_count = props_.multiprocessors;
+    spec.rows_per_group_hint = static_cast<int>(total_rows / groups);
+    spec.sku_override = sku_override;
+    auto plan = GroupedGemmPlan::create(spec);
+    if (!plan) return fail(plan.error());
+    auto prepared = plan->prepare(problems);
+    if (!prepared) return fail(prepared.error());
+    auto ws = cuda::DeviceBuffer::allocate(pool_, prepared->workspace_size(), s);
+    if (!ws) return fail(ws.error());
+
+    Row r;
+    r.shape = shape.name;
+    r.dtype = std::string(name(in));
+    r.sku = plan->sku().to_string();
+    r.rows = shape.rows;
+    r.alt = sku_override.has_value();
+    r.n = shape.n;
+    r.k = shape.k;
+    int nonempty = 0;
+    for (int m : shape.rows) nonempty += m > 0;
+    r.flops = 2.0 * static_cast<double>(total_rows) * shape.n * shape.k;
+    r.weight_bytes = static_cast<double>(nonempty) * shape.n * shape.k * static_cast<double>(ei);
+    r.io_bytes = r.weight_bytes + static_cast<double>(total_rows) * static_cast<double>(shape.k * ei + shape.n * eo);
+    auto ours = time_ms(s, opt_.warmup, opt_.reps, [&] { return prepared->run(s, ws->data(), ws->size()); });
+    if (!ours) return fail(ours.error());
+    r.ours_ms = *ours;
+    if (!with_cublas) return r;
+
+    CublasHandle h;
+    CUACTOR_CUDA_TRY(cublasCreate(&h.h));
+    CUACTOR_CUDA_TRY(cublasSetStream(h.h, s));
+    auto cublas_ws = cuda::DeviceBuffer::allocate(pool_, std::size_t{64} << 20, s);
+    if (!cublas_ws) return fail(cublas_ws.error());
+    CUACTOR_CUDA_TRY(cublasSetWorkspace(h.h, cublas_ws->data(), cublas_ws->size()));
+    const float alpha = 1.0f, beta = 0.0f;
+    // Row-major D = A B^T with B stored N x K is column-major D^T = B^T(op T) A^T.
+    auto loop = time_ms(s, opt_.warmup, opt_.reps, [&]() -> Status {
+      for (const auto& p : problems) {
+        if (p.m == 0) continue;
+        CUACTOR_CUDA_TRY(cublasGemmEx(h.h, CUBLAS_OP_T, CUBLAS_OP_N, p.n, p.m, p.k, &alpha, p.b, cuda_type(in),
+                                      static_cast<int>(p.ldb), p.a, cuda_type(in), static_cast<int>(p.lda), &beta, p.d,
+                                      cuda_type(out), static_cast<int>(p.ldd), CUBLAS_COMPUTE_32F,
+                                      CUBLAS_GEMM_DEFAULT));
+      }
+      return ok();
+    });
+    if (!loop) return fail(loop.error());
+    r.loop_ms = *loop;
+
+    // cublasGemmGroupedBatchedEx: one problem per group (group_size 1), pointer arrays on the device.
+    std::vector<GroupedProblem> live;
+    for (const auto& p : problems)
+      if (p.m > 0) live.push_back(p);
+    const int count = static_cast<int>(live.size());
+    std::vector<cublasOperation_t> ta(live.size(), CUBLAS_OP_T), tb(live.size(), CUBLAS_OP_N);
+    std::vector<int> ms, ns, ks, ldas, ldbs, ldds, sizes(live.size(), 1);
+    std::vector<float> alphas(live.size(), 1.0f), betas(live.size(), 0.0f);
+    std::vector<const void*> host_ptrs;
+    for (const auto& p : live) {
+      ms.push_back(p.n);
+      ns.push_back(p.m);
+      ks.push_back(p.k);
+      ldas.push_back(static_cast<int>(p.ldb));
+      ldbs.push_back(static_cast<int>(p.lda));
+      ldds.push_back(static_cast<int>(p.ldd));
+    }
+    for (const auto& p : live) host_ptrs.push_back(p.b);
+    for (const auto& p : live) host_ptrs.push_back(p.a);
+    for (const auto& p : live) host_ptrs.push_back(p.d);
+    auto ptrs = cuda::DeviceBuffer::allocate(pool_, host_ptrs.size() * sizeof(void*), s);
+    if (!ptrs) return fail(ptrs.error());
+    CUACTOR_TRY(cuda::copy_async(ptrs->data(), host_ptrs.data(), host_ptrs.size() * sizeof(void*), s));
+    CUACTOR_CUDA_TRY(cudaStreamSynchronize(s));
+    const auto* dptr = ptrs->data_as<const void*>();
+    auto grouped = time_ms(s, opt_.warmup, opt_.reps, [&]() -> Status {
+      CUACTOR_CUDA_TRY(cublasGemmGroupedBatchedEx(
+          h.h, ta.data(), tb.data(), ms.data(), ns.data(), ks.data(), alphas.data(), dptr, cuda_type(in), ldas.data(),
+          dptr + count, cuda_type(in), ldbs.data(), betas.data(), const_cast<void* const*>(dptr + 2 * count),
+          cuda_type(out), ldds.data(), count, sizes.data(), CUBLAS_COMPUTE_32F));
+      return ok();
+    });
+    // cuBLAS has no fp8 path here (needs cuBLASLt): report what it says instead of failing the run.
+    r.grouped_ms = grouped ? *grouped : 0.0;
+    if (!grouped && in != DType::e4m3)
+      std::cerr << "cublasGemmGroupedBatchedEx: " << grouped.error().to_string() << "\n";
+    CUACTOR_CUDA_TRY(cudaStreamSynchronize(s));
+    return r;
+  }
+
+ private:
+  cuda::DeviceProperties props_;
+  cuda::Stream stream_;
+  cuda::MemPool pool_;
+  Options opt_;
+};
+
+double tflops(double flops, double ms) {
+  return ms > 0 ? flops / (ms * 1e-3) / 1e12 : 0.0;
+}
+
+std::string ratio(double ours_ms, double other_ms) {
+  return other_ms > 0 ? fmt::format("{:.2f}x", other_ms / ours_ms) : std::string("-");
+}
+
+Status run_bench(const Options& opt) {
+  auto props = cuda::device_properties(0);
+  if (!props) return fail(props.error());
+  auto stream = cuda::Stream::create(0);
+  if (!stream) return fail(stream.error());
+  auto pool = cuda::MemPool::create(0);
+  if (!pool) return fail(pool.error());
+  GroupedBench bench(*props, std::move(*stream), std::move(*pool), opt);
+  auto bw = bench.measure_bandwidth_gbs();
+  if (!bw) return fail(bw.error());
+  if (!opt.json) {
+    std::cout << fmt::format("device 0: {} ({}, {} SMs); device-to-device copy bandwidth {:.0f} GB/s\n", props->name,
+                             props->arch.name(), props->multiprocessors, *bw);
+    std::cout << fmt::format(
+        "median of {} reps after {} warm-up; TFLOP/s = 2*sum(M)*N*K / time; ratio = their time / ours\n", opt.reps,
+        opt.warmup);
+    std::cout << fmt::format("{:<28} {:<5} {:>9} {:>10} {:>8} {:>12} {:>8} {:>10}  {}\n", "shape (groups, rows, N, K)",
+                             "dtype", "cuactor", "cuBLAS-loop", "ratio", "cuBLAS-grp", "ratio", "GB/s(%bw)",
+                             "cuactor SKU");
+  }
+  std::vector<std::pair<GroupedShape, DType>> cases;
+  for (const auto& sh : moe_shapes()) cases.push_back({sh, DType::bf16});
+  if (opt.fp8) {
+    cases.push_back({{"32x2048 N4096 K7168 (ex57)", std::vector<int>(32, 2048), 4096, 7168, false}, DType::e4m3});
+    for (const auto& sh : moe_shapes()) cases.push_back({sh, DType::e4m3});
+  }
+  std::vector<std::tuple<GroupedShape, DType, std::optional<kernels::GemmSku>>> runs;
+  for (const auto& [shape, dtype] : cases) {
+    runs.emplace_back(shape, dtype, std::nullopt);
+    if (!opt.all_skus) continue;
+    for (const kernels::CatalogEntry* e : kernels::catalog_entries(kernels::GemmFamily::grouped))
+      if (e->sku.a == dtype && e->sku.d == DType::bf16 && e->sku.layout_b == kernels::MatrixLayout::col &&
+          kernels::grouped_sku_runs_on(e->sku, props->arch))
+        runs.emplace_back(shape, dtype, e->sku);
+  }
+  std::string json = "[";
+  for (const auto& [shape, dtype, sku] : runs) {
+    // cuBLAS has no fp8 GemmEx path (the fp8 anchor is CUTLASS example 57); alternatives skip cuBLAS.
+    auto r = bench.run(shape, dtype, dtype != DType::e4m3 && !sku, sku);
+    if (!r) {
+      std::cout << fmt::format("{:<28} {:<5} failed: {}\n", shape.name, name(dtype), r.error().to_string());
+      continue;
+    }
+    const double gbs = r->io_bytes / (r->ours_ms * 1e-3) / 1e9;
+    const std::string bw_col = shape.decode ? fmt::format("{:.0f}({:.0f}%)", gbs, 100.0 * gbs / *bw) : std::string("-");
+    if (!opt.json)
+      std::cout << fmt::format("{:<28} {:<5} {:>9.1f} {:>10.1f} {:>8} {:>12} {:>8} {:>10}  {}{}\n", r->shape, r->dtype,
+                               tflops(r->flops, r->ours_ms), tflops(r->flops, r->loop_ms),
+                               ratio(r->ours_ms, r->loop_ms),
+                               r->grouped_ms > 0 ? fmt::format("{:.1f}", tflops(r->flops, r->grouped_ms)) : "-",
+                               ratio(r->ours_ms, r->grouped_ms), bw_col, r->alt ? "alt: " : "", r->sku);
+    std::string rows;
+    for (int m : r->rows) rows += (rows.empty() ? "" : ",") + std::to_string(m);
+    json += fmt::format(
+        "{}{{\"shape\":\"{}\",\"dtype\":\"{}\",\"sku\":\"{}\",\"rows\":[{}],\"n\":{},\"k\":{},\"flops\":{},"
+        "\"io_bytes\":{},\"cuactor_ms\":{},\"cublas_loop_ms\":{},\"cublas_grouped_ms\":{},\"bandwidth_gbs\":{},"
+        "\"alt\":{}}}",
+        json.size() > 1 ? "," : "", r->shape, r->dtype, r->sku, rows, r->n, r->k, r->flops, r->io_bytes, r->ours_ms,
+        r->loop_ms, r->grouped_ms, *bw, r->alt ? "true" : "false");
+  }
+  json += "]";
+  if (opt.json) std::cout << json << "\n";
+  return ok();
+}
+
+}  // namespace
+
+void add_bench_grouped_command(CLI::App& app) {
+  // `bench` is shared by every benchmark command: join it when another one already added it.
+  CLI::App* bench = nullptr;
+  for (CLI::App* sub : app.get_subcommands([](CLI::App* s) { return s->get_name() == "bench"; })) bench = sub;
+  if (bench == nullptr) {
+    bench = app.add_subcommand("bench", "Benchmarks of cuactor's kernels against their anchors, in one run");
+    bench->require_subcommand(1);
+  }
+  auto* cmd =
+      bench->add_subcommand("grouped", "Grouped GEMM vs a cuBLAS loop and cublasGemmGroupedBatchedEx (MoE shapes)");
+  auto opt = std::make_shared<Options>();
+  cmd->add_option("--reps", opt->reps, "Timed repetitions (median reported)");
+  cmd->add_option("--warmup", opt->warmup, "Untimed warm-up repetitions");
+  cmd->add_flag("--json", opt->json, "Print one JSON array instead of the table (for bench/grouped_mm_torch.py)");
+  cmd->add_flag("!--no-fp8", opt->fp8, "Skip the fp8 e4m3 rows");
+  cmd->add_flag("--all-skus", opt->all_skus, "Also time every other grouped SKU that fits a row (marked alt)");
+  cmd->callback([opt] {
+    if (cuda::device_count() == 0) {
+      std::cout << "cuactor bench grouped: no CUDA GPU is visible; nothing to measure.\n";
+      return;
+    }
+    if (auto s = run_bench(*opt); !s) {
+      std::cerr << "cuactor bench grouped failed: " << s.error().to_string() << "\n";
+      std::exit(1);
+    }
+  });
+}
+
+}  // namespace cuactor::cli
