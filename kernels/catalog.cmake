@@ -106,6 +106,31 @@ set(dense90 FAMILY dense ARCH sm_90a TEMPLATE dense_sm90_instance.cu.in)
 # bf16, large M: cooperative 128x256x64, cluster 2x1; A row-major, B as N x K ("TN") or K x N.
 cuactor_gemm_instance(${dense90} TYPES bf16 bf16 bf16 bf16 f32 LAYOUTS row col row TILE 128 256 64 CLUSTER 2 1 1
                       SCHEDULE cooperative EPILOGUE linear_combination)
+cuactor_gemm_instance(${dense90} TYPES bf16 bf16 bf16 bf16 f32 LAYOUTS row row row TILE 128 256 64 CLUSTER 2 1 1
+                      SCHEDULE cooperative EPILOGUE linear_combination)
+# bf16 in, fp32 out.
+cuactor_gemm_instance(${dense90} TYPES bf16 bf16 f32 f32 f32 LAYOUTS row col row TILE 128 256 64 CLUSTER 2 1 1
+                      SCHEDULE cooperative EPILOGUE linear_combination)
+# bf16, small M (decode): pingpong 64x128x128.
+cuactor_gemm_instance(${dense90} TYPES bf16 bf16 bf16 bf16 f32 LAYOUTS row col row TILE 64 128 128 CLUSTER 1 1 1
+                      SCHEDULE pingpong EPILOGUE linear_combination)
+# fp16, large M, both B layouts.
+cuactor_gemm_instance(${dense90} TYPES f16 f16 f16 f16 f32 LAYOUTS row col row TILE 128 256 64 CLUSTER 2 1 1
+                      SCHEDULE cooperative EPILOGUE linear_combination)
+cuactor_gemm_instance(${dense90} TYPES f16 f16 f16 f16 f32 LAYOUTS row row row TILE 128 256 64 CLUSTER 2 1 1
+                      SCHEDULE cooperative EPILOGUE linear_combination)
+# fp8 e4m3 (TN only), per-tensor scales, fast accumulation, bf16 out: large M and decode.
+cuactor_gemm_instance(${dense90} TYPES e4m3 e4m3 bf16 bf16 f32 LAYOUTS row col row TILE 256 128 128 CLUSTER 1 2 1
+                      SCHEDULE cooperative_fp8_fast_accum EPILOGUE scaled_linear_combination)
+cuactor_gemm_instance(${dense90} TYPES e4m3 e4m3 bf16 bf16 f32 LAYOUTS row col row TILE 64 128 128 CLUSTER 1 1 1
+                      SCHEDULE pingpong_fp8_fast_accum EPILOGUE scaled_linear_combination)
+
+# ---- dense GEMM, sm_80 (CUTLASS 2.x; 96 KiB of shared memory so it fits Ada/GA10x too) ----
+set(dense80 FAMILY dense ARCH sm_80 TEMPLATE dense_sm80_instance.cu.in CLUSTER 1 1 1 STAGES 3
+            SCHEDULE multistage EPILOGUE linear_combination)
+cuactor_gemm_instance(${dense80} TYPES bf16 bf16 bf16 bf16 f32 LAYOUTS row col row TILE 128 128 64)
+cuactor_gemm_instance(${dense80} TYPES bf16 bf16 bf16 bf16 f32 LAYOUTS row row row TILE 128 128 64)
+cuactor_gemm_instance(${dense80} TYPES f16 f16 f16 f16 f32 LAYOUTS row col row TILE 128 128 64)
 
 # ---- The matrix: grouped GEMM (sm_90a ptr-array kernels, launched without host problem shapes) ----
 set(grouped90 FAMILY grouped ARCH sm_90a TEMPLATE grouped_instance.cu.in)

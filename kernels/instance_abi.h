@@ -82,6 +82,8 @@ typedef struct cuactor_dense_args {
   const float* scale_b; /**< Device pointer to B's per-tensor scale (scaled epilogues), or null for 1. */
   int device;           /**< Ordinal of the device the kernel runs on. */
   int sm_count;         /**< Its multiprocessor count (0: queried by the instance). */
+  int max_swizzle;      /**< sm_90a tile rasterisation swizzle (1, 2, 4, 8; 0: CUTLASS's default 1). */
+  int raster_order;     /**< sm_90a raster order: 0 heuristic, 1 along M, 2 along N. */
 } cuactor_dense_args;
 
 #ifdef __cplusplus

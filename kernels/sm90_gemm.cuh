@@ -145,6 +145,8 @@ struct DenseGemm {
       args.epilogue.thread.alpha = a.alpha;
       args.epilogue.thread.beta = a.beta;
     }
+    if (a.max_swizzle > 0) args.scheduler.max_swizzle_size = a.max_swizzle;
+    args.scheduler.raster_order = static_cast<decltype(args.scheduler.raster_order)>(a.raster_order);
     args.hw_info.device_id = a.device;
     args.hw_info.sm_count =
         a.sm_count > 0 ? a.sm_count : cutlass::KernelHardwareInfo::query_device_multiprocessor_count(a.device);

@@ -54,6 +54,12 @@ std::vector<std::string> catalog_families() {
   return out;
 }
 
+bool runs_on(const GemmSku& sku, GpuArch device) noexcept {
+  if (sku.arch.arch_specific) return can_run(sku.arch, device);
+  // Plain targets carry SASS for their own major version and for sm_90 (see catalog.cmake).
+  return device.sm() >= sku.arch.sm() && (device.major == sku.arch.major || device.major == 9);
+}
+
 Status check_instance_abi(const cuactor_gemm_instance& instance, unsigned args_size) {
   if (instance.abi_version != CUACTOR_KERNEL_ABI_VERSION || instance.args_size != args_size)
     return fail(errc::unsupported,

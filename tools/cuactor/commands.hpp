@@ -9,6 +9,8 @@ namespace cuactor::cli {
 void add_info_command(CLI::App& app);
 /// `cuactor demo`: a short checked demonstration of the library's headline work.
 void add_demo_command(CLI::App& app);
+/// `cuactor bench gemm`: dense GEMM plans vs cuBLAS at 4096^3 and 8192^3 (TFLOP/s and ratio).
+void add_bench_gemm_command(CLI::App& app);
 /// `cuactor bench grouped`: grouped GEMM vs a cuBLAS loop and cublasGemmGroupedBatchedEx (MoE shapes).
 void add_bench_grouped_command(CLI::App& app);
 /// `cuactor jit warm|list|verify|clear|bench`: offline cache warming, cache inspection, JIT timings.

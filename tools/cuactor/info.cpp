@@ -12,6 +12,7 @@
 #include "commands.hpp"
 #include "cuactor/core/paths.hpp"
 #include "cuactor/cuda/device.hpp"
+#include "cuactor/kernels/catalog.hpp"
 
 namespace cuactor::cli {
 namespace {
@@ -61,7 +62,7 @@ nlohmann::json collect() {
     devices.push_back(std::move(d));
   }
   j["devices"] = devices;
-  j["kernel_families"] = nlohmann::json::array();
+  j["kernel_families"] = kernels::catalog_families();
   int major = 0, minor = 0;
   const bool nvrtc_ok = nvrtcVersion(&major, &minor) == NVRTC_SUCCESS;
   j["nvrtc"] = nvrtc_ok ? nlohmann::json(fmt::format("{}.{}", major, minor)) : nlohmann::json(nullptr);

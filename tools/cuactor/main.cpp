@@ -7,6 +7,7 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   cuactor::cli::add_info_command(app);
   cuactor::cli::add_demo_command(app);
+  cuactor::cli::add_bench_gemm_command(app);
   cuactor::cli::add_bench_grouped_command(app);
   cuactor::cli::add_jit_command(app);
   CLI11_PARSE(app, argc, argv);

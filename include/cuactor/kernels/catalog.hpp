@@ -34,6 +34,12 @@ std::vector<const CatalogEntry*> catalog_entries(GemmFamily family);
 /// One line per compiled (family, arch) pair with its instance count, e.g. "dense sm_90a (8)".
 std::vector<std::string> catalog_families();
 
+/// True if a catalog kernel of `sku` can run on a device whose best target is `device`: sm_90a
+/// (arch-specific) kernels need exactly that compute capability; sm_80 kernels are compiled as
+/// sm_80 and sm_90 machine code (kernels/catalog.cmake), so they run on compute capability 8.x and
+/// 9.x devices.
+bool runs_on(const GemmSku& sku, GpuArch device) noexcept;
+
 /// Checks that an instance was built against this ABI with argument struct size `args_size`;
 /// `unsupported` naming both versions otherwise.
 Status check_instance_abi(const cuactor_gemm_instance& instance, unsigned args_size);

@@ -1,0 +1,181 @@
+/// @file
+/// GemmPlan ([K3]): a host-only, cacheable choice of one catalog kernel for a dense GEMM problem on
+/// one GPU architecture, with an explicit SKU override, and the checked launch of that kernel.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <list>
+#include <mutex>
+#include <optional>
+#include <unordered_map>
+#include <utility>
+
+#include "cuactor/core/arch.hpp"
+#include "cuactor/core/dtype.hpp"
+#include "cuactor/core/expected.hpp"
+#include "cuactor/kernels/sku.hpp"
+
+namespace cuactor::kernels {
+
+struct CatalogEntry;
+
+/// What a dense GEMM computes: D (M x N) = alpha * [scale_a * scale_b] * A (M x K) * B (K x N) +
+/// beta * C, `batch` times. Layouts say how each operand is stored: A row-major with B `col` is the
+/// "TN" case of weights stored N x K; C and D share `layout_c`.
+struct GemmProblem {
+  std::int64_t m = 0;
+  std::int64_t n = 0;
+  std::int64_t k = 0;
+  std::int64_t batch = 1;
+  DType a = DType::bf16;
+  DType b = DType::bf16;
+  DType c = DType::bf16;
+  DType d = DType::bf16;
+  MatrixLayout layout_a = MatrixLayout::row;
+  MatrixLayout layout_b = MatrixLayout::col;
+  MatrixLayout layout_c = MatrixLayout::row;
+  /// Epilogue; fp8 inputs need scaled_linear_combination (per-tensor scales), 16-bit ones take either.
+  GemmEpilogue epilogue = GemmEpilogue::linear_combination;
+
+  friend bool operator==(const GemmProblem&, const GemmProblem&) = default;
+};
+
+/// Hash of every field of a problem (for plan caches keyed by problem and arch).
+std::size_t hash_value(const GemmProblem& p) noexcept;
+
+/// Device pointers and run-time scalars of one GEMM launch. A leading dimension or batch stride of 0
+/// means "packed" (the operand's contiguous extent, resp. rows x leading dimension).
+struct GemmOperands {
+  const void* a = nullptr;
+  const void* b = nullptr;
+  const void* c = nullptr;  ///< May be null when beta == 0 (D is then passed as C).
+  void* d = nullptr;
+  std::int64_t lda = 0;
+  std::int64_t ldb = 0;
+  std::int64_t ldc = 0;
+  std::int64_t ldd = 0;
+  std::int64_t batch_stride_a = 0;
+  std::int64_t batch_stride_b = 0;
+  std::int64_t batch_stride_c = 0;
+  std::int64_t batch_stride_d = 0;
+  float alpha = 1.0f;
+  float beta = 0.0f;
+  const float* scale_a = nullptr;  ///< Device pointer, per-tensor scale of A (scaled epilogue), null = 1.
+  const float* scale_b = nullptr;  ///< Device pointer, per-tensor scale of B (scaled epilogue), null = 1.
+};
+
+/// Options of GemmPlan::make.
+struct GemmPlanOptions {
+  /// Use exactly this catalog kernel instead of the heuristic's choice.
+  std::optional<GemmSku> sku_override;
+  /// Multiprocessor count of the target device (tile-count heuristic and persistent grid); 0 = 132.
+  int sm_count = 0;
+  /// Ordinal of the device the plan's kernels run on.
+  int device = 0;
+  /// sm_90a tile rasterisation: swizzle width (1, 2, 4 or 8; 0 = CUTLASS's default) and order
+  /// (0 = heuristic, 1 = along M, 2 = along N). Ignored by sm_80 kernels.
+  int max_swizzle = 0;
+  int raster_order = 0;
+};
+
+/// A dense GEMM plan: the chosen kernel for one problem on one architecture. Host only, immutable,
+/// cheap to copy, so it can be cached by (problem, arch, options).
+class GemmPlan {
+ public:
+  /// Chooses a catalog kernel for `problem` on a device whose best target is `device_arch`.
+  /// `invalid_argument` for malformed problems (negative sizes, fp8 without scaled epilogue, an
+  /// override that computes something else), `unsupported` for dtype x arch combinations no kernel
+  /// can serve (fp8 below sm_89, fp4 below sm_100, an sm_90a kernel on another GPU, a SKU not
+  /// compiled in), each message naming the values and the rule.
+  static Result<GemmPlan> make(const GemmProblem& problem, GpuArch device_arch, const GemmPlanOptions& options = {});
+
+  /// The SKU of the chosen kernel ([K2]).
+  [[nodiscard]] const GemmSku& sku() const noexcept;
+  /// The problem this plan was made for.
+  [[nodiscard]] const GemmProblem& problem() const noexcept { return problem_; }
+  /// Architecture of the device the plan targets.
+  [[nodiscard]] GpuArch device_arch() const noexcept { return device_arch_; }
+  /// Scratch bytes run() needs (0 for the catalog's current kernels; always check).
+  [[nodiscard]] std::size_t workspace_size() const noexcept { return workspace_size_; }
+  /// Multiply-adds times two: the FLOP count of one run.
+  [[nodiscard]] double flops() const noexcept;
+
+  /// Checks the operands against the problem: non-null pointers, 16-byte pointer alignment, leading
+  /// dimensions at least the contiguous extent and multiples of the alignment (8 elements for 16-bit
+  /// types, 16 for fp8, 4 for f32), batch strides that keep batches apart. `invalid_argument` naming
+  /// the operand and the rule.
+  [[nodiscard]] Status validate(const GemmOperands& operands) const;
+
+  /// Checks that buffers of the given byte sizes hold every element the operands address (their
+  /// last batch's last row at its leading dimension); `invalid_argument` naming the operand, the
+  /// bytes needed and the bytes given. A null C is not checked.
+  [[nodiscard]] Status check_buffer_sizes(const GemmOperands& operands, std::size_t a_bytes, std::size_t b_bytes,
+                                          std::size_t c_bytes, std::size_t d_bytes) const;
+
+  /// Validates, then enqueues the kernel on `stream`: no allocation, no synchronisation (capturable).
+  /// `workspace_too_small` if `workspace_bytes` < workspace_size().
+  Status run(const GemmOperands& operands, void* workspace, std::size_t workspace_bytes, cudaStream_t stream) const;
+
+ private:
+  GemmPlan(const GemmProblem& problem, GpuArch arch, const CatalogEntry* entry, const GemmPlanOptions& options,
+           std::size_t workspace)
+      : problem_(problem), device_arch_(arch), entry_(entry), options_(options), workspace_size_(workspace) {}
+
+  GemmProblem problem_;
+  GpuArch device_arch_;
+  const CatalogEntry* entry_ = nullptr;
+  GemmPlanOptions options_;  // sm_count resolved
+  std::size_t workspace_size_ = 0;
+};
+
+/// A thread-safe LRU cache of dense GEMM plans keyed by everything that chooses the kernel (problem,
+/// architecture, SM count, device, override), never by pointers or run-time scalars ([J4]).
+/// Failures are returned, not cached.
+class GemmPlanCache {
+ public:
+  /// A cache holding at most `capacity` plans (at least 1).
+  explicit GemmPlanCache(std::size_t capacity = 64) : capacity_(capacity > 0 ? capacity : 1) {}
+
+  /// The plan for (problem, arch, options), made on first use.
+  Result<GemmPlan> get(const GemmProblem& problem, GpuArch arch, const GemmPlanOptions& options = {});
+  /// Plans currently held.
+  [[nodiscard]] std::size_t size() const;
+  /// Lookups answered from the cache.
+  [[nodiscard]] std::size_t hits() const;
+  /// Lookups that made a plan.
+  [[nodiscard]] std::size_t misses() const;
+
+ private:
+  struct Key {
+    GemmProblem problem;
+    GpuArch arch;
+    int sm_count = 0;
+    int device = 0;
+    int max_swizzle = 0;
+    int raster_order = 0;
+    std::optional<GemmSku> sku_override;
+    friend bool operator==(const Key&, const Key&) = default;
+  };
+  struct KeyHash {
+    std::size_t operator()(const Key& k) const noexcept;
+  };
+  using Lru = std::list<std::pair<Key, GemmPlan>>;
+
+  mutable std::mutex mutex_;
+  std::size_t capacity_;
+  Lru lru_;  // most recently used first
+  std::unordered_map<Key, Lru::iterator, KeyHash> index_;
+  std::size_t hits_ = 0;
+  std::size_t misses_ = 0;
+};
+
+}  // namespace cuactor::kernels
+
+/// Lets GemmProblem key unordered containers.
+template <>
+struct std::hash<cuactor::kernels::GemmProblem> {
+  std::size_t operator()(const cuactor::kernels::GemmProblem& p) const noexcept { return hash_value(p); }
+};

@@ -1,0 +1,396 @@
+#include "cuactor/kernels/gemm_plan.hpp"
+
+#include <fmt/format.h>
+
+#include <climits>
+#include <cstdint>
+#include <vector>
+
+#include "cuactor/cuda/check.hpp"
+#include "cuactor/kernels/catalog.hpp"
+#include "kernels/instance_abi.h"
+
+namespace cuactor::kernels {
+namespace {
+
+constexpr int kDefaultSmCount = 132;
+
+/// Elements per 16 bytes: the alignment TMA and cp.async need of pointers, strides and the
+/// contiguous extent.
+std::int64_t alignment_elements(DType t) {
+  return 128 / size_bits(t);
+}
+
+/// Extents of an R x C matrix stored in `layout`: the contiguous one and the other.
+struct Extents {
+  std::int64_t contiguous;
+  std::int64_t strided;
+};
+Extents extents(std::int64_t rows, std::int64_t cols, MatrixLayout layout) {
+  return layout == MatrixLayout::row ? Extents{cols, rows} : Extents{rows, cols};
+}
+
+bool sku_computes(const GemmSku& s, const GemmProblem& p) {
+  return s.family == GemmFamily::dense && s.a == p.a && s.b == p.b && s.c == p.c && s.d == p.d &&
+         s.layout_a == p.layout_a && s.layout_b == p.layout_b && s.layout_c == p.layout_c && s.epilogue == p.epilogue;
+}
+
+/// Relative cost of a kernel for the problem: full waves of output tiles times tile area, with small
+/// (pingpong) tiles penalised for their lower per-tile efficiency; lower is better.
+double estimated_cost(const GemmSku& s, const GemmProblem& p, int sm_count) {
+  const auto tiles = ((p.m + s.tile.m - 1) / s.tile.m) * ((p.n + s.tile.n - 1) / s.tile.n) * p.batch;
+  const auto waves = (tiles + sm_count - 1) / sm_count;
+  const double small_tile_penalty = s.tile.m * s.tile.n < 128 * 256 ? 1.15 : 1.0;
+  return static_cast<double>(waves) * s.tile.m * s.tile.n * small_tile_penalty;
+}
+
+std::string describe(const GemmProblem& p) {
+  return fmt::format("A={} B={} C={} D={}, layouts {},{},{}, epilogue {}", name(p.a), name(p.b), name(p.c), name(p.d),
+                     name(p.layout_a), name(p.layout_b), name(p.layout_c), name(p.epilogue));
+}
+
+Status check_problem(const GemmProblem& p) {
+  if (p.m < 0 || p.n < 0 || p.k < 0 || p.batch < 1)
+    return fail(
+        errc::invalid_argument,
+        fmt::format("GEMM problem m={} n={} k={} batch={}: sizes must be >= 0 and batch >= 1", p.m, p.n, p.k, p.batch));
+  if (p.m > INT_MAX || p.n > INT_MAX || p.k > INT_MAX || p.batch > INT_MAX)
+    return fail(errc::invalid_argument, fmt::format("GEMM problem m={} n={} k={} batch={}: each must be <= {}", p.m,
+                                                    p.n, p.k, p.batch, INT_MAX));
+  if (p.k == 0 && p.m > 0 && p.n > 0)
+    return fail(errc::invalid_argument,
+                fmt::format("GEMM problem m={} n={} k=0: dense plans need k >= 1 (D = beta*C is a scaling, not a GEMM)",
+                            p.m, p.n));
+  const bool fp8 = p.a == DType::e4m3 || p.a == DType::e5m2;
+  if (fp8 && p.epilogue != GemmEpilogue::scaled_linear_combination)
+    return fail(errc::invalid_argument,
+                fmt::format("GEMM problem with A={}: fp8 inputs need the scaled_linear_combination epilogue "
+                            "(per-tensor scales), not {}",
+                            name(p.a), name(p.epilogue)));
+  return ok();
+}
+
+Status check_arch(const GemmProblem& p, GpuArch arch) {
+  for (DType t : {p.a, p.b}) {
+    if ((t == DType::e4m3 || t == DType::e5m2) && arch.sm() < 89)
+      return fail(errc::unsupported,
+                  fmt::format("GEMM with {} inputs needs sm_89 or newer (fp8 tensor cores); the device is {}", name(t),
+                              arch.name()));
+    if (t == DType::e2m1 && arch.sm() < 100)
+      return fail(
+          errc::unsupported,
+          fmt::format("GEMM with e2m1 inputs needs sm_100 or newer (fp4 tensor cores); the device is {}", arch.name()));
+  }
+  return ok();
+}
+
+Status check_operand(std::string_view what, const void* ptr, DType t, std::int64_t rows, std::int64_t cols,
+                     MatrixLayout layout, std::int64_t ld, std::int64_t batch, std::int64_t batch_stride) {
+  const std::int64_t align = alignment_elements(t);
+  const auto [contiguous, strided] = extents(rows, cols, layout);
+  if (ptr == nullptr) return fail(errc::invalid_argument, fmt::format("GEMM operand {}: pointer is null", what));
+  if (reinterpret_cast<std::uintptr_t>(ptr) % 16 != 0)
+    return fail(errc::invalid_argument,
+                fmt::format("GEMM operand {}: pointer {} is not 16-byte aligned", what, fmt::ptr(ptr)));
+  if (ld < contiguous)
+    return fail(errc::invalid_argument,
+                fmt::format("GEMM operand {} ({}x{} {}-major): ld{}={} is less than its contiguous extent {}", what,
+                            rows, cols, name(layout), what, ld, contiguous));
+  if (ld % align != 0)
+    return fail(errc::invalid_argument,
+                fmt::format("GEMM operand {}: ld{}={} is not a multiple of {} for {}", what, what, ld, align, name(t)));
+  if (contiguous % align != 0)
+    return fail(errc::invalid_argument,
+                fmt::format("GEMM operand {} ({}x{} {}-major): contiguous extent {} is not a multiple of {} for {}",
+                            what, rows, cols, name(layout), contiguous, align, name(t)));
+  if (batch > 1 && batch_stride < strided * ld)
+    return fail(errc::invalid_argument,
+                fmt::format("GEMM operand {}: batch stride {} is less than one matrix ({} x ld {}) for batch {}", what,
+                            batch_stride, strided, ld, batch));
+  if (batch > 1 && batch_stride % align != 0)
+    return fail(errc::invalid_argument, fmt::format("GEMM operand {}: batch stride {} is not a multiple of {} for {}",
+                                                    what, batch_stride, align, name(t)));
+  return ok();
+}
+
+/// ABI arguments with packed defaults filled in.
+cuactor_dense_args make_args(const GemmProblem& p, const GemmOperands& o, const GemmPlanOptions& opts) {
+  const auto packed_ld = [](std::int64_t rows, std::int64_t cols, MatrixLayout l, std::int64_t ld) {
+    return ld != 0 ? ld : extents(rows, cols, l).contiguous;
+  };
+  cuactor_dense_args a{};
+  a.m = static_cast<int>(p.m);
+  a.n = static_cast<int>(p.n);
+  a.k = static_cast<int>(p.k);
+  a.batch = static_cast<int>(p.batch);
+  a.lda = packed_ld(p.m, p.k, p.layout_a, o.lda);
+  a.ldb = packed_ld(p.k, p.n, p.layout_b, o.ldb);
+  a.ldd = packed_ld(p.m, p.n, p.layout_c, o.ldd);
+  a.ldc = o.c != nullptr ? packed_ld(p.m, p.n, p.layout_c, o.ldc) : a.ldd;
+  const auto packed_stride = [](std::int64_t rows, std::int64_t cols, MatrixLayout l, std::int64_t ld,
+                                std::int64_t stride) {
+    return stride != 0 ? stride : extents(rows, cols, l).strided * ld;
+  };
+  a.batch_stride_a = packed_stride(p.m, p.k, p.layout_a, a.lda, o.batch_stride_a);
+  a.batch_stride_b = packed_stride(p.k, p.n, p.layout_b, a.ldb, o.batch_stride_b);
+  a.batch_stride_d = packed_stride(p.m, p.n, p.layout_c, a.ldd, o.batch_stride_d);
+  a.batch_stride_c = o.c != nullptr ? packed_stride(p.m, p.n, p.layout_c, a.ldc, o.batch_stride_c) : a.batch_stride_d;
+  a.a = o.a;
+  a.b = o.b;
+  a.c = o.c != nullptr ? o.c : o.d;  // beta == 0 without C: the kernel still needs a valid C descriptor
+  a.d = o.d;
+  a.alpha = o.alpha;
+  a.beta = o.beta;
+  a.scale_a = o.scale_a;
+  a.scale_b = o.scale_b;
+  a.device = opts.device;
+  a.sm_count = opts.sm_count;
+  a.max_swizzle = opts.max_swizzle;
+  a.raster_order = opts.raster_order;
+  return a;
+}
+
+}  // namespace
+
+std::size_t hash_value(const GemmProblem& p) noexcept {
+  std::size_t h = 0x9e3779b97f4a7c15ull;
+  for (long long v :
+       {static_cast<long long>(p.m), static_cast<long long>(p.n), static_cast<long long>(p.k),
+        static_cast<long long>(p.batch), static_cast<long long>(p.a), static_cast<long long>(p.b),
+        static_cast<long long>(p.c), static_cast<long long>(p.d), static_cast<long long>(p.layout_a),
+        static_cast<long long>(p.layout_b), static_cast<long long>(p.layout_c), static_cast<long long>(p.epilogue)})
+    h = (h ^ static_cast<std::size_t>(v)) * 0x100000001b3ull + (h >> 31);
+  return h;
+}
+
+Result<GemmPlan> GemmPlan::make(const GemmProblem& problem, GpuArch device_arch, const GemmPlanOptions& options) {
+  CUACTOR_TRY(check_problem(problem));
+  CUACTOR_TRY(check_arch(problem, device_arch));
+  const int sm_count = options.sm_count > 0 ? options.sm_count : kDefaultSmCount;
+  const CatalogEntry* chosen = nullptr;
+  if (options.sku_override) {
+    const GemmSku& want = *options.sku_override;
+    if (want.family != GemmFamily::dense)
+      return fail(errc::invalid_argument,
+                  fmt::format("GemmPlan override {}: family {} is not dense", want.to_string(), name(want.family)));
+    if (!sku_computes(want, problem))
+      return fail(errc::invalid_argument, fmt::format("GemmPlan override {} does not compute the problem ({})",
+                                                      want.to_string(), describe(problem)));
+    if (!runs_on(want, device_arch))
+      return fail(errc::unsupported, fmt::format("GemmPlan override {}: {} kernels cannot run on a {} device",
+                                                 want.to_string(), want.arch.name(), device_arch.name()));
+    chosen = find_in_catalog(want);
+    if (chosen == nullptr)
+      return fail(errc::unsupported,
+                  fmt::format("GemmPlan override {} is not compiled into this build's catalog ({} dense kernels; "
+                              "the JIT can instantiate other configurations)",
+                              want.to_string(), catalog_entries(GemmFamily::dense).size()));
+  } else {
+    // Prefer the most specific architecture the device runs (sm_90a over sm_80), then the cheapest
+    // tile configuration for this shape.
+    double best_cost = 0;
+    for (const CatalogEntry* e : catalog_entries(GemmFamily::dense)) {
+      if (!sku_computes(e->sku, problem) || !runs_on(e->sku, device_arch)) continue;
+      const double cost = estimated_cost(e->sku, problem, sm_count);
+      const bool better = chosen == nullptr || e->sku.arch.sm() > chosen->sku.arch.sm() ||
+                          (e->sku.arch.sm() == chosen->sku.arch.sm() &&
+                           (e->sku.arch.arch_specific > chosen->sku.arch.arch_specific ||
+                            (e->sku.arch.arch_specific == chosen->sku.arch.arch_specific && cost < best_cost)));
+      if (better) {
+        chosen = e;
+        best_cost = cost;
+      }
+    }
+    if (chosen == nullptr)
+      return fail(errc::unsupported,
+                  fmt::format("no dense GEMM kernel in this build's catalog computes {} on {} (CUACTOR_KERNEL_ARCHS "
+                              "selects the compiled families; the JIT can instantiate others)",
+                              describe(problem), device_arch.name()));
+  }
+  if (options.max_swizzle < 0 || options.max_swizzle > 8 || (options.max_swizzle & (options.max_swizzle - 1)) != 0)
+    return fail(errc::invalid_argument,
+                fmt::format("GemmPlan max_swizzle={} must be 0 (default), 1, 2, 4 or 8", options.max_swizzle));
+  if (options.raster_order < 0 || options.raster_order > 2)
+    return fail(errc::invalid_argument,
+                fmt::format("GemmPlan raster_order={} must be 0 (heuristic), 1 (along M) or 2 (along N)",
+                            options.raster_order));
+  GemmPlanOptions resolved = options;
+  resolved.sm_count = sm_count;
+  const auto args = make_args(problem, GemmOperands{}, resolved);
+  const std::size_t workspace = chosen->instance->workspace_size(&args);
+  return GemmPlan(problem, device_arch, chosen, resolved, workspace);
+}
+
+const GemmSku& GemmPlan::sku() const noexcept {
+  return entry_->sku;
+}
+
+double GemmPlan::flops() const noexcept {
+  return 2.0 * static_cast<double>(problem_.m) * static_cast<double>(problem_.n) * static_cast<double>(problem_.k) *
+         static_cast<double>(problem_.batch);
+}
+
+Status GemmPlan::validate(const GemmOperands& o) const {
+  const auto& p = problem_;
+  if (p.m == 0 || p.n == 0) {
+    if (p.m * p.n != 0 || (o.d == nullptr && p.m * p.n > 0))
+      return fail(errc::internal, "GemmPlan: unreachable empty-problem state");
+    return ok();  // nothing to compute
+  }
+  const auto ld_or_packed = [](std::int64_t rows, std::int64_t cols, MatrixLayout l, std::int64_t ld) {
+    return ld != 0 ? ld : extents(rows, cols, l).contiguous;
+  };
+  const auto stride_or_packed = [](std::int64_t rows, std::int64_t cols, MatrixLayout l, std::int64_t ld,
+                                   std::int64_t s) { return s != 0 ? s : extents(rows, cols, l).strided * ld; };
+  const std::int64_t lda = ld_or_packed(p.m, p.k, p.layout_a, o.lda);
+  const std::int64_t ldb = ld_or_packed(p.k, p.n, p.layout_b, o.ldb);
+  const std::int64_t ldd = ld_or_packed(p.m, p.n, p.layout_c, o.ldd);
+  CUACTOR_TRY(check_operand("A", o.a, p.a, p.m, p.k, p.layout_a, lda, p.batch,
+                            stride_or_packed(p.m, p.k, p.layout_a, lda, o.batch_stride_a)));
+  CUACTOR_TRY(check_operand("B", o.b, p.b, p.k, p.n, p.layout_b, ldb, p.batch,
+                            stride_or_packed(p.k, p.n, p.layout_b, ldb, o.batch_stride_b)));
+  CUACTOR_TRY(check_operand("D", o.d, p.d, p.m, p.n, p.layout_c, ldd, p.batch,
+                            stride_or_packed(p.m, p.n, p.layout_c, ldd, o.batch_stride_d)));
+  if (o.c == nullptr) {
+    if (o.beta != 0.0f)
+      return fail(
+          errc::invalid_argument,
+          fmt::format("GEMM operand C: pointer is null but beta={} (C may be omitted only when beta is 0)", o.beta));
+  } else {
+    const std::int64_t ldc = ld_or_packed(p.m, p.n, p.layout_c, o.ldc);
+    CUACTOR_TRY(check_operand("C", o.c, p.c, p.m, p.n, p.layout_c, ldc, p.batch,
+                              stride_or_packed(p.m, p.n, p.layout_c, ldc, o.batch_stride_c)));
+    if (o.c == o.d && p.c != p.d)
+      return fail(errc::invalid_argument,
+                  fmt::format("GEMM operands C and D alias but C is {} and D is {}", name(p.c), name(p.d)));
+  }
+  const bool scaled = p.epilogue == GemmEpilogue::scaled_linear_combination;
+  for (auto [what, ptr] : {std::pair{"scale_a", o.scale_a}, std::pair{"scale_b", o.scale_b}}) {
+    if (ptr == nullptr) continue;
+    if (!scaled)
+      return fail(errc::invalid_argument,
+                  fmt::format("GEMM {} is set but the epilogue {} has no per-tensor scales", what, name(p.epilogue)));
+    if (reinterpret_cast<std::uintptr_t>(ptr) % alignof(float) != 0)
+      return fail(errc::invalid_argument,
+                  fmt::format("GEMM {}: pointer {} is not 4-byte aligned", what, fmt::ptr(ptr)));
+  }
+  return ok();
+}
+
+Status GemmPlan::check_buffer_sizes(const GemmOperands& o, std::size_t a_bytes, std::size_t b_bytes,
+                                    std::size_t c_bytes, std::size_t d_bytes) const {
+  const auto& p = problem_;
+  if (p.m == 0 || p.n == 0) return ok();
+  struct Operand {
+    const char* what;
+    const void* ptr;
+    DType type;
+    std::int64_t rows, cols;
+    MatrixLayout layout;
+    std::int64_t ld, batch_stride;
+    std::size_t bytes;
+  };
+  const Operand operands[] = {
+      {"A", o.a, p.a, p.m, p.k, p.layout_a, o.lda, o.batch_stride_a, a_bytes},
+      {"B", o.b, p.b, p.k, p.n, p.layout_b, o.ldb, o.batch_stride_b, b_bytes},
+      {"C", o.c, p.c, p.m, p.n, p.layout_c, o.ldc, o.batch_stride_c, c_bytes},
+      {"D", o.d, p.d, p.m, p.n, p.layout_c, o.ldd, o.batch_stride_d, d_bytes},
+  };
+  for (const Operand& x : operands) {
+    if (x.ptr == nullptr && x.what[0] == 'C') continue;
+    const auto [contiguous, strided] = extents(x.rows, x.cols, x.layout);
+    const std::int64_t ld = x.ld != 0 ? x.ld : contiguous;
+    const std::int64_t stride = x.batch_stride != 0 ? x.batch_stride : strided * ld;
+    const auto elements = static_cast<std::size_t>((p.batch - 1) * stride + (strided - 1) * ld + contiguous);
+    const std::size_t need = storage_bytes(x.type, elements);
+    if (need > x.bytes)
+      return fail(errc::invalid_argument,
+                  fmt::format("GEMM operand {} ({}x{} {}-major, ld {}, batch {}): needs {} bytes but the buffer has {}",
+                              x.what, x.rows, x.cols, name(x.layout), ld, p.batch, need, x.bytes));
+  }
+  return ok();
+}
+
+Status GemmPlan::run(const GemmOperands& operands, void* workspace, std::size_t workspace_bytes,
+                     cudaStream_t stream) const {
+  CUACTOR_TRY(validate(operands));
+  if (problem_.m == 0 || problem_.n == 0) return ok();
+  if (workspace_bytes < workspace_size_ || (workspace_size_ > 0 && workspace == nullptr))
+    return fail(errc::workspace_too_small,
+                fmt::format("GEMM {}: workspace of {} bytes at {} is smaller than the {} bytes the plan needs",
+                            sku().to_string(), workspace_bytes, fmt::ptr(workspace), workspace_size_));
+  const auto args = make_args(problem_, operands, options_);
+  const cuactor_gemm_instance& inst = *entry_->instance;
+  if (const int s = inst.can_implement(&args); s != CUACTOR_KERNEL_OK)
+    return fail(errc::invalid_argument,
+                fmt::format("GEMM {}: the kernel rejects m={} n={} k={} lda={} ldb={} ldc={} ldd={} (status {})",
+                            sku().to_string(), args.m, args.n, args.k, args.lda, args.ldb, args.ldc, args.ldd, s));
+  switch (inst.run(&args, workspace, workspace_bytes, stream)) {
+    case CUACTOR_KERNEL_OK:
+      return ok();
+    case CUACTOR_KERNEL_WORKSPACE_TOO_SMALL:
+      return fail(errc::workspace_too_small,
+                  fmt::format("GEMM {}: workspace of {} bytes is too small", sku().to_string(), workspace_bytes));
+    case CUACTOR_KERNEL_LAUNCH_FAILED:
+      // CUTLASS consumed the launch error; a sticky one is still visible to the next query.
+      CUACTOR_TRY(cuda::check(cudaPeekAtLastError(), "GEMM launch"));
+      return fail(errc::internal, fmt::format("GEMM {}: kernel launch failed", sku().to_string()));
+    default:
+      return fail(errc::internal, fmt::format("GEMM {}: building the kernel parameters failed", sku().to_string()));
+  }
+}
+
+std::size_t GemmPlanCache::KeyHash::operator()(const Key& k) const noexcept {
+  std::size_t h = hash_value(k.problem);
+  for (std::size_t v : {static_cast<std::size_t>(k.arch.sm()), static_cast<std::size_t>(k.arch.arch_specific),
+                        static_cast<std::size_t>(k.sm_count), static_cast<std::size_t>(k.device),
+                        static_cast<std::size_t>(k.max_swizzle * 3 + k.raster_order),
+                        k.sku_override ? hash_value(*k.sku_override) : std::size_t{0}})
+    h = (h ^ v) * 0x100000001b3ull + (h >> 27);
+  return h;
+}
+
+Result<GemmPlan> GemmPlanCache::get(const GemmProblem& problem, GpuArch arch, const GemmPlanOptions& options) {
+  Key key{
+      problem, arch, options.sm_count, options.device, options.max_swizzle, options.raster_order, options.sku_override};
+  {
+    std::lock_guard lock(mutex_);
+    if (auto it = index_.find(key); it != index_.end()) {
+      lru_.splice(lru_.begin(), lru_, it->second);
+      ++hits_;
+      return it->second->second;
+    }
+    ++misses_;
+  }
+  // Plans are cheap to make (a catalog scan); two threads racing on one key both make it and the
+  // second insert is dropped.
+  auto plan = GemmPlan::make(problem, arch, options);
+  if (!plan) return plan;
+  std::lock_guard lock(mutex_);
+  if (index_.find(key) == index_.end()) {
+    lru_.emplace_front(key, *plan);
+    index_.emplace(std::move(key), lru_.begin());
+    if (lru_.size() > capacity_) {
+      index_.erase(lru_.back().first);
+      lru_.pop_back();
+    }
+  }
+  return plan;
+}
+
+std::size_t GemmPlanCache::size() const {
+  std::lock_guard lock(mutex_);
+  return lru_.size();
+}
+
+std::size_t GemmPlanCache::hits() const {
+  std::lock_guard lock(mutex_);
+  return hits_;
+}
+
+std::size_t GemmPlanCache::misses() const {
+  std::lock_guard lock(mutex_);
+  return misses_;
+}
+
+}  // namespace cuactor::kernels

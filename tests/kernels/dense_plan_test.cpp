@@ -1,0 +1,281 @@
+// GemmPlan choices and rejections; none of this touches a device (operand checks use fake pointers).
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <string>
+
+#include "cuactor/kernels/catalog.hpp"
+#include "cuactor/kernels/gemm_plan.hpp"
+#include "support/gpu_test.hpp"
+
+namespace cuactor::kernels {
+namespace {
+
+constexpr GpuArch kHopper{9, 0, true};
+constexpr GpuArch kAmpere{8, 0, false};
+constexpr GpuArch kAda{8, 9, false};
+
+GemmProblem bf16_problem(std::int64_t m, std::int64_t n, std::int64_t k) {
+  GemmProblem p;
+  p.m = m;
+  p.n = n;
+  p.k = k;
+  return p;
+}
+
+GemmProblem fp8_problem() {
+  GemmProblem p = bf16_problem(256, 256, 256);
+  p.a = p.b = DType::e4m3;
+  p.epilogue = GemmEpilogue::scaled_linear_combination;
+  return p;
+}
+
+/// A fake device address with the given misalignment; validate() never dereferences it.
+const void* fake(std::uintptr_t offset = 0) {
+  return reinterpret_cast<const void*>(0x7f0000000000ull + offset);
+}
+void* fake_mut(std::uintptr_t offset = 0) {
+  return reinterpret_cast<void*>(0x7f0000100000ull + offset);
+}
+
+void expect_error(const Status& s, errc code, const std::string& mentions) {
+  ASSERT_FALSE(s.has_value()) << "expected an error mentioning '" << mentions << "'";
+  EXPECT_EQ(s.error(), code) << s.error().to_string();
+  EXPECT_NE(s.error().message().find(mentions), std::string::npos) << s.error().message();
+}
+
+template <class T>
+void expect_error(const Result<T>& r, errc code, const std::string& mentions) {
+  expect_error(r.has_value() ? Status{} : Status{::cuda::std::unexpected<Error>(r.error())}, code, mentions);
+}
+
+bool in_catalog(const GemmProblem& p, GpuArch arch) {
+  for (const CatalogEntry* e : catalog_entries(GemmFamily::dense))
+    if (e->sku.a == p.a && e->sku.d == p.d && e->sku.layout_b == p.layout_b && runs_on(e->sku, arch)) return true;
+  return false;
+}
+
+TEST(DensePlan, RejectsFp8BelowAda) {
+  expect_error(GemmPlan::make(fp8_problem(), kAmpere), errc::unsupported, "needs sm_89 or newer");
+}
+
+TEST(DensePlan, RejectsFp4BelowBlackwell) {
+  GemmProblem p = bf16_problem(128, 128, 128);
+  p.a = p.b = DType::e2m1;
+  expect_error(GemmPlan::make(p, kHopper), errc::unsupported, "needs sm_100 or newer");
+}
+
+TEST(DensePlan, RejectsFp8WithoutScales) {
+  GemmProblem p = fp8_problem();
+  p.epilogue = GemmEpilogue::linear_combination;
+  expect_error(GemmPlan::make(p, kHopper), errc::invalid_argument, "scaled_linear_combination");
+}
+
+TEST(DensePlan, RejectsBadSizes) {
+  expect_error(GemmPlan::make(bf16_problem(-1, 8, 8), kHopper), errc::invalid_argument, "m=-1");
+  expect_error(GemmPlan::make(bf16_problem(8, 8, 0), kHopper), errc::invalid_argument, "k=0");
+  GemmProblem p = bf16_problem(8, 8, 8);
+  p.batch = 0;
+  expect_error(GemmPlan::make(p, kHopper), errc::invalid_argument, "batch=0");
+  expect_error(GemmPlan::make(bf16_problem(8, std::int64_t{1} << 32, 8), kHopper), errc::invalid_argument, "<=");
+}
+
+TEST(DensePlan, RejectsUnservedCombination) {
+  GemmProblem p = bf16_problem(64, 64, 64);
+  p.a = p.b = DType::i8;
+  expect_error(GemmPlan::make(p, kHopper), errc::unsupported, "A=i8");
+  // fp8 is valid on Ada, but the catalog holds no sm_89 kernel.
+  expect_error(GemmPlan::make(fp8_problem(), kAda), errc::unsupported, "on sm_89 ");
+}
+
+TEST(DensePlan, OverrideRules) {
+  GemmSku sm90 = GemmSku{};  // bf16 TN cooperative 128x256x64 on sm_90a
+  sm90.cluster = {2, 1, 1};
+  GemmPlanOptions o;
+  o.sku_override = sm90;
+  expect_error(GemmPlan::make(bf16_problem(256, 256, 256), kAmpere, o), errc::unsupported,
+               "sm_90a kernels cannot run on a sm_80 device");
+  GemmProblem f16 = bf16_problem(256, 256, 256);
+  f16.a = f16.b = f16.c = f16.d = DType::f16;
+  expect_error(GemmPlan::make(f16, kHopper, o), errc::invalid_argument, "does not compute the problem");
+  GemmSku odd = sm90;
+  odd.tile = {192, 96, 32};
+  o.sku_override = odd;
+  expect_error(GemmPlan::make(bf16_problem(256, 256, 256), kHopper, o), errc::unsupported, "not compiled into");
+  GemmSku grouped = sm90;
+  grouped.family = GemmFamily::grouped;
+  o.sku_override = grouped;
+  expect_error(GemmPlan::make(bf16_problem(256, 256, 256), kHopper, o), errc::invalid_argument, "is not dense");
+}
+
+TEST(DensePlan, OverrideIsHonoured) {
+  for (const CatalogEntry* e : catalog_entries(GemmFamily::dense)) {
+    GemmProblem p = bf16_problem(1000, 1000, 1000);
+    p.a = e->sku.a;
+    p.b = e->sku.b;
+    p.c = e->sku.c;
+    p.d = e->sku.d;
+    p.layout_a = e->sku.layout_a;
+    p.layout_b = e->sku.layout_b;
+    p.layout_c = e->sku.layout_c;
+    p.epilogue = e->sku.epilogue;
+    GemmPlanOptions o;
+    o.sku_override = e->sku;
+    CUACTOR_ASSERT_OK_AND_ASSIGN(plan, GemmPlan::make(p, e->sku.arch.sm() == 90 ? kHopper : kAmpere, o));
+    EXPECT_EQ(plan.sku(), e->sku);
+  }
+}
+
+TEST(DensePlan, HeuristicPicksTileByShapeAndArch) {
+  const GemmProblem large = bf16_problem(4096, 4096, 4096);
+  if (!in_catalog(large, kHopper)) GTEST_SKIP() << "no sm_90a bf16 kernels in this build";
+  CUACTOR_ASSERT_OK_AND_ASSIGN(big, GemmPlan::make(large, kHopper));
+  EXPECT_EQ(big.sku().schedule, GemmSchedule::cooperative) << big.sku().to_string();
+  EXPECT_TRUE(big.sku().arch.arch_specific);
+  CUACTOR_ASSERT_OK_AND_ASSIGN(decode, GemmPlan::make(bf16_problem(16, 4096, 4096), kHopper));
+  EXPECT_EQ(decode.sku().schedule, GemmSchedule::pingpong) << decode.sku().to_string();
+  if (in_catalog(large, kAmpere)) {
+    CUACTOR_ASSERT_OK_AND_ASSIGN(ampere, GemmPlan::make(large, kAmpere));
+    EXPECT_EQ(ampere.sku().arch.sm(), 80);
+  }
+  EXPECT_DOUBLE_EQ(big.flops(), 2.0 * 4096.0 * 4096.0 * 4096.0);
+}
+
+class DensePlanOperands : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!in_catalog(problem_, kHopper)) GTEST_SKIP() << "no sm_90a bf16 kernels in this build";
+    auto plan = GemmPlan::make(problem_, kHopper);
+    ASSERT_TRUE(plan.has_value()) << plan.error().to_string();
+    plan_.emplace(*plan);
+    good_.a = fake();
+    good_.b = fake(0x10000);
+    good_.d = fake_mut();
+  }
+  GemmProblem problem_ = bf16_problem(200, 136, 72);  // A 200x72 row, B 136x72 (TN), D 200x136 row
+  std::optional<GemmPlan> plan_;
+  GemmOperands good_;
+};
+
+TEST_F(DensePlanOperands, AcceptsPackedAndPaddedOperands) {
+  CUACTOR_ASSERT_OK(plan_->validate(good_));
+  GemmOperands padded = good_;
+  padded.lda = 80;
+  padded.ldb = 96;
+  padded.ldd = 256;
+  padded.c = fake(0x20000);
+  padded.ldc = 144;
+  padded.beta = 0.5f;
+  CUACTOR_ASSERT_OK(plan_->validate(padded));
+}
+
+TEST_F(DensePlanOperands, RejectsEachRuleNamingTheOperand) {
+  GemmOperands o = good_;
+  o.a = nullptr;
+  expect_error(plan_->validate(o), errc::invalid_argument, "operand A: pointer is null");
+  o = good_;
+  o.b = fake(8);
+  expect_error(plan_->validate(o), errc::invalid_argument, "operand B: pointer");
+  o = good_;
+  o.lda = 64;
+  expect_error(plan_->validate(o), errc::invalid_argument, "ldA=64 is less than its contiguous extent 72");
+  o = good_;
+  o.ldb = 76;
+  expect_error(plan_->validate(o), errc::invalid_argument, "ldB=76 is not a multiple of 8 for bf16");
+  o = good_;
+  o.beta = 1.0f;
+  expect_error(plan_->validate(o), errc::invalid_argument, "C: pointer is null but beta=1");
+  o = good_;
+  o.scale_a = static_cast<const float*>(fake());
+  expect_error(plan_->validate(o), errc::invalid_argument, "no per-tensor scales");
+  o = good_;
+  o.d = fake_mut(2);
+  expect_error(plan_->validate(o), errc::invalid_argument, "operand D: pointer");
+}
+
+TEST_F(DensePlanOperands, RejectsUnalignedContiguousExtent) {
+  GemmProblem p = problem_;
+  p.k = 70;  // A's rows (and B's) are 70 elements: 140 bytes, not a multiple of 16
+  CUACTOR_ASSERT_OK_AND_ASSIGN(plan, GemmPlan::make(p, kHopper));
+  GemmOperands o = good_;
+  o.lda = 72;
+  o.ldb = 72;
+  expect_error(plan.validate(o), errc::invalid_argument, "contiguous extent 70 is not a multiple of 8");
+}
+
+TEST_F(DensePlanOperands, RejectsOverlappingBatches) {
+  GemmProblem p = problem_;
+  p.batch = 2;
+  CUACTOR_ASSERT_OK_AND_ASSIGN(plan, GemmPlan::make(p, kHopper));
+  GemmOperands o = good_;
+  o.batch_stride_d = 136 * 100;
+  expect_error(plan.validate(o), errc::invalid_argument, "operand D: batch stride 13600 is less than one matrix");
+  CUACTOR_ASSERT_OK(plan.validate(good_));
+}
+
+TEST_F(DensePlanOperands, RunRejectsMissingWorkspaceBeforeLaunch) {
+  GemmOperands o = good_;
+  o.a = nullptr;
+  expect_error(plan_->run(o, nullptr, 0, nullptr), errc::invalid_argument, "operand A");
+}
+
+TEST(DensePlan, EmptyProblemsAreNoOps) {
+  GemmPlan::make(bf16_problem(0, 64, 64), kHopper)
+      .and_then([](const GemmPlan& plan) { return plan.run(GemmOperands{}, nullptr, 0, nullptr); })
+      .or_else([](const Error& e) -> Status {
+        if (e == errc::unsupported) return {};  // no bf16 kernel compiled in
+        ADD_FAILURE() << e.to_string();
+        return {};
+      });
+}
+
+TEST(DensePlan, Sm80KernelsRunOnAmpereAdaAndHopperOnly) {
+  GemmSku s;
+  s.arch = kAmpere;
+  s.schedule = GemmSchedule::multistage;
+  EXPECT_TRUE(runs_on(s, kAmpere));
+  EXPECT_TRUE(runs_on(s, GpuArch{8, 6, false}));
+  EXPECT_TRUE(runs_on(s, kAda));
+  EXPECT_TRUE(runs_on(s, kHopper));
+  EXPECT_FALSE(runs_on(s, GpuArch{7, 5, false}));
+  EXPECT_FALSE(runs_on(s, GpuArch{10, 0, true}));
+  EXPECT_FALSE(runs_on(GemmSku{}, GpuArch{10, 0, true}));  // sm_90a needs exactly 9.0
+  EXPECT_TRUE(runs_on(GemmSku{}, kHopper));
+}
+
+TEST(DensePlan, RejectsBadRasterisation) {
+  GemmPlanOptions o;
+  o.max_swizzle = 3;
+  expect_error(GemmPlan::make(bf16_problem(64, 64, 64), kHopper, o), errc::invalid_argument, "max_swizzle=3");
+  o.max_swizzle = 0;
+  o.raster_order = 5;
+  expect_error(GemmPlan::make(bf16_problem(64, 64, 64), kHopper, o), errc::invalid_argument, "raster_order=5");
+}
+
+TEST(DensePlan, CacheReusesPlansAndKeysEveryChoice) {
+  if (!in_catalog(bf16_problem(64, 64, 64), kHopper)) GTEST_SKIP() << "no sm_90a bf16 kernels in this build";
+  GemmPlanCache cache(2);
+  CUACTOR_ASSERT_OK(cache.get(bf16_problem(64, 64, 64), kHopper));
+  CUACTOR_ASSERT_OK(cache.get(bf16_problem(64, 64, 64), kHopper));
+  EXPECT_EQ(cache.hits(), 1u);
+  GemmPlanOptions o;
+  o.max_swizzle = 4;
+  CUACTOR_ASSERT_OK(cache.get(bf16_problem(64, 64, 64), kHopper, o));  // another key
+  EXPECT_EQ(cache.size(), 2u);
+  CUACTOR_ASSERT_OK(cache.get(bf16_problem(128, 64, 64), kHopper));  // evicts the least recent
+  EXPECT_EQ(cache.size(), 2u);
+  EXPECT_EQ(cache.misses(), 3u);
+  EXPECT_FALSE(cache.get(bf16_problem(-1, 64, 64), kHopper).has_value());  // failures are not cached
+  EXPECT_EQ(cache.size(), 2u);
+}
+
+TEST(DensePlan, ProblemHashSeparatesFields) {
+  GemmProblem a = bf16_problem(1, 2, 3);
+  GemmProblem b = a;
+  b.layout_b = MatrixLayout::row;
+  EXPECT_NE(hash_value(a), hash_value(b));
+  EXPECT_EQ(std::hash<GemmProblem>{}(a), hash_value(bf16_problem(1, 2, 3)));
+}
+
+}  // namespace
+}  // namespace cuactor::kernels
