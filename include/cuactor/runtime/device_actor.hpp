@@ -106,36 +106,37 @@ struct ActorOptions {
 
 /// A snapshot of a device actor ([R9]).
 struct DeviceStats {
-  int device = -1;
-  bool memory_known = false;  ///< False while the context is being rebuilt or is unusable.
-  std::size_t free_bytes = 0;
-  std::size_t total_bytes = 0;
-  std::size_t queue_depth = 0;  ///< Requests waiting in the mailbox.
-  std::size_t in_flight = 0;    ///< Operations submitted to the stream, not yet completed.
-  std::uint64_t generation = 0;
-  CircuitState circuit = CircuitState::closed;
-  bool accepting_ops = false;
-  std::uint64_t completed = 0;      ///< Requests answered with success.
-  std::uint64_t failed = 0;         ///< Requests answered with an error (any code).
-  std::uint64_t poisonings = 0;     ///< Poisonings detected since start.
-  std::uint64_t rejected_full = 0;  ///< Requests answered `queue_full`.
+  int device = -1;                              ///< Device ordinal.
+  bool memory_known = false;                    ///< False while the context is being rebuilt or is unusable.
+  std::size_t free_bytes = 0;                   ///< cudaMemGetInfo free bytes.
+  std::size_t total_bytes = 0;                  ///< cudaMemGetInfo total bytes.
+  std::size_t queue_depth = 0;                  ///< Requests waiting in the mailbox.
+  std::size_t in_flight = 0;                    ///< Operations submitted to the stream, not yet completed.
+  std::uint64_t generation = 0;                 ///< DeviceState generation (1 = first context).
+  CircuitState circuit = CircuitState::closed;  ///< Circuit breaker state.
+  bool accepting_ops = false;                   ///< DeviceState::accepting_ops().
+  std::uint64_t completed = 0;                  ///< Requests answered with success.
+  std::uint64_t failed = 0;                     ///< Requests answered with an error (any code).
+  std::uint64_t poisonings = 0;                 ///< Poisonings detected since start.
+  std::uint64_t rejected_full = 0;              ///< Requests answered `queue_full`.
 };
 
-/// Buffers an operation reads: validated before it runs; its stream waits for their last writes.
-class Reads {
+/// A list of buffers an operation uses with one kind of access (see Reads and Writes).
+template <class Access>
+class BufferList {
  public:
-  Reads() = default;
-  /// Reads{a, b, c} for GpuRefs of any element types.
+  BufferList() = default;
+  /// BufferList{a, b, c} for GpuRefs of any element types.
   template <class... T>
-  Reads(const GpuRef<T>&... refs) : items_{refs.allocation()...} {}  // NOLINT(google-explicit-constructor)
+  BufferList(const GpuRef<T>&... refs) : items_{refs.allocation()...} {}  // NOLINT(google-explicit-constructor)
   /// Adds one more buffer.
   template <class T>
-  Reads& add(const GpuRef<T>& ref) {
+  BufferList& add(const GpuRef<T>& ref) {
     items_.push_back(ref.allocation());
     return *this;
   }
   /// Adds one more allocation.
-  Reads& add(std::shared_ptr<DeviceAllocation> allocation) {
+  BufferList& add(std::shared_ptr<DeviceAllocation> allocation) {
     items_.push_back(std::move(allocation));
     return *this;
   }
@@ -146,31 +147,15 @@ class Reads {
   std::vector<std::shared_ptr<DeviceAllocation>> items_;
 };
 
+/// Tag of read access.
+struct ReadAccess {};
+/// Tag of write access.
+struct WriteAccess {};
+/// Buffers an operation reads: validated before it runs; its stream waits for their last writes.
+using Reads = BufferList<ReadAccess>;
 /// Buffers an operation writes: like Reads, plus a write lease while in flight and a recorded write
 /// event afterwards.
-class Writes {
- public:
-  Writes() = default;
-  /// Writes{c, d} for GpuRefs of any element types.
-  template <class... T>
-  Writes(const GpuRef<T>&... refs) : items_{refs.allocation()...} {}  // NOLINT(google-explicit-constructor)
-  /// Adds one more buffer.
-  template <class T>
-  Writes& add(const GpuRef<T>& ref) {
-    items_.push_back(ref.allocation());
-    return *this;
-  }
-  /// Adds one more allocation.
-  Writes& add(std::shared_ptr<DeviceAllocation> allocation) {
-    items_.push_back(std::move(allocation));
-    return *this;
-  }
-  /// The allocations.
-  [[nodiscard]] const std::vector<std::shared_ptr<DeviceAllocation>>& items() const noexcept { return items_; }
-
- private:
-  std::vector<std::shared_ptr<DeviceAllocation>> items_;
-};
+using Writes = BufferList<WriteAccess>;
 
 /// What the capture listener receives for each operation recorded while the actor's stream captures:
 /// the buffers it uses and the objects it asked to keep alive (the listener owns them from now on, e.g.
@@ -429,10 +414,11 @@ class KernelArgs {
   requires std::is_trivially_copyable_v<T>
   void push(const T& value) { push_value(&value, sizeof(T), alignof(T)); }
 
+  /// Where one argument lives in storage().
   struct Slot {
-    std::size_t offset = 0;
-    std::size_t size = 0;
-    int buffer = -1;  ///< Index into buffers(), or -1 for a value.
+    std::size_t offset = 0;  ///< Byte offset in storage().
+    std::size_t size = 0;    ///< Bytes (sizeof(void*) for buffers).
+    int buffer = -1;         ///< Index into buffers(), or -1 for a value.
   };
   /// Argument slots in parameter order.
   [[nodiscard]] const std::vector<Slot>& slots() const noexcept { return slots_; }
@@ -463,21 +449,21 @@ struct LaunchShape {
 /// k×n, C m×n. T is float, double, __half or __nv_bfloat16 (the last two accumulate in fp32).
 template <class T>
 struct GemmRequest {
-  bool transpose_a = false;
-  bool transpose_b = false;
-  int m = 0, n = 0, k = 0;
-  double alpha = 1.0, beta = 0.0;
-  GpuRef<T> a;
-  int lda = 0;
-  GpuRef<T> b;
-  int ldb = 0;
-  GpuRef<T> c;
-  int ldc = 0;
+  bool transpose_a = false;        ///< op(A) = A^T.
+  bool transpose_b = false;        ///< op(B) = B^T.
+  int m = 0, n = 0, k = 0;         ///< Problem size.
+  double alpha = 1.0, beta = 0.0;  ///< Scalars (fp32 for float/half/bf16, fp64 for double).
+  GpuRef<T> a;                     ///< A, column-major.
+  int lda = 0;                     ///< Leading dimension of A (>= its rows).
+  GpuRef<T> b;                     ///< B, column-major.
+  int ldb = 0;                     ///< Leading dimension of B.
+  GpuRef<T> c;                     ///< C (read when beta != 0, written).
+  int ldc = 0;                     ///< Leading dimension of C (>= m).
 };
 
 /// Untyped form of GemmRequest used by the actor's .cpp.
 struct GemmDesc {
-  bool transpose_a = false, transpose_b = false;
+  bool transpose_a = false, transpose_b = false;  ///< See GemmRequest; the rest mirrors it untyped.
   int m = 0, n = 0, k = 0;
   double alpha = 1.0, beta = 0.0;
   cudaDataType_t type = CUDA_R_32F;
