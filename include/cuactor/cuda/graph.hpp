@@ -72,6 +72,7 @@ class Graph {
 
   /// The raw handle; stays owned by this object.
   [[nodiscard]] cudaGraph_t get() const noexcept { return graph_; }
+  /// True when a graph is owned.
   [[nodiscard]] explicit operator bool() const noexcept { return graph_ != nullptr; }
   /// Number of top-level nodes.
   Result<std::size_t> node_count() const;
@@ -112,7 +113,9 @@ class GraphExec {
   GraphExec& operator=(const GraphExec&) = delete;
   ~GraphExec();
 
+  /// The raw handle; stays owned by this object.
   [[nodiscard]] cudaGraphExec_t get() const noexcept { return exec_; }
+  /// True when an executable graph is owned.
   [[nodiscard]] explicit operator bool() const noexcept { return exec_ != nullptr; }
   /// Enqueues one replay on `stream`.
   Status launch(cudaStream_t stream) const;
@@ -141,7 +144,9 @@ class UserObject {
   UserObject& operator=(const UserObject&) = delete;
   ~UserObject();
 
+  /// The raw handle; the reference stays owned by this object.
   [[nodiscard]] cudaUserObject_t get() const noexcept { return object_; }
+  /// True while this handle owns a reference.
   [[nodiscard]] explicit operator bool() const noexcept { return object_ != nullptr; }
   /// Gives `graph` one new reference to the object (this handle keeps its own).
   Status retain_by(const Graph& graph) const;
