@@ -18,14 +18,23 @@ bool has_tag(DType t) {
 }  // namespace
 
 Result<std::string> template_for(const GemmSku& sku) {
-  if (sku.family == GemmFamily::dense && sku.arch == GpuArch{9, 0, true})
-    return std::string("dense_sm90_instance.cu.in");
-  if (sku.family == GemmFamily::dense && sku.arch == GpuArch{8, 0, false})
-    return std::string("dense_sm80_instance.cu.in");
-  if (sku.family == GemmFamily::grouped && sku.arch == GpuArch{9, 0, true})
-    return std::string("grouped_instance.cu.in");
-  return fail(errc::unsupported, fmt::format("no instantiation template for {} GEMM on {} (templates: dense sm_90a, "
-                                             "dense sm_80, grouped sm_90a)",
+  // The TEMPLATE each (family, arch) of kernels/catalog.cmake uses; the catalog rendering test
+  // (JitGemm.RendersEveryCatalogInstanceByteForByte) fails when the two disagree.
+  struct Entry {
+    GemmFamily family;
+    GpuArch arch;
+    const char* file;
+  };
+  static constexpr Entry kTemplates[] = {
+      {GemmFamily::dense, GpuArch{9, 0, true}, "dense_sm90_instance.cu.in"},
+      {GemmFamily::dense, GpuArch{8, 0, false}, "dense_sm80_instance.cu.in"},
+      {GemmFamily::grouped, GpuArch{9, 0, true}, "grouped_instance.cu.in"},
+      {GemmFamily::grouped, GpuArch{8, 0, false}, "grouped_sm80_instance.cu.in"},
+  };
+  for (const Entry& e : kTemplates)
+    if (e.family == sku.family && e.arch == sku.arch) return std::string(e.file);
+  return fail(errc::unsupported, fmt::format("no instantiation template for {} GEMM on {} (templates: dense and "
+                                             "grouped for sm_90a and sm_80)",
                                              kernels::name(sku.family), sku.arch.name()));
 }
 
