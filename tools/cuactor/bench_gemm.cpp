@@ -40,6 +40,7 @@ struct GemmBenchOptions {
   bool quick = false;
   int max_swizzle = 0;   ///< sm_90a tile swizzle (0 = CUTLASS default).
   int raster_order = 0;  ///< sm_90a raster order (0 heuristic, 1 along M, 2 along N).
+  std::string only;      ///< Run only cases whose label contains this text.
 };
 
 /// One row of the table.
@@ -145,9 +146,15 @@ class CublasAnchor {
                                       cuda_data_type(p_.b), b_is_nk ? k : n, a, cuda_data_type(p_.a), k, &beta, d,
                                       cuda_data_type(p_.d), n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
                          "cublasGemmEx");
-    return cuda::check(cublasLtMatmul(lt_, op_, &alpha, b, la_, a, lb_, &beta, d, lc_, d, lc_, &algo_, workspace_,
-                                      workspace_bytes_, stream_),
-                       "cublasLtMatmul");
+    // The heuristic's first choice can still refuse the call (seen on H200 with CUDA 13.0): move on to
+    // its next candidates until one accepts, then keep that one.
+    cublasStatus_t status = CUBLAS_STATUS_NOT_SUPPORTED;
+    for (; chosen_ < algos_.size(); ++chosen_) {
+      status = cublasLtMatmul(lt_, op_, &alpha, b, la_, a, lb_, &beta, d, lc_, d, lc_, &algos_[chosen_], workspace_,
+                              workspace_bytes_, stream_);
+      if (status != CUBLAS_STATUS_NOT_SUPPORTED) break;
+    }
+    return cuda::check(status, fmt::format("cublasLtMatmul (fp8, {} heuristic candidates)", algos_.size()));
   }
 
  private:
@@ -190,12 +197,12 @@ class CublasAnchor {
     CUACTOR_TRY(s);
     for (int i = 0; i < found; ++i) {
       cublasLtMatmulHeuristicResult_t checked{};
-      if (cublasLtMatmulAlgoCheck(lt_, op_, la_, lb_, lc_, lc_, &results[i].algo, &checked) != CUBLAS_STATUS_SUCCESS)
-        continue;
-      algo_ = results[i].algo;
-      return ok();
+      if (cublasLtMatmulAlgoCheck(lt_, op_, la_, lb_, lc_, lc_, &results[i].algo, &checked) == CUBLAS_STATUS_SUCCESS)
+        algos_.push_back(results[i].algo);
     }
-    return fail(errc::unsupported, fmt::format("cuBLASLt offers no usable fp8 algorithm ({} candidates)", found));
+    if (algos_.empty())
+      return fail(errc::unsupported, fmt::format("cuBLASLt offers no usable fp8 algorithm ({} candidates)", found));
+    return ok();
   }
 
   GemmProblem p_;
@@ -206,7 +213,8 @@ class CublasAnchor {
   cublasLtHandle_t lt_ = nullptr;
   cublasLtMatmulDesc_t op_ = nullptr;
   cublasLtMatrixLayout_t la_ = nullptr, lb_ = nullptr, lc_ = nullptr;
-  cublasLtMatmulAlgo_t algo_{};
+  std::vector<cublasLtMatmulAlgo_t> algos_;
+  std::size_t chosen_ = 0;
 };
 
 double median(std::vector<double> v) {
@@ -301,7 +309,8 @@ Result<GemmRow> bench_case(const GemmCase& c, const cuda::DeviceProperties& prop
     ds.push_back(std::move(*d));
   }
   auto anchor_d = cuda::DeviceBuffer::allocate(pool, d_bytes, stream.get());
-  auto scales = cuda::DeviceBuffer::allocate(pool, 2 * sizeof(float), stream.get());
+  // Each scale in its own 16-byte slot: libraries may load them with vector loads.
+  auto scales = cuda::DeviceBuffer::allocate(pool, 8 * sizeof(float), stream.get());
   constexpr std::size_t kAnchorWorkspace = std::size_t{32} << 20;
   auto anchor_ws = cuda::DeviceBuffer::allocate(pool, kAnchorWorkspace, stream.get());
   auto ours_ws = cuda::DeviceBuffer::allocate(pool, plan->workspace_size(), stream.get());
@@ -309,11 +318,11 @@ Result<GemmRow> bench_case(const GemmCase& c, const cuda::DeviceProperties& prop
   if (!scales) return fail(scales.error());
   if (!anchor_ws) return fail(anchor_ws.error());
   if (!ours_ws) return fail(ours_ws.error());
-  const float scale_values[2] = {0.5f, 0.25f};
+  const float scale_values[8] = {0.5f, 0, 0, 0, 0.25f, 0, 0, 0};
   CUACTOR_TRY(cuda::copy_async(scales->data(), scale_values, sizeof scale_values, stream.get()));
   const bool fp8 = p.epilogue == GemmEpilogue::scaled_linear_combination;
   const float* scale_a = fp8 ? scales->data_as<const float>() : nullptr;
-  const float* scale_b = fp8 ? scales->data_as<const float>() + 1 : nullptr;
+  const float* scale_b = fp8 ? scales->data_as<const float>() + 4 : nullptr;
 
   auto anchor = CublasAnchor::create(p, stream.get(), anchor_ws->data(), kAnchorWorkspace, scale_a, scale_b);
   if (!anchor) return fail(anchor.error());
@@ -379,6 +388,7 @@ Status run_bench_gemm(const GemmBenchOptions& opt) {
   std::cout << fmt::format("{:<15} {:>5} {:>5} {:>5}  {:>9} {:>9} {:>7}\n", "", "", "", "", "TFLOP/s", "TFLOP/s", "");
   int failures = 0;
   for (const auto& c : gemm_cases(opt.quick)) {
+    if (!opt.only.empty() && c.label.find(opt.only) == std::string::npos) continue;
     auto row = bench_case(c, *props, *stream, *pool, opt);
     if (!row) {
       ++failures;
@@ -420,6 +430,7 @@ void add_bench_gemm_command(CLI::App& app) {
   cmd->add_flag("--quick", opt->quick, "Only 4096^3 and the decode shapes");
   cmd->add_option("--swizzle", opt->max_swizzle, "sm_90a tile swizzle 1, 2, 4, 8 (0: CUTLASS default)");
   cmd->add_option("--raster", opt->raster_order, "sm_90a raster order: 0 heuristic, 1 along M, 2 along N");
+  cmd->add_option("--only", opt->only, "Run only the cases whose label contains this text (e.g. \"bf16 TN\")");
   cmd->callback([opt] {
     if (auto s = run_bench_gemm(*opt); !s) {
       std::cerr << "cuactor bench gemm: " << s.error().to_string() << "\n";
