@@ -53,7 +53,10 @@ Library::~Library() {
 }
 
 Result<Kernel> Library::kernel(const std::string& name) const {
-  const DriverApi& api = driver_api();
+  // Parameter queries need a current context even though the library is context-independent.
+  auto drv = driver();
+  if (!drv) return fail(drv.error());
+  const DriverApi& api = **drv;
   Kernel k;
   const CUresult r = api.library_get_kernel(&k.kernel_, lib_, name.c_str());
   if (r == CUDA_ERROR_NOT_FOUND)

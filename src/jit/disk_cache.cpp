@@ -141,8 +141,12 @@ Result<Artifact> decode_entry(std::span<const std::byte> bytes) {
   return a;
 }
 
+std::filesystem::path default_cache_directory() {
+  return cache_root() / "jit";
+}
+
 Result<DiskCache> DiskCache::open(DiskCacheOptions options) {
-  if (options.directory.empty()) options.directory = cache_root() / "jit";
+  if (options.directory.empty()) options.directory = default_cache_directory();
   std::error_code ec;
   fs::create_directories(options.directory, ec);
   if (ec || !fs::is_directory(options.directory))

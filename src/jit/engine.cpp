@@ -106,9 +106,7 @@ std::string InstanceRequest::identity() const {
 }
 
 Result<cuda::Kernel> JitModule::kernel(const std::string& name) const {
-  // The module may have been loaded on a worker thread; the driver's kernel queries need a current
-  // context on this one.
-  CUACTOR_TRY(cuda::check(cudaFree(nullptr), "cudaFree(nullptr) (context initialisation)"));
+  // cuda::Library::kernel makes the context current itself, whichever thread loaded the module.
   for (const auto& [expr, lowered] : lowered_)
     if (expr == name) return library_.kernel(lowered);
   return library_.kernel(name);

@@ -1,39 +1,21 @@
 #include <fmt/format.h>
 #include <nvrtc.h>
 
-#include <cstdlib>
 #include <filesystem>
 #include <iostream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 #include <string>
 #include <vector>
 
 #include "commands.hpp"
 #include "cuactor/core/paths.hpp"
 #include "cuactor/cuda/device.hpp"
+#include "cuactor/jit/disk_cache.hpp"
+#include "cuactor/jit/nvcc.hpp"
 #include "cuactor/kernels/catalog.hpp"
 
 namespace cuactor::cli {
 namespace {
-
-std::string find_nvcc() {
-  std::vector<std::filesystem::path> candidates;
-  for (const char* var : {"CUACTOR_NVCC", "CUDACXX"})
-    if (const char* p = std::getenv(var); p && *p) candidates.emplace_back(p);
-  for (const char* var : {"CUDA_HOME", "CUDA_PATH"})
-    if (const char* p = std::getenv(var); p && *p) candidates.push_back(std::filesystem::path(p) / "bin" / "nvcc");
-  if (const char* path = std::getenv("PATH")) {
-    std::stringstream ss(path);
-    for (std::string dir; std::getline(ss, dir, ':');)
-      if (!dir.empty()) candidates.push_back(std::filesystem::path(dir) / "nvcc");
-  }
-  candidates.emplace_back("/usr/local/cuda/bin/nvcc");
-  std::error_code ec;
-  for (const auto& c : candidates)
-    if (std::filesystem::is_regular_file(c, ec)) return c.string();
-  return {};
-}
 
 nlohmann::json collect() {
   nlohmann::json j;
@@ -66,9 +48,19 @@ nlohmann::json collect() {
   int major = 0, minor = 0;
   const bool nvrtc_ok = nvrtcVersion(&major, &minor) == NVRTC_SUCCESS;
   j["nvrtc"] = nvrtc_ok ? nlohmann::json(fmt::format("{}.{}", major, minor)) : nlohmann::json(nullptr);
-  const std::string nvcc = find_nvcc();
-  j["nvcc"] = nvcc.empty() ? nlohmann::json(nullptr) : nlohmann::json(nvcc);
+  const auto nvcc = jit::find_nvcc();
+  j["nvcc"] = nvcc ? nlohmann::json(nvcc->string()) : nlohmann::json(nullptr);
   j["cache_root"] = cache_root().string();
+  // Count the JIT cache's entries without creating the directory.
+  const auto jit_dir = jit::default_cache_directory();
+  std::size_t entries = 0, bytes = 0;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(jit_dir, ec))
+    if (e.is_regular_file(ec) && e.path().extension() != ".lock") {
+      ++entries;
+      bytes += static_cast<std::size_t>(e.file_size(ec));
+    }
+  j["jit_cache"] = {{"directory", jit_dir.string()}, {"files", entries}, {"bytes", bytes}};
   return j;
 }
 
@@ -106,6 +98,10 @@ void print_text(const nlohmann::json& j) {
   std::cout << "  NVRTC:        " << (j["nvrtc"].is_null() ? "unavailable" : j["nvrtc"].get<std::string>()) << "\n";
   std::cout << "  nvcc:         " << (j["nvcc"].is_null() ? "not found" : j["nvcc"].get<std::string>()) << "\n";
   std::cout << "  cache root:   " << j["cache_root"].get<std::string>() << "\n";
+  const auto& jc = j["jit_cache"];
+  std::cout << fmt::format("  JIT cache:    {} ({} files, {:.1f} MiB)\n", jc["directory"].get<std::string>(),
+                           jc["files"].get<std::size_t>(),
+                           static_cast<double>(jc["bytes"].get<std::size_t>()) / (1 << 20));
 }
 
 }  // namespace

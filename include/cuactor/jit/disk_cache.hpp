@@ -39,6 +39,9 @@ struct Artifact {
   std::vector<std::byte> payload;
 };
 
+/// The default cache directory: cuactor::cache_root() / "jit".
+std::filesystem::path default_cache_directory();
+
 /// Where a cache lives and how large it may grow.
 struct DiskCacheOptions {
   /// Directory of the entries (created when missing). Default: cuactor::cache_root() / "jit".
