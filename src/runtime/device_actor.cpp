@@ -129,6 +129,13 @@ class Incarnation final : public AllocationOwner {
     inc->pool_ = std::make_unique<cuda::MemPool>(std::move(*pool));
     CUACTOR_TRY(cuda::check(cublasCreate(&inc->blas_), fmt::format("cublasCreate(device {})", ordinal)));
     CUACTOR_TRY(cuda::check(cublasSetStream(inc->blas_, inc->stream_->get()), "cublasSetStream"));
+    // A workspace of our own keeps cuBLAS from allocating during stream capture (its recommendation
+    // for graphs; 32 MiB covers Hopper's largest kernels).
+    auto workspace = cuda::DeviceBuffer::allocate(*inc->pool_, kCublasWorkspaceBytes, inc->stream_->get());
+    if (!workspace) return fail(workspace.error());
+    inc->blas_workspace_ = std::move(*workspace);
+    CUACTOR_TRY(cuda::check(cublasSetWorkspace(inc->blas_, inc->blas_workspace_.data(), kCublasWorkspaceBytes),
+                            "cublasSetWorkspace"));
     return inc;
   }
 
@@ -138,15 +145,34 @@ class Incarnation final : public AllocationOwner {
       // worse, recycled) driver objects, so they are deliberately leaked.
       (void)stream_.release();
       (void)pool_.release();
+      (void)blas_workspace_.release();
       return;
     }
     if (blas_) (void)cublasDestroy(blas_);
+    flush_deferred_frees();
   }
 
+  // Called from whichever thread dropped the last reference. While the stream captures, a free (and
+  // the wait on the last write) would be recorded into the graph instead of running, so it is deferred
+  // until the capture has ended.
   void deallocate(void* ptr, std::size_t, cudaEvent_t last_write) noexcept override {
     if (lost_.load(std::memory_order_acquire)) return;
-    if (last_write) (void)cudaStreamWaitEvent(stream_->get(), last_write, 0);
-    (void)cudaFreeAsync(ptr, stream_->get());
+    std::lock_guard lock(free_mutex_);
+    if (stream_capturing()) {
+      deferred_frees_.push_back({ptr, last_write});
+      return;
+    }
+    for (const auto& f : deferred_frees_) free_now(f.ptr, f.last_write);
+    deferred_frees_.clear();
+    free_now(ptr, last_write);
+  }
+
+  /// Frees what was deferred during a capture; the actor calls it when it sees the capture end.
+  void flush_deferred_frees() noexcept {
+    std::lock_guard lock(free_mutex_);
+    if (deferred_frees_.empty() || stream_capturing()) return;
+    for (const auto& f : deferred_frees_) free_now(f.ptr, f.last_write);
+    deferred_frees_.clear();
   }
   [[nodiscard]] bool context_lost() const noexcept override { return lost_.load(std::memory_order_acquire); }
   void mark_lost() noexcept { lost_.store(true, std::memory_order_release); }
@@ -157,9 +183,31 @@ class Incarnation final : public AllocationOwner {
 
  private:
   std::unique_ptr<cuda::Stream> stream_;
+  static constexpr std::size_t kCublasWorkspaceBytes = std::size_t{32} << 20;
+
+  struct DeferredFree {
+    void* ptr;
+    cudaEvent_t last_write;  // owned here since deallocate()
+  };
+
+  [[nodiscard]] bool stream_capturing() const noexcept {
+    cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+    return cudaStreamIsCapturing(stream_->get(), &status) == cudaSuccess && status != cudaStreamCaptureStatusNone;
+  }
+  void free_now(void* ptr, cudaEvent_t last_write) noexcept {
+    if (last_write) {
+      (void)cudaStreamWaitEvent(stream_->get(), last_write, 0);
+      (void)cudaEventDestroy(last_write);  // the enqueued wait keeps what it needs
+    }
+    (void)cudaFreeAsync(ptr, stream_->get());
+  }
+
   std::unique_ptr<cuda::MemPool> pool_;
   cublasHandle_t blas_ = nullptr;
+  cuda::DeviceBuffer blas_workspace_;
   std::atomic<bool> lost_{false};
+  std::mutex free_mutex_;
+  std::vector<DeferredFree> deferred_frees_;
 };
 
 }  // namespace
@@ -489,6 +537,7 @@ class ActorCore : public std::enable_shared_from_this<ActorCore> {
     cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
     capturing_ =
         cudaStreamIsCapturing(inc_->stream(), &status) == cudaSuccess && status == cudaStreamCaptureStatusActive;
+    if (!capturing_) inc_->flush_deferred_frees();
     if (!capturing_ && !capture_listener_) capture_keep_alive_.clear();
   }
 

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <utility>
+
 #include "cuactor/cuda/check.hpp"
 #include "cuactor/cuda/device.hpp"
 
@@ -20,7 +22,15 @@ DeviceAllocation::~DeviceAllocation() {
   // After a reset the event and the address belong to a dead context: abandon them.
   if (context_lost()) return;
   // The free is ordered on the owner's stream after the last recorded write on any stream.
-  if (owner_ && ptr_) owner_->deallocate(ptr_, bytes_, has_write_ ? write_event_ : nullptr);
+  if (owner_ && ptr_) {
+    // The owner takes the event: it may defer the free (and the wait on the event) past a capture.
+    cudaEvent_t last_write = std::exchange(write_event_, nullptr);
+    if (!has_write_ && last_write) {
+      (void)cudaEventDestroy(last_write);
+      last_write = nullptr;
+    }
+    owner_->deallocate(ptr_, bytes_, last_write);
+  }
   if (write_event_) (void)cudaEventDestroy(write_event_);
 }
 

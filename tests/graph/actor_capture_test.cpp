@@ -122,5 +122,35 @@ TEST_F(GraphActorTest, GraphActorCaptureInvalidatedAndAbandoned) {
   EXPECT_EQ(host.back(), 7);
 }
 
+// A GpuRef whose last reference goes away while the actor's stream captures must not record its free
+// (or the wait on its last write) into the graph: the free waits until the capture has ended.
+TEST_F(GraphActorTest, BufferDroppedDuringCaptureIsFreedAfterTheCapture) {
+  CUACTOR_ASSERT_OK_AND_ASSIGN(actor, runtime::DeviceActor::create(0));
+  auto [ea, doomed] = wait(actor.allocate<float>(std::size_t{1} << 20, asio::use_future));
+  auto [eb, kept] = wait(actor.allocate<float>(1024, asio::use_future));
+  ASSERT_FALSE(ea || eb);
+  ASSERT_FALSE(wait(actor.fill(doomed, 1.0f, asio::use_future)).first);  // gives it a last-write event
+
+  CUACTOR_ASSERT_OK_AND_ASSIGN(capture, ActorCapture::begin(actor, CaptureMode::global));
+  doomed = {};  // the last reference: its free is deferred, not captured
+  auto [ef, filled] = wait(actor.fill(kept, 2.0f, asio::use_future));
+  ASSERT_FALSE(ef) << ef.message();
+  CUACTOR_ASSERT_OK_AND_ASSIGN(graph, capture.end_capture());  // fails if a free had been recorded
+  EXPECT_EQ(graph.buffers_written().size(), 1u);
+
+  auto shared = std::make_shared<CapturedGraph>(std::move(graph));
+  auto [er, done] = wait(replay(actor, shared, asio::use_future));
+  ASSERT_FALSE(er) << er.message();
+  auto [eh, host] = wait(actor.copy_to_host(filled, asio::use_future));
+  ASSERT_FALSE(eh) << eh.message();
+  ASSERT_EQ(host.size(), 1024u);
+  for (float v : host) ASSERT_EQ(v, 2.0f);
+  // A later allocation works and the device is healthy: the deferred free ran outside the capture.
+  auto [el, later] = wait(actor.allocate<float>(std::size_t{1} << 20, asio::use_future));
+  ASSERT_FALSE(el) << el.message();
+  EXPECT_EQ(actor.stats().circuit, runtime::CircuitState::closed);
+  EXPECT_EQ(actor.stats().failed, 0u);
+}
+
 }  // namespace
 }  // namespace cuactor::graph

@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <span>
+#include <utility>
 
 #include "cuactor/core/expected.hpp"
 
@@ -70,6 +71,12 @@ class DeviceBuffer {
   void set_free_stream(cudaStream_t s) noexcept { stream_ = s; }
   /// Frees now in stream order on the free stream; reports the error the destructor would swallow.
   Status reset();
+  /// Gives up ownership without freeing (for memory of a context that was reset) and returns the
+  /// pointer.
+  void* release() noexcept {
+    bytes_ = 0;
+    return std::exchange(ptr_, nullptr);
+  }
 
  private:
   void* ptr_ = nullptr;

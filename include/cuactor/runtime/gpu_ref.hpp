@@ -25,7 +25,8 @@ namespace cuactor::runtime {
 class AllocationOwner {
  public:
   virtual ~AllocationOwner() = default;
-  /// Frees `ptr` in stream order after `last_write` (may be null). Never called once context_lost().
+  /// Frees `ptr` in stream order after `last_write` (may be null) and takes ownership of `last_write`
+  /// (destroys it once its wait is enqueued, possibly later). Never called once context_lost().
   virtual void deallocate(void* ptr, std::size_t bytes, cudaEvent_t last_write) noexcept = 0;
   /// True once the context this memory lived in was reset: its pointers and events are gone and
   /// must never be freed (the addresses may already belong to a newer allocation).
