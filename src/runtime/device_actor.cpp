@@ -14,6 +14,7 @@
 #include <mutex>
 #include <shared_mutex>
 #include <thread>
+#include <unordered_set>
 
 #include "cuactor/core/log.hpp"
 #include "cuactor/cuda/check.hpp"
@@ -152,13 +153,15 @@ class Incarnation final : public AllocationOwner {
     flush_deferred_frees();
   }
 
-  // Called from whichever thread dropped the last reference. While the stream captures, a free (and
-  // the wait on the last write) would be recorded into the graph instead of running, so it is deferred
-  // until the capture has ended.
+  // Called from whichever thread dropped the last reference. While the stream captures, the free of
+  // memory allocated before the capture (and the wait on its last write) would be recorded into the
+  // graph instead of running, so it is deferred until the capture has ended. Memory the capture itself
+  // allocated is freed inside the capture: the graph's free node pairs its allocation node.
   void deallocate(void* ptr, std::size_t, cudaEvent_t last_write) noexcept override {
     if (lost_.load(std::memory_order_acquire)) return;
     std::lock_guard lock(free_mutex_);
-    if (stream_capturing()) {
+    const bool allocated_in_capture = captured_allocations_.erase(ptr) > 0;
+    if (stream_capturing() && !allocated_in_capture) {
       deferred_frees_.push_back({ptr, last_write});
       return;
     }
@@ -167,9 +170,16 @@ class Incarnation final : public AllocationOwner {
     free_now(ptr, last_write);
   }
 
+  /// Remembers that `ptr` was allocated while the stream captured (called on the actor's thread).
+  void note_captured_allocation(void* ptr) {
+    std::lock_guard lock(free_mutex_);
+    captured_allocations_.insert(ptr);
+  }
+
   /// Frees what was deferred during a capture; the actor calls it when it sees the capture end.
   void flush_deferred_frees() noexcept {
     std::lock_guard lock(free_mutex_);
+    if (!stream_capturing()) captured_allocations_.clear();  // later frees of those run outside the graph
     if (deferred_frees_.empty() || stream_capturing()) return;
     for (const auto& f : deferred_frees_) free_now(f.ptr, f.last_write);
     deferred_frees_.clear();
@@ -208,6 +218,7 @@ class Incarnation final : public AllocationOwner {
   std::atomic<bool> lost_{false};
   std::mutex free_mutex_;
   std::vector<DeferredFree> deferred_frees_;
+  std::unordered_set<void*> captured_allocations_;
 };
 
 }  // namespace
@@ -342,6 +353,8 @@ class ActorCore : public std::enable_shared_from_this<ActorCore> {
         return fail(std::move(err));
       }
     }
+    // Memory allocated inside a capture is the graph's: its free must be recorded in the same capture.
+    if (ptr && capturing_) inc_->note_captured_allocation(ptr);
     auto allocation = std::make_shared<DeviceAllocation>(ptr, bytes, state_, inc_);
     // Other streams must not use the memory before its stream-ordered allocation happened.
     if (bytes > 0 && !capturing_) CUACTOR_TRY(allocation->record_write(inc_->stream()));

@@ -10,6 +10,7 @@
 #include <tuple>
 #include <vector>
 
+#include "cuactor/cuda/memory.hpp"
 #include "cuactor/cuda/stream.hpp"
 #include "support/gpu_test.hpp"
 
@@ -150,6 +151,37 @@ TEST_F(GraphActorTest, BufferDroppedDuringCaptureIsFreedAfterTheCapture) {
   ASSERT_FALSE(el) << el.message();
   EXPECT_EQ(actor.stats().circuit, runtime::CircuitState::closed);
   EXPECT_EQ(actor.stats().failed, 0u);
+}
+
+// Scratch memory an operation allocates and drops while the stream captures belongs to the graph: its
+// free is recorded with its allocation, so the graph can be replayed again and again.
+TEST_F(GraphActorTest, ScratchAllocatedInsideTheCaptureIsFreedInsideAndReplaysRepeat) {
+  CUACTOR_ASSERT_OK_AND_ASSIGN(actor, runtime::DeviceActor::create(0));
+  auto [ea, out] = wait(actor.allocate<float>(256, asio::use_future));
+  ASSERT_FALSE(ea);
+  CUACTOR_ASSERT_OK_AND_ASSIGN(capture, ActorCapture::begin(actor, CaptureMode::global));
+  auto [es, recorded] = wait(actor.submit<int>(
+      runtime::Reads{}, runtime::Writes{out},
+      [out](runtime::OpContext& ctx) -> Result<int> {
+        auto scratch = ctx.allocate_bytes(std::size_t{1} << 20);
+        if (!scratch) return fail(scratch.error());
+        CUACTOR_TRY(cuda::memset_async((*scratch)->data(), 0, (*scratch)->bytes(), ctx.stream()));
+        CUACTOR_TRY(cuda::copy_async(out.allocation()->data(), (*scratch)->data(), 256 * sizeof(float), ctx.stream()));
+        scratch->reset();  // freed in stream order inside the capture
+        return 1;
+      },
+      asio::use_future));
+  ASSERT_FALSE(es) << es.message();
+  CUACTOR_ASSERT_OK_AND_ASSIGN(graph, capture.end_capture());
+  auto shared = std::make_shared<CapturedGraph>(std::move(graph));
+  for (int replay_index = 0; replay_index < 3; ++replay_index) {
+    ASSERT_FALSE(wait(actor.fill(out, 7.0f, asio::use_future)).first);
+    auto [er, done] = wait(replay(actor, shared, asio::use_future));
+    ASSERT_FALSE(er) << "replay " << replay_index << ": " << er.message();
+    auto [eh, host] = wait(actor.copy_to_host(out, asio::use_future));
+    ASSERT_FALSE(eh) << eh.message();
+    for (float v : host) ASSERT_EQ(v, 0.0f) << "replay " << replay_index;
+  }
 }
 
 }  // namespace
