@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_util.hpp"
 #include "commands.hpp"
 #include "cuactor/cuda/check.hpp"
 #include "cuactor/cuda/device.hpp"
@@ -73,38 +74,6 @@ std::vector<GemmCase> gemm_cases(bool quick) {
   cases.push_back(make("bf16 TN decode", DType::bf16, DType::bf16, MatrixLayout::col, 16, 8192, 8192, true));
   cases.push_back(make("e4m3 TN decode", DType::e4m3, DType::bf16, MatrixLayout::col, 16, 8192, 8192, true));
   return cases;
-}
-
-cudaDataType_t cuda_data_type(DType t) {
-  switch (t) {
-    case DType::bf16:
-      return CUDA_R_16BF;
-    case DType::f16:
-      return CUDA_R_16F;
-    case DType::e4m3:
-      return CUDA_R_8F_E4M3;
-    default:
-      return CUDA_R_32F;
-  }
-}
-
-/// Pseudo-random finite values of `t` (random data draws the tensor cores' real power; constant
-/// data would flatter both sides) in `bytes` of device memory.
-Status fill_random_bytes(void* dst, std::size_t bytes, DType t, unsigned seed, cudaStream_t stream) {
-  constexpr std::size_t kChunk = std::size_t{16} << 20;
-  auto chunk = cuda::PinnedBuffer::allocate(kChunk);
-  if (!chunk) return fail(chunk.error());
-  std::mt19937 rng(seed);
-  for (auto& w : chunk->as_span<std::uint16_t>()) {
-    const auto r = static_cast<std::uint16_t>(rng());
-    // bf16/f16: random sign and mantissa, magnitude around 1 (bf16) or 2 (f16); e4m3: two bytes that
-    // are never NaN (0x7f / 0xff) nor large.
-    w = t == DType::e4m3 ? static_cast<std::uint16_t>(r & 0xb7b7) : static_cast<std::uint16_t>((r & 0x80ff) | 0x3f00);
-  }
-  for (std::size_t off = 0; off < bytes; off += kChunk)
-    CUACTOR_TRY(
-        cuda::copy_async(static_cast<std::byte*>(dst) + off, chunk->data(), std::min(kChunk, bytes - off), stream));
-  return cuda::check(cudaStreamSynchronize(stream), "fill_random_bytes");
 }
 
 /// The anchor: cuBLAS computing the same row-major D = A * B (B stored as the problem says), seen
@@ -217,35 +186,6 @@ class CublasAnchor {
   std::size_t chosen_ = 0;
 };
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0.0 : v[v.size() / 2];
-}
-
-/// Appends `reps` event-timed milliseconds of `launch(i)` (i counts launches, for rotation).
-template <class Launch>
-Status time_into(std::vector<double>& out, cudaStream_t stream, int reps, int& counter, Launch&& launch) {
-  std::vector<cuda::Event> events;
-  for (int i = 0; i < 2 * reps; ++i) {
-    auto e = cuda::Event::create(cuda::Event::Kind::timing);
-    if (!e) return fail(e.error());
-    events.push_back(std::move(*e));
-  }
-  for (int i = 0; i < reps; ++i) {
-    CUACTOR_TRY(events[static_cast<std::size_t>(2 * i)].record(stream));
-    CUACTOR_TRY(launch(counter++));
-    CUACTOR_TRY(events[static_cast<std::size_t>(2 * i + 1)].record(stream));
-  }
-  CUACTOR_CUDA_TRY(cudaStreamSynchronize(stream));
-  for (int i = 0; i < reps; ++i) {
-    auto ms =
-        cuda::Event::elapsed_ms(events[static_cast<std::size_t>(2 * i)], events[static_cast<std::size_t>(2 * i + 1)]);
-    if (!ms) return fail(ms.error());
-    out.push_back(static_cast<double>(*ms));
-  }
-  return ok();
-}
-
 /// Relative Frobenius difference between two device buffers of 16-bit floats of type `t`.
 Result<double> relative_difference(const void* x, const void* y, std::size_t count, DType t, cudaStream_t stream) {
   std::vector<std::uint16_t> hx(count), hy(count);
@@ -302,8 +242,8 @@ Result<GemmRow> bench_case(const GemmCase& c, const cuda::DeviceProperties& prop
     if (!a) return fail(a.error());
     if (!b) return fail(b.error());
     if (!d) return fail(d.error());
-    CUACTOR_TRY(fill_random_bytes(a->data(), a_bytes, p.a, 11u + static_cast<unsigned>(i), stream.get()));
-    CUACTOR_TRY(fill_random_bytes(b->data(), b_bytes, p.b, 23u + static_cast<unsigned>(i), stream.get()));
+    CUACTOR_TRY(fill_random(a->data(), a_bytes, p.a, 11u + static_cast<unsigned>(i), stream.get()));
+    CUACTOR_TRY(fill_random(b->data(), b_bytes, p.b, 23u + static_cast<unsigned>(i), stream.get()));
     as.push_back(std::move(*a));
     bs.push_back(std::move(*b));
     ds.push_back(std::move(*d));

@@ -15,6 +15,7 @@
 #include <tuple>
 #include <vector>
 
+#include "bench_util.hpp"
 #include "commands.hpp"
 #include "cuactor/cuda/check.hpp"
 #include "cuactor/cuda/device.hpp"
@@ -69,72 +70,6 @@ struct CublasHandle {
     if (h) cublasDestroy(h);
   }
 };
-
-cudaDataType_t cuda_type(DType t) {
-  switch (t) {
-    case DType::bf16:
-      return CUDA_R_16BF;
-    case DType::f16:
-      return CUDA_R_16F;
-    case DType::e4m3:
-      return CUDA_R_8F_E4M3;
-    default:
-      return CUDA_R_32F;
-  }
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0.0 : v[v.size() / 2];
-}
-
-/// Median milliseconds of `reps` calls of `launch` on `stream` after `warmup` calls, each timed by
-/// its own pair of events.
-template <class Launch>
-Result<double> time_ms(cudaStream_t stream, int warmup, int reps, Launch&& launch) {
-  for (int i = 0; i < warmup; ++i) CUACTOR_TRY(launch());
-  std::vector<cuda::Event> starts, stops;
-  for (int i = 0; i < reps; ++i) {
-    auto a = cuda::Event::create(cuda::Event::Kind::timing);
-    auto b = cuda::Event::create(cuda::Event::Kind::timing);
-    if (!a) return fail(a.error());
-    if (!b) return fail(b.error());
-    starts.push_back(std::move(*a));
-    stops.push_back(std::move(*b));
-  }
-  for (int i = 0; i < reps; ++i) {
-    CUACTOR_TRY(starts[static_cast<std::size_t>(i)].record(stream));
-    CUACTOR_TRY(launch());
-    CUACTOR_TRY(stops[static_cast<std::size_t>(i)].record(stream));
-  }
-  CUACTOR_CUDA_TRY(cudaStreamSynchronize(stream));
-  std::vector<double> ms;
-  for (int i = 0; i < reps; ++i) {
-    auto t = cuda::Event::elapsed_ms(starts[static_cast<std::size_t>(i)], stops[static_cast<std::size_t>(i)]);
-    if (!t) return fail(t.error());
-    ms.push_back(*t);
-  }
-  return median(ms);
-}
-
-/// Fills `bytes` of device memory with pseudo-random finite values of `t` (random data, like real
-/// weights, draws the tensor cores' full power, so constant data would flatter every row) by
-/// repeating one 32 MiB pinned chunk.
-Status fill_random(void* dst, std::size_t bytes, DType t, unsigned seed, cudaStream_t s) {
-  constexpr std::size_t kChunk = std::size_t{32} << 20;
-  auto chunk = cuda::PinnedBuffer::allocate(kChunk);
-  if (!chunk) return fail(chunk.error());
-  std::mt19937 rng(seed);
-  auto words = chunk->as_span<std::uint16_t>();
-  for (auto& w : words) {
-    const auto r = static_cast<std::uint16_t>(rng());
-    // 16-bit: sign, exponent of 0.5..2; fp8 e4m3: two bytes without the NaN encodings (0x7f/0xff).
-    w = t == DType::e4m3 ? static_cast<std::uint16_t>(r & 0x7777) : static_cast<std::uint16_t>((r & 0x80ff) | 0x3f00);
-  }
-  for (std::size_t off = 0; off < bytes; off += kChunk)
-    CUACTOR_TRY(cuda::copy_async(static_cast<std::byte*>(dst) + off, chunk->data(), std::min(kChunk, bytes - off), s));
-  return cuda::check(cudaStreamSynchronize(s), "fill_random");
-}
 
 struct Options {
   int reps = 30;
@@ -245,9 +180,9 @@ class GroupedBench {
     auto loop = time_ms(s, opt_.warmup, opt_.reps, [&]() -> Status {
       for (const auto& p : problems) {
         if (p.m == 0) continue;
-        CUACTOR_CUDA_TRY(cublasGemmEx(h.h, CUBLAS_OP_T, CUBLAS_OP_N, p.n, p.m, p.k, &alpha, p.b, cuda_type(in),
-                                      static_cast<int>(p.ldb), p.a, cuda_type(in), static_cast<int>(p.lda), &beta, p.d,
-                                      cuda_type(out), static_cast<int>(p.ldd), CUBLAS_COMPUTE_32F,
+        CUACTOR_CUDA_TRY(cublasGemmEx(h.h, CUBLAS_OP_T, CUBLAS_OP_N, p.n, p.m, p.k, &alpha, p.b, cuda_data_type(in),
+                                      static_cast<int>(p.ldb), p.a, cuda_data_type(in), static_cast<int>(p.lda), &beta,
+                                      p.d, cuda_data_type(out), static_cast<int>(p.ldd), CUBLAS_COMPUTE_32F,
                                       CUBLAS_GEMM_DEFAULT));
       }
       return ok();
@@ -281,10 +216,11 @@ class GroupedBench {
     CUACTOR_CUDA_TRY(cudaStreamSynchronize(s));
     const auto* dptr = ptrs->data_as<const void*>();
     auto grouped = time_ms(s, opt_.warmup, opt_.reps, [&]() -> Status {
-      CUACTOR_CUDA_TRY(cublasGemmGroupedBatchedEx(
-          h.h, ta.data(), tb.data(), ms.data(), ns.data(), ks.data(), alphas.data(), dptr, cuda_type(in), ldas.data(),
-          dptr + count, cuda_type(in), ldbs.data(), betas.data(), const_cast<void* const*>(dptr + 2 * count),
-          cuda_type(out), ldds.data(), count, sizes.data(), CUBLAS_COMPUTE_32F));
+      CUACTOR_CUDA_TRY(cublasGemmGroupedBatchedEx(h.h, ta.data(), tb.data(), ms.data(), ns.data(), ks.data(),
+                                                  alphas.data(), dptr, cuda_data_type(in), ldas.data(), dptr + count,
+                                                  cuda_data_type(in), ldbs.data(), betas.data(),
+                                                  const_cast<void* const*>(dptr + 2 * count), cuda_data_type(out),
+                                                  ldds.data(), count, sizes.data(), CUBLAS_COMPUTE_32F));
       return ok();
     });
     // cuBLAS has no fp8 path here (needs cuBLASLt): report what it says instead of failing the run.

@@ -1,0 +1,96 @@
+// Helpers shared by the `cuactor bench ...` subcommands: cuBLAS data types, random device data,
+// CUDA-event timing and medians.
+#pragma once
+
+#include <cublas_api.h>
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include "cuactor/core/dtype.hpp"
+#include "cuactor/core/expected.hpp"
+#include "cuactor/cuda/check.hpp"
+#include "cuactor/cuda/event.hpp"
+#include "cuactor/cuda/memory.hpp"
+
+namespace cuactor::cli {
+
+/// cuBLAS's name of a 16-bit, fp8 or f32 element type.
+inline cudaDataType_t cuda_data_type(DType t) {
+  switch (t) {
+    case DType::bf16:
+      return CUDA_R_16BF;
+    case DType::f16:
+      return CUDA_R_16F;
+    case DType::e4m3:
+      return CUDA_R_8F_E4M3;
+    default:
+      return CUDA_R_32F;
+  }
+}
+
+/// Median of `v` (0 when empty).
+inline double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0.0 : v[v.size() / 2];
+}
+
+/// Fills `bytes` of device memory with pseudo-random finite values of `t` by repeating one pinned
+/// chunk. Random data draws the tensor cores' real power; constant data would flatter every side.
+inline Status fill_random(void* dst, std::size_t bytes, DType t, unsigned seed, cudaStream_t stream) {
+  constexpr std::size_t kChunk = std::size_t{32} << 20;
+  auto chunk = cuda::PinnedBuffer::allocate(kChunk);
+  if (!chunk) return fail(chunk.error());
+  std::mt19937 rng(seed);
+  for (auto& w : chunk->as_span<std::uint16_t>()) {
+    const auto r = static_cast<std::uint16_t>(rng());
+    // 16-bit: random sign and mantissa, magnitude 0.5..2; e4m3: two signed bytes that are never NaN
+    // (0x7f / 0xff) nor large.
+    w = t == DType::e4m3 ? static_cast<std::uint16_t>(r & 0xb7b7) : static_cast<std::uint16_t>((r & 0x80ff) | 0x3f00);
+  }
+  for (std::size_t off = 0; off < bytes; off += kChunk)
+    CUACTOR_TRY(
+        cuda::copy_async(static_cast<std::byte*>(dst) + off, chunk->data(), std::min(kChunk, bytes - off), stream));
+  return cuda::check(cudaStreamSynchronize(stream), "fill_random");
+}
+
+/// Appends `reps` event-timed milliseconds of `launch(i)` to `out`; `counter` numbers the launches
+/// (for rotating inputs) and advances.
+template <class Launch>
+Status time_into(std::vector<double>& out, cudaStream_t stream, int reps, int& counter, Launch&& launch) {
+  std::vector<cuda::Event> events;
+  for (int i = 0; i < 2 * reps; ++i) {
+    auto e = cuda::Event::create(cuda::Event::Kind::timing);
+    if (!e) return fail(e.error());
+    events.push_back(std::move(*e));
+  }
+  for (int i = 0; i < reps; ++i) {
+    CUACTOR_TRY(events[static_cast<std::size_t>(2 * i)].record(stream));
+    CUACTOR_TRY(launch(counter++));
+    CUACTOR_TRY(events[static_cast<std::size_t>(2 * i + 1)].record(stream));
+  }
+  CUACTOR_CUDA_TRY(cudaStreamSynchronize(stream));
+  for (int i = 0; i < reps; ++i) {
+    auto ms =
+        cuda::Event::elapsed_ms(events[static_cast<std::size_t>(2 * i)], events[static_cast<std::size_t>(2 * i + 1)]);
+    if (!ms) return fail(ms.error());
+    out.push_back(static_cast<double>(*ms));
+  }
+  return ok();
+}
+
+/// Median milliseconds of `reps` event-timed calls of `launch()` after `warmup` untimed ones.
+template <class Launch>
+Result<double> time_ms(cudaStream_t stream, int warmup, int reps, Launch&& launch) {
+  for (int i = 0; i < warmup; ++i) CUACTOR_TRY(launch());
+  std::vector<double> ms;
+  int counter = 0;
+  CUACTOR_TRY(time_into(ms, stream, reps, counter, [&](int) { return launch(); }));
+  return median(std::move(ms));
+}
+
+}  // namespace cuactor::cli
