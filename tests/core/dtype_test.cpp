@@ -13,6 +13,8 @@ TEST(DType, SizesInBitsAndBytes) {
   EXPECT_EQ(storage_bytes(DType::e2m1, 3), 2u);
   EXPECT_EQ(storage_bytes(DType::f16, 10), 20u);
   static_assert(dtype_of<float>::value == DType::f32);
+  static_assert(dtype_of<__nv_bfloat16>::value == DType::bf16);
+  static_assert(dtype_of<__nv_fp8_e4m3>::value == DType::e4m3);
 }
 
 TEST(DType, NamesRoundTrip) {

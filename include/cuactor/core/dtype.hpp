@@ -2,6 +2,10 @@
 /// Element types cuactor kernels and buffers understand.
 #pragma once
 
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+
 #include <cstddef>
 #include <optional>
 #include <string_view>
@@ -63,8 +67,8 @@ std::string_view name(DType t) noexcept;
 /// Parses a canonical name (also accepts "float32", "half", "bfloat16", "fp8_e4m3", ...).
 std::optional<DType> parse_dtype(std::string_view s) noexcept;
 
-/// Maps a C++ element type to its DType (float, double, int32_t, ...; CUDA's half types
-/// specialise this where their headers are included).
+/// Maps a C++ element type to its DType (float, double, int32_t, CUDA's __half, __nv_bfloat16,
+/// __nv_fp8_e4m3, __nv_fp8_e5m2, ...).
 template <class T>
 struct dtype_of;
 template <>
@@ -94,6 +98,22 @@ struct dtype_of<signed char> {
 template <>
 struct dtype_of<unsigned char> {
   static constexpr DType value = DType::u8;
+};
+template <>
+struct dtype_of<__half> {
+  static constexpr DType value = DType::f16;
+};
+template <>
+struct dtype_of<__nv_bfloat16> {
+  static constexpr DType value = DType::bf16;
+};
+template <>
+struct dtype_of<__nv_fp8_e4m3> {
+  static constexpr DType value = DType::e4m3;
+};
+template <>
+struct dtype_of<__nv_fp8_e5m2> {
+  static constexpr DType value = DType::e5m2;
 };
 
 }  // namespace cuactor

@@ -22,30 +22,6 @@
 
 namespace cuactor::kernels {
 
-/// The DType of a GpuRef element type a dense GEMM accepts.
-template <class T>
-struct gemm_element;
-/// bf16.
-template <>
-struct gemm_element<__nv_bfloat16> {
-  static constexpr DType value = DType::bf16;
-};
-/// fp16.
-template <>
-struct gemm_element<__half> {
-  static constexpr DType value = DType::f16;
-};
-/// fp32 (outputs only).
-template <>
-struct gemm_element<float> {
-  static constexpr DType value = DType::f32;
-};
-/// fp8 E4M3 (inputs only).
-template <>
-struct gemm_element<__nv_fp8_e4m3> {
-  static constexpr DType value = DType::e4m3;
-};
-
 /// Shape and layouts of a dense GEMM request: D (m x n) = alpha * [scale_a * scale_b] * A (m x k) *
 /// B (k x n) + beta * C, `batch` times; B `col` means stored N x K ("TN"), `row` means K x N.
 struct DenseGemmShape {
@@ -120,9 +96,9 @@ auto async_dense_gemm(runtime::DeviceActor& actor, GemmPlanCache& plans, DenseGe
         p.n = shape.n;
         p.k = shape.k;
         p.batch = shape.batch;
-        p.a = gemm_element<TA>::value;
-        p.b = gemm_element<TB>::value;
-        p.c = p.d = gemm_element<TD>::value;
+        p.a = dtype_of<TA>::value;
+        p.b = dtype_of<TB>::value;
+        p.c = p.d = dtype_of<TD>::value;
         p.layout_a = shape.layout_a;
         p.layout_b = shape.layout_b;
         p.layout_c = shape.layout_c;

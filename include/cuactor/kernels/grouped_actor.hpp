@@ -86,6 +86,22 @@ std::shared_ptr<const void> hold(T value) {
   return std::make_shared<const T>(std::move(value));
 }
 
+/// Prepares `groups` with `plan`, allocates the workspace in stream order on the actor's stream and
+/// enqueues the kernel(s). The workspace goes back to the pool right after the launch (its free is
+/// ordered after the kernel on the same stream); the prepared metadata, whose pinned upload is
+/// enqueued, is kept alive until the work completed.
+template <class Groups>
+Status run_prepared(OpContext& ctx, const GroupedGemmPlan& plan, const Groups& groups, const GroupedScalars& scalars) {
+  auto prepared = plan.prepare(groups, scalars);
+  if (!prepared) return fail(prepared.error());
+  auto workspace = ctx.allocate_bytes(prepared->workspace_size());
+  if (!workspace) return fail(workspace.error());
+  CUACTOR_TRY(prepared->run(ctx.stream(), (*workspace)->data(), (*workspace)->bytes()));
+  workspace->reset();
+  ctx.keep_alive(hold(std::move(*prepared)));
+  return ok();
+}
+
 }  // namespace detail
 
 /// Grouped GEMM with host-known rows per group (`rows[g]`, zeros allowed). `spec.sm_count` = 0 takes
@@ -128,15 +144,7 @@ auto async_grouped_gemm(DeviceActor& actor, GroupedPlanCache& plans, GroupedGemm
           p.ldd = ops.n;
           start += rows[g];
         }
-        auto prepared = (*plan)->prepare(groups, scalars);
-        if (!prepared) return fail(prepared.error());
-        auto workspace = ctx.allocate_bytes(prepared->workspace_size());
-        if (!workspace) return fail(workspace.error());
-        CUACTOR_TRY(prepared->run(ctx.stream(), (*workspace)->data(), (*workspace)->bytes()));
-        // The workspace goes back to the pool now: its cudaFreeAsync on this stream is ordered after the
-        // kernel. The prepared metadata (pinned) must outlive the enqueued upload, so it is kept alive.
-        workspace->reset();
-        ctx.keep_alive(detail::hold(std::move(*prepared)));
+        CUACTOR_TRY(detail::run_prepared(ctx, **plan, groups, scalars));
         return ops.d;
       },
       std::forward<Token>(token));
@@ -172,15 +180,7 @@ auto async_grouped_gemm_device_sized(DeviceActor& actor, GroupedPlanCache& plans
         g.b_group_stride = static_cast<std::int64_t>(ops.n) * ops.k;
         g.d = ops.d.allocation()->data();
         g.ldd = ops.n;
-        auto prepared = (*plan)->prepare(g, scalars);
-        if (!prepared) return fail(prepared.error());
-        auto workspace = ctx.allocate_bytes(prepared->workspace_size());
-        if (!workspace) return fail(workspace.error());
-        CUACTOR_TRY(prepared->run(ctx.stream(), (*workspace)->data(), (*workspace)->bytes()));
-        // The workspace goes back to the pool now: its cudaFreeAsync on this stream is ordered after the
-        // kernel. The prepared metadata (pinned) must outlive the enqueued upload, so it is kept alive.
-        workspace->reset();
-        ctx.keep_alive(detail::hold(std::move(*prepared)));
+        CUACTOR_TRY(detail::run_prepared(ctx, **plan, g, scalars));
         return ops.d;
       },
       std::forward<Token>(token));
