@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "kernels/adapter_entries.cuh"
 #include "kernels/gemm_tags.cuh"
 #include "kernels/instance_abi.h"
 
@@ -21,7 +22,10 @@ namespace cuactor::kernels::sm80 {
 /// `Stages` mainloop stages; CUTLASS 2.x requires C and D of one type.
 template <class A, class B, class C, class D, class Acc, class LayoutA, class LayoutB, class LayoutC, int TileM,
           int TileN, int TileK, int Stages, class Schedule, class Epilogue>
-struct DenseGemm {
+struct DenseGemm
+    : AdapterEntries<
+          DenseGemm<A, B, C, D, Acc, LayoutA, LayoutB, LayoutC, TileM, TileN, TileK, Stages, Schedule, Epilogue>,
+          cuactor_dense_args> {
   static_assert(std::is_same_v<C, D>, "CUTLASS 2.x GEMMs read C as the output type");
   static_assert(std::is_same_v<Schedule, tags::multistage>, "sm_80 instances use the multistage mainloop");
   static_assert(std::is_same_v<Epilogue, tags::linear_combination>, "sm_80 instances have a linear combination");
@@ -50,32 +54,6 @@ struct DenseGemm {
         a.batch > 1 ? cutlass::gemm::GemmUniversalMode::kBatched : cutlass::gemm::GemmUniversalMode::kGemm,
         cutlass::gemm::GemmCoord(a.m, a.n, a.k), a.batch, {a.alpha, a.beta}, a.a, a.b, a.c, a.d, a.batch_stride_a,
         a.batch_stride_b, a.batch_stride_c, a.batch_stride_d, a.lda, a.ldb, a.ldc, a.ldd);
-  }
-
-  /// ABI entry: can_implement.
-  static int can_implement(const void* p) {
-    if (p == nullptr) return CUACTOR_KERNEL_BAD_ARGS;
-    return Gemm::can_implement(make_arguments(*static_cast<const cuactor_dense_args*>(p))) == cutlass::Status::kSuccess
-               ? CUACTOR_KERNEL_OK
-               : CUACTOR_KERNEL_NOT_IMPLEMENTABLE;
-  }
-
-  /// ABI entry: workspace_size.
-  static size_t workspace_size(const void* p) {
-    if (p == nullptr) return 0;
-    return Gemm::get_workspace_size(make_arguments(*static_cast<const cuactor_dense_args*>(p)));
-  }
-
-  /// ABI entry: run.
-  static int run(const void* p, void* workspace, size_t workspace_bytes, void* stream) {
-    if (p == nullptr) return CUACTOR_KERNEL_BAD_ARGS;
-    const auto args = make_arguments(*static_cast<const cuactor_dense_args*>(p));
-    if (Gemm::get_workspace_size(args) > workspace_bytes) return CUACTOR_KERNEL_WORKSPACE_TOO_SMALL;
-    Gemm gemm;
-    const auto s = static_cast<cudaStream_t>(stream);
-    if (gemm.initialize(args, workspace, s) != cutlass::Status::kSuccess) return CUACTOR_KERNEL_INIT_FAILED;
-    if (gemm.run(s) != cutlass::Status::kSuccess) return CUACTOR_KERNEL_LAUNCH_FAILED;
-    return CUACTOR_KERNEL_OK;
   }
 };
 

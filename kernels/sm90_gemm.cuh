@@ -19,6 +19,7 @@
 #include <cutlass/gemm/kernel/gemm_universal.hpp>
 #include <type_traits>
 
+#include "kernels/adapter_entries.cuh"
 #include "kernels/gemm_tags.cuh"
 #include "kernels/instance_abi.h"
 
@@ -91,7 +92,9 @@ Stride make_stride(int64_t ld, int64_t batch_stride) {
 /// One dense GEMM configuration: D (M x N) = epilogue(A (M x K) * B (K x N), C), fp32 accumulation.
 template <class A, class B, class C, class D, class Acc, class LayoutA, class LayoutB, class LayoutC, int TileM,
           int TileN, int TileK, int ClusterM, int ClusterN, int ClusterK, class Schedule, class Epilogue>
-struct DenseGemm {
+struct DenseGemm : AdapterEntries<DenseGemm<A, B, C, D, Acc, LayoutA, LayoutB, LayoutC, TileM, TileN, TileK, ClusterM,
+                                            ClusterN, ClusterK, Schedule, Epilogue>,
+                                  cuactor_dense_args> {
   using ElementA = typename A::type;
   using ElementB = typename B::type;
   using ElementC = typename C::type;
@@ -151,33 +154,6 @@ struct DenseGemm {
     args.hw_info.sm_count =
         a.sm_count > 0 ? a.sm_count : cutlass::KernelHardwareInfo::query_device_multiprocessor_count(a.device);
     return args;
-  }
-
-  /// ABI entry: can_implement.
-  static int can_implement(const void* p) {
-    if (p == nullptr) return CUACTOR_KERNEL_BAD_ARGS;
-    const auto& a = *static_cast<const cuactor_dense_args*>(p);
-    return Gemm::can_implement(make_arguments(a)) == cutlass::Status::kSuccess ? CUACTOR_KERNEL_OK
-                                                                               : CUACTOR_KERNEL_NOT_IMPLEMENTABLE;
-  }
-
-  /// ABI entry: workspace_size.
-  static size_t workspace_size(const void* p) {
-    if (p == nullptr) return 0;
-    return Gemm::get_workspace_size(make_arguments(*static_cast<const cuactor_dense_args*>(p)));
-  }
-
-  /// ABI entry: run. Launches the way GemmUniversalAdapter does (a cluster launch only for
-  /// cluster shapes larger than one CTA).
-  static int run(const void* p, void* workspace, size_t workspace_bytes, void* stream) {
-    if (p == nullptr) return CUACTOR_KERNEL_BAD_ARGS;
-    const auto args = make_arguments(*static_cast<const cuactor_dense_args*>(p));
-    if (Gemm::get_workspace_size(args) > workspace_bytes) return CUACTOR_KERNEL_WORKSPACE_TOO_SMALL;
-    Gemm gemm;
-    const auto s = static_cast<cudaStream_t>(stream);
-    if (gemm.initialize(args, workspace, s) != cutlass::Status::kSuccess) return CUACTOR_KERNEL_INIT_FAILED;
-    if (gemm.run(s) != cutlass::Status::kSuccess) return CUACTOR_KERNEL_LAUNCH_FAILED;
-    return CUACTOR_KERNEL_OK;
   }
 };
 

@@ -18,6 +18,7 @@
 #include <cutlass/gemm/kernel/gemm_universal.hpp>
 #include <type_traits>
 
+#include "kernels/adapter_entries.cuh"
 #include "kernels/gemm_tags.cuh"
 #include "kernels/grouped_instance_abi.h"
 
@@ -32,7 +33,9 @@ namespace cuactor::kernels::sm90 {
 template <class TagA, class TagB, class TagC, class TagD, class TagAcc, class TagLayoutA, class TagLayoutB,
           class TagLayoutC, int TileM, int TileN, int TileK, int ClusterM, int ClusterN, int ClusterK, class Schedule,
           class Epilogue>
-struct GroupedGemm {
+struct GroupedGemm : AdapterEntries<GroupedGemm<TagA, TagB, TagC, TagD, TagAcc, TagLayoutA, TagLayoutB, TagLayoutC,
+                                                TileM, TileN, TileK, ClusterM, ClusterN, ClusterK, Schedule, Epilogue>,
+                                    cuactor_grouped_args> {
   using ElementA = typename TagA::type;
   using ElementB = typename TagB::type;
   using ElementD = typename TagD::type;
@@ -123,37 +126,6 @@ struct GroupedGemm {
     args.hw_info.device_id = a.device;
     args.hw_info.sm_count = a.sm_count;
     return args;
-  }
-
-  /// CUACTOR_KERNEL_OK if CUTLASS accepts the configuration (shape and alignment checks are the
-  /// host library's: CUTLASS sees no host shapes).
-  static int can_implement(const void* args) {
-    if (args == nullptr) return CUACTOR_KERNEL_BAD_ARGS;
-    return Gemm::can_implement(make_arguments(*static_cast<const cuactor_grouped_args*>(args))) ==
-                   cutlass::Status::kSuccess
-               ? CUACTOR_KERNEL_OK
-               : CUACTOR_KERNEL_NOT_IMPLEMENTABLE;
-  }
-
-  /// CUTLASS scratch bytes: per-SM TMA descriptors, a function of the SM count only.
-  static size_t workspace_size(const void* args) {
-    if (args == nullptr) return 0;
-    return Gemm::get_workspace_size(make_arguments(*static_cast<const cuactor_grouped_args*>(args)));
-  }
-
-  /// Builds the kernel parameters (host only) and enqueues the kernel on `stream` the way
-  /// GemmUniversalAdapter does (no cluster attribute for cluster-1 kernels); no allocation, no
-  /// synchronisation.
-  static int run(const void* args, void* workspace, size_t workspace_bytes, void* stream) {
-    if (args == nullptr) return CUACTOR_KERNEL_BAD_ARGS;
-    const auto& a = *static_cast<const cuactor_grouped_args*>(args);
-    const auto cutlass_args = make_arguments(a);
-    if (workspace_bytes < Gemm::get_workspace_size(cutlass_args)) return CUACTOR_KERNEL_WORKSPACE_TOO_SMALL;
-    Gemm gemm;
-    auto s = static_cast<cudaStream_t>(stream);
-    if (gemm.initialize(cutlass_args, workspace, s) != cutlass::Status::kSuccess) return CUACTOR_KERNEL_INIT_FAILED;
-    if (gemm.run(s) != cutlass::Status::kSuccess) return CUACTOR_KERNEL_LAUNCH_FAILED;
-    return CUACTOR_KERNEL_OK;
   }
 };
 
