@@ -12,11 +12,11 @@
 #include <vector>
 
 #include "bench_raw_launch.hpp"
-#include "cuactor/cuda/check.hpp"
-#include "cuactor/cuda/device.hpp"
-#include "cuactor/cuda/memory.hpp"
-#include "cuactor/cuda/module.hpp"
-#include "cuactor/cuda/stream.hpp"
+#include "cuactor/gpu/check.hpp"
+#include "cuactor/gpu/device.hpp"
+#include "cuactor/gpu/memory.hpp"
+#include "cuactor/gpu/module.hpp"
+#include "cuactor/gpu/stream.hpp"
 #include "cuactor/graph/actor_capture.hpp"
 #include "cuactor/graph/capture.hpp"
 #include "cuactor/runtime/device_actor.hpp"
@@ -38,11 +38,11 @@ double seconds_since(Clock::time_point t0) {
 /// Everything the benchmarks share: the tiny kernel, a stream, a buffer, a device actor and the
 /// captured graphs.
 struct Fixture {
-  std::shared_ptr<cuda::Library> library;
-  cuda::Kernel kernel;
-  cuda::Stream stream;
-  cuda::MemPool pool;
-  cuda::DeviceBuffer buffer;
+  std::shared_ptr<gpu::Library> library;
+  gpu::Kernel kernel;
+  gpu::Stream stream;
+  gpu::MemPool pool;
+  gpu::DeviceBuffer buffer;
   std::unique_ptr<graph::CapturedGraph> one;       // one kernel
   std::unique_ptr<graph::CapturedGraph> sequence;  // kKernels kernels
   std::unique_ptr<runtime::DeviceActor> actor;
@@ -50,11 +50,11 @@ struct Fixture {
   std::shared_ptr<graph::CapturedGraph> actor_sequence;  // kKernels actor launches, captured
 
   Status launch_cuactor() const {
-    cuda::LaunchConfig cfg;
+    gpu::LaunchConfig cfg;
     cfg.grid = dim3(1);
     cfg.block = dim3(kElements);
     cfg.stream = stream.get();
-    return cuda::launch(kernel, cfg, buffer.data_as<float>(), kElements);
+    return gpu::launch(kernel, cfg, buffer.data_as<float>(), kElements);
   }
 
   /// Submits one launch of the tiny kernel to the actor.
@@ -99,23 +99,23 @@ struct Fixture {
 
   static Result<std::unique_ptr<Fixture>> make() {
     auto f = std::make_unique<Fixture>();
-    auto lib = cuda::Library::load_file(CUACTOR_BENCH_GRAPH_PTX);
+    auto lib = gpu::Library::load_file(CUACTOR_BENCH_GRAPH_PTX);
     if (!lib) return fail(lib.error());
-    f->library = std::make_shared<cuda::Library>(std::move(*lib));
+    f->library = std::make_shared<gpu::Library>(std::move(*lib));
     auto k = f->library->kernel("cuactor_bench_tiny");
     if (!k) return fail(k.error());
     f->kernel = std::move(*k);
-    auto s = cuda::Stream::create(0);
+    auto s = gpu::Stream::create(0);
     if (!s) return fail(s.error());
     f->stream = std::move(*s);
-    auto p = cuda::MemPool::device_default(0);
+    auto p = gpu::MemPool::device_default(0);
     if (!p) return fail(p.error());
     f->pool = std::move(*p);
-    auto b = cuda::DeviceBuffer::allocate(f->pool, kElements * sizeof(float), f->stream.get());
+    auto b = gpu::DeviceBuffer::allocate(f->pool, kElements * sizeof(float), f->stream.get());
     if (!b) return fail(b.error());
     f->buffer = std::move(*b);
     std::vector<float> init(kElements, 1.0f);
-    CUACTOR_TRY(cuda::copy_async(f->buffer.data(), init.data(), sizeof(float) * kElements, f->stream.get()));
+    CUACTOR_TRY(gpu::copy_async(f->buffer.data(), init.data(), sizeof(float) * kElements, f->stream.get()));
     auto one = f->capture(1);
     if (!one) return fail(one.error());
     f->one = std::make_unique<graph::CapturedGraph>(std::move(*one));
@@ -141,7 +141,7 @@ struct Fixture {
 /// The shared fixture, made on first use; released explicitly before exit (see main).
 Result<std::unique_ptr<Fixture>>& fixture_slot() {
   static Result<std::unique_ptr<Fixture>> f = [] {
-    if (cuda::device_count() == 0) return Result<std::unique_ptr<Fixture>>(fail(errc::no_device, "no CUDA device"));
+    if (gpu::device_count() == 0) return Result<std::unique_ptr<Fixture>>(fail(errc::no_device, "no CUDA device"));
     return Fixture::make();
   }();
   return f;
@@ -202,7 +202,7 @@ void BM_ReplayHostCost200Kernels(benchmark::State& state) {
 }
 BENCHMARK(BM_ReplayHostCost200Kernels)->UseManualTime()->Unit(benchmark::kMicrosecond)->MinTime(0.5);
 
-/// Host time of one eager cuactor launch (cuda::launch checks argument count and sizes).
+/// Host time of one eager cuactor launch (gpu::launch checks argument count and sizes).
 void BM_EagerLaunchHostCost(benchmark::State& state) {
   if (Fixture* f = fixture(state)) time_host_cost(state, *f, kSyncEvery, [f] { return f->launch_cuactor(); });
 }

@@ -8,20 +8,20 @@
 #include <filesystem>
 #include <string>
 
-#include "cuactor/cuda/device.hpp"
+#include "cuactor/gpu/device.hpp"
 #include "cuactor/jit/engine.hpp"
 #include "cuactor/kernels/sku.hpp"
 
 namespace {
 
-namespace cuda = cuactor::cuda;
+namespace gpu = cuactor::gpu;
 namespace jit = cuactor::jit;
 namespace kernels = cuactor::kernels;
 using cuactor::GpuArch;
 
 GpuArch bench_arch() {
-  if (cuda::device_count() > 0)
-    if (auto p = cuda::device_properties(0)) return p->arch;
+  if (gpu::device_count() > 0)
+    if (auto p = gpu::device_properties(0)) return p->arch;
   return GpuArch{9, 0, true};
 }
 
@@ -65,7 +65,7 @@ void BM_WarmDiskLoad(benchmark::State& state) {
   const auto req = axpy("warm");
   auto e = engine();
   if (!e || !e->warm(req)) return state.SkipWithError("warm failed");
-  const bool gpu = cuda::device_count() > 0;
+  const bool gpu = gpu::device_count() > 0;
   for (auto _ : state) {
     auto fresh = engine();
     if (gpu) {
@@ -91,7 +91,7 @@ BENCHMARK(BM_PlanCacheHitBySku);
 
 // An NVRTC module request that hits the plan cache (its key hashes the source); needs a GPU.
 void BM_PlanCacheHitNvrtcModule(benchmark::State& state) {
-  if (cuda::device_count() == 0) return state.SkipWithError("no GPU");
+  if (gpu::device_count() == 0) return state.SkipWithError("no GPU");
   const auto req = axpy("hit");
   auto e = engine();
   if (!e) return state.SkipWithError("engine");

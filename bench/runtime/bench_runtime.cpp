@@ -11,8 +11,8 @@
 #include <thread>
 #include <vector>
 
-#include "cuactor/cuda/device.hpp"
-#include "cuactor/cuda/stream.hpp"
+#include "cuactor/gpu/device.hpp"
+#include "cuactor/gpu/stream.hpp"
 #include "cuactor/runtime/device_actor.hpp"
 
 namespace {
@@ -84,7 +84,7 @@ void BM_RawStreamRoundTrip(benchmark::State& state) {
     state.SkipWithError("no CUDA device");
     return;
   }
-  auto stream = cuactor::cuda::Stream::create(0);
+  auto stream = cuactor::gpu::Stream::create(0);
   if (!stream) {
     state.SkipWithError("stream");
     return;

@@ -8,7 +8,7 @@
 #include <unordered_map>
 #include <utility>
 
-#include "cuactor/cuda/check.hpp"
+#include "cuactor/gpu/check.hpp"
 #include "graph/reclaimer.hpp"
 
 namespace cuactor::graph {
@@ -121,9 +121,9 @@ void release_pool_token(void* payload) {
 
 /// Makes `graph` hold `pool` through a CUDA user object ([G2]): CUDA keeps the reference until the
 /// graph, every executable instantiated from it and every launch in flight are gone.
-Status tie_pool_to_graph(const cuda::Graph& graph, const std::shared_ptr<CapturePool>& pool) {
+Status tie_pool_to_graph(const gpu::Graph& graph, const std::shared_ptr<CapturePool>& pool) {
   auto* token = new std::shared_ptr<CapturePool>(pool);
-  auto object = cuda::UserObject::create(token, &release_pool_token);
+  auto object = gpu::UserObject::create(token, &release_pool_token);
   if (!object) {
     delete token;
     return fail(object.error());
@@ -149,7 +149,7 @@ Status keep_allocation(CaptureCore& core, const std::shared_ptr<runtime::DeviceA
 }  // namespace
 
 struct CaptureSession::Ended {
-  cuda::Graph graph;
+  gpu::Graph graph;
   std::shared_ptr<CapturePool> pool;
   GenerationStamp stamp;
   std::vector<std::shared_ptr<runtime::DeviceAllocation>> reads;
@@ -171,7 +171,7 @@ Result<CaptureSession> CaptureSession::begin(cudaStream_t stream, CaptureMode mo
   core->device = device;
   core->pool = std::move(pool);
   (void)detail::Reclaimer::instance();  // start the reclaimer thread before any capture runs
-  CUACTOR_TRY(cuda::begin_stream_capture(stream, mode));
+  CUACTOR_TRY(gpu::begin_stream_capture(stream, mode));
   auto& r = registry();
   {
     std::lock_guard lock(r.mutex);
@@ -214,7 +214,7 @@ bool CaptureSession::active() const noexcept {
 
 Result<CaptureStatus> CaptureSession::status() const {
   if (!active()) return CaptureStatus::none;
-  auto s = cuda::capture_state(core_->stream);
+  auto s = gpu::capture_state(core_->stream);
   if (!s) return fail(s.error());
   return s->status;
 }
@@ -254,7 +254,7 @@ Result<CaptureSession::Ended> CaptureSession::finish(std::shared_ptr<CapturePool
   if (!active()) return fail(errc::invalid_argument, "end_capture: the capture already ended");
   core_->active.store(false, std::memory_order_release);
   unregister(*core_);
-  auto graph = cuda::end_stream_capture(core_->stream);
+  auto graph = gpu::end_stream_capture(core_->stream);
   if (!graph) return fail(graph.error());
   Ended out;
   out.graph = std::move(*graph);
@@ -287,7 +287,7 @@ Result<CapturedGraph> CaptureSession::end_capture() {
 Result<CapturedGraph> CaptureSession::end_capture_with_pool(std::shared_ptr<CapturePool> pool) {
   auto ended = finish(std::move(pool));
   if (!ended) return fail(ended.error());
-  auto exec = cuda::GraphExec::instantiate(ended->graph);
+  auto exec = gpu::GraphExec::instantiate(ended->graph);
   if (!exec) return fail(exec.error());
   CapturedGraph g;
   g.graph_ = std::move(ended->graph);
@@ -304,7 +304,7 @@ Status CaptureSession::abandon() {
   if (!active()) return ok();
   core_->active.store(false, std::memory_order_release);
   unregister(*core_);
-  auto graph = cuda::end_stream_capture(core_->stream);
+  auto graph = gpu::end_stream_capture(core_->stream);
   if (!graph && !(graph.error() == errc::capture_invalidated)) return fail(graph.error());
   return ok();
 }
@@ -384,7 +384,7 @@ Result<GraphUpdate> CapturedGraph::update_from(CaptureSession&& next) {
     // old ones until launches in flight finished, so the previous pool outlives its last replay.
     u.in_place = true;
   } else {
-    auto exec = cuda::GraphExec::instantiate(ended->graph);
+    auto exec = gpu::GraphExec::instantiate(ended->graph);
     if (!exec) return fail(exec.error());
     exec_ = std::move(*exec);
     uploaded_ = false;

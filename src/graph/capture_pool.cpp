@@ -4,18 +4,18 @@
 
 #include <utility>
 
-#include "cuactor/cuda/check.hpp"
-#include "cuactor/cuda/device.hpp"
-#include "cuactor/cuda/graph.hpp"
-#include "cuactor/cuda/stream.hpp"
+#include "cuactor/gpu/check.hpp"
+#include "cuactor/gpu/device.hpp"
+#include "cuactor/gpu/graph.hpp"
+#include "cuactor/gpu/stream.hpp"
 #include "graph/reclaimer.hpp"
 
 namespace cuactor::graph {
 
 /// The graph-private memory pool and the stream its allocations are made and freed on.
 struct CapturePool::Arena {
-  cuda::MemPool pool;
-  cuda::Stream stream;
+  gpu::MemPool pool;
+  gpu::Stream stream;
   // Frees of this arena's buffers are stream-ordered on `stream`: finish them before the pool goes,
   // so that the device memory is back when the reclaimer reports itself drained.
   ~Arena() { (void)stream.synchronize(); }
@@ -26,13 +26,13 @@ namespace {
 /// One allocation of an arena; holds the arena so that its stream outlives the free.
 struct ArenaAllocation {
   std::shared_ptr<void> arena;  // destroyed after `buffer` (reverse declaration order)
-  cuda::DeviceBuffer buffer;
+  gpu::DeviceBuffer buffer;
 };
 
 }  // namespace
 
 Result<std::shared_ptr<CapturePool>> CapturePool::create(int ordinal) {
-  CUACTOR_TRY(cuda::check_ordinal(ordinal));
+  CUACTOR_TRY(gpu::check_ordinal(ordinal));
   (void)detail::Reclaimer::instance();  // start the reclaimer thread outside any capture
   return std::shared_ptr<CapturePool>(new CapturePool(ordinal));
 }
@@ -48,7 +48,7 @@ Result<bool> CapturePool::keep_alive(std::shared_ptr<void> owner, const void* ad
   return kept_.add(std::move(owner), address, bytes);
 }
 
-Result<void*> CapturePool::adopt(cuda::DeviceBuffer buffer) {
+Result<void*> CapturePool::adopt(gpu::DeviceBuffer buffer) {
   if (buffer.device() != device_ && buffer.data() != nullptr)
     return fail(errc::wrong_device,
                 fmt::format("CapturePool of device {}: cannot adopt a buffer of device {}", device_, buffer.device()));
@@ -57,7 +57,7 @@ Result<void*> CapturePool::adopt(cuda::DeviceBuffer buffer) {
   // The caller's stream may be gone by the time the last graph is: free on the freeing thread's
   // per-thread stream instead (the reclaimer's), which is safe since no graph uses the buffer then.
   buffer.set_free_stream(cudaStreamPerThread);
-  auto owner = std::make_shared<cuda::DeviceBuffer>(std::move(buffer));
+  auto owner = std::make_shared<gpu::DeviceBuffer>(std::move(buffer));
   CUACTOR_TRY(keep_alive(std::move(owner), address, bytes));
   return address;
 }
@@ -65,18 +65,18 @@ Result<void*> CapturePool::adopt(cuda::DeviceBuffer buffer) {
 Result<void*> CapturePool::allocate(std::size_t bytes) {
   if (bytes == 0) return fail(errc::invalid_argument, "CapturePool::allocate: bytes=0; ask for at least one byte");
   // Relaxed for this thread only: the allocation below is not part of any capture.
-  const cuda::ScopedCaptureMode relaxed(cuda::CaptureMode::relaxed);
-  auto scope = cuda::ScopedDevice::make(device_);
+  const gpu::ScopedCaptureMode relaxed(gpu::CaptureMode::relaxed);
+  auto scope = gpu::ScopedDevice::make(device_);
   if (!scope) return fail(scope.error());
   std::lock_guard lock(mutex_);
   if (!arena_) {
-    auto pool = cuda::MemPool::create(device_, 0);
+    auto pool = gpu::MemPool::create(device_, 0);
     if (!pool) return fail(pool.error());
-    auto stream = cuda::Stream::create(device_);
+    auto stream = gpu::Stream::create(device_);
     if (!stream) return fail(stream.error());
     arena_ = std::shared_ptr<Arena>(new Arena{std::move(*pool), std::move(*stream)});
   }
-  auto buffer = cuda::DeviceBuffer::allocate(arena_->pool, bytes, arena_->stream.get());
+  auto buffer = gpu::DeviceBuffer::allocate(arena_->pool, bytes, arena_->stream.get());
   if (!buffer) return fail(buffer.error());
   // The memory must be usable by any stream at once, capture or not: finish the stream-ordered alloc.
   CUACTOR_TRY(arena_->stream.synchronize());

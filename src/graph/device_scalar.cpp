@@ -4,8 +4,8 @@
 
 #include <cstring>
 
-#include "cuactor/cuda/check.hpp"
-#include "cuactor/cuda/device.hpp"
+#include "cuactor/gpu/check.hpp"
+#include "cuactor/gpu/device.hpp"
 
 namespace cuactor::graph {
 
@@ -13,7 +13,7 @@ Result<std::shared_ptr<DeviceScalarStorage>> DeviceScalarStorage::create(int ord
   if (bytes == 0 || bytes > 256)
     return fail(errc::invalid_argument,
                 fmt::format("DeviceScalar of {} bytes: a scalar must have 1 to 256 bytes", bytes));
-  auto scope = cuda::ScopedDevice::make(ordinal);
+  auto scope = gpu::ScopedDevice::make(ordinal);
   if (!scope) return fail(scope.error());
   std::shared_ptr<DeviceScalarStorage> s(new DeviceScalarStorage());
   s->device_ = ordinal;
@@ -22,15 +22,15 @@ Result<std::shared_ptr<DeviceScalarStorage>> DeviceScalarStorage::create(int ord
   const cudaError_t e = cudaMalloc(&s->device_ptr_, bytes);
   if (e != cudaSuccess) {
     Error err =
-        cuda::make_error(e, fmt::format("cudaMalloc({} bytes) for a DeviceScalar on device {}", bytes, ordinal));
+        gpu::make_error(e, fmt::format("cudaMalloc({} bytes) for a DeviceScalar on device {}", bytes, ordinal));
     if (e == cudaErrorMemoryAllocation) err = Error(errc::out_of_memory, err.message());
     return fail(std::move(err));
   }
-  auto staging = cuda::PinnedBuffer::allocate(kSlots * s->stride_);
+  auto staging = gpu::PinnedBuffer::allocate(kSlots * s->stride_);
   if (!staging) return fail(staging.error());
   s->staging_ = std::move(*staging);
   for (auto& ev : s->copied_) {
-    auto created = cuda::Event::create();
+    auto created = gpu::Event::create();
     if (!created) return fail(created.error());
     ev = std::move(*created);
   }
@@ -57,7 +57,7 @@ Status DeviceScalarStorage::set(const void* value, cudaStream_t stream) {
   if (pending_[slot]) CUACTOR_TRY(copied_[slot].synchronize());
   auto* staged = static_cast<std::byte*>(staging_.data()) + slot * stride_;
   std::memcpy(staged, value, bytes_);
-  CUACTOR_TRY(cuda::copy_async(device_ptr_, staged, bytes_, stream));
+  CUACTOR_TRY(gpu::copy_async(device_ptr_, staged, bytes_, stream));
   CUACTOR_TRY(copied_[slot].record(stream));
   pending_[slot] = true;
   return ok();

@@ -5,7 +5,7 @@
 
 #include <utility>
 
-#include "cuactor/cuda/graph.hpp"
+#include "cuactor/gpu/graph.hpp"
 
 namespace cuactor::graph::detail {
 
@@ -21,7 +21,7 @@ Reclaimer::Reclaimer() {
 
 void Reclaimer::run() {
   // Frees and pool destruction here must neither fail nor invalidate another thread's global capture.
-  const cuda::ScopedCaptureMode relaxed(cuda::CaptureMode::relaxed);
+  const gpu::ScopedCaptureMode relaxed(gpu::CaptureMode::relaxed);
   std::unique_lock lock(mutex_);
   for (;;) {
     wake_.wait(lock, [this] { return !queue_.empty(); });

@@ -11,7 +11,7 @@
 #include <thread>
 
 #include "cuactor/core/log.hpp"
-#include "cuactor/cuda/check.hpp"
+#include "cuactor/gpu/check.hpp"
 #include "kernels/instance_abi.h"
 
 namespace cuactor::jit {
@@ -105,8 +105,8 @@ std::string InstanceRequest::identity() const {
   return s;
 }
 
-Result<cuda::Kernel> JitModule::kernel(const std::string& name) const {
-  // cuda::Library::kernel makes the context current itself, whichever thread loaded the module.
+Result<gpu::Kernel> JitModule::kernel(const std::string& name) const {
+  // gpu::Library::kernel makes the context current itself, whichever thread loaded the module.
   for (const auto& [expr, lowered] : lowered_)
     if (expr == name) return library_.kernel(lowered);
   return library_.kernel(name);
@@ -198,7 +198,7 @@ JitFuture<JitModule> JitEngine::module(NvrtcRequest request) {
         return done(fail(errc::cache_corrupt,
                          fmt::format("{}: cache entry holds a {}, not a cubin", what, name(found->artifact.kind))));
       report(what, JitStage::loading, start);
-      auto lib = cuda::Library::load_data(found->artifact.payload.data());
+      auto lib = gpu::Library::load_data(found->artifact.payload.data());
       if (!lib) return done(fail(lib.error()));
       auto m = std::make_shared<JitModule>();
       m->library_ = std::move(*lib);

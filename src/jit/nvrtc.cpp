@@ -6,7 +6,7 @@
 #include <memory>
 #include <sstream>
 
-#include "cuactor/cuda/check.hpp"
+#include "cuactor/gpu/check.hpp"
 
 namespace cuactor::jit {
 namespace {
@@ -51,12 +51,12 @@ Result<NvrtcOutput> nvrtc_compile(const NvrtcRequest& req) {
   }
   nvrtcProgram raw = nullptr;
   CUACTOR_TRY(
-      cuda::check(nvrtcCreateProgram(&raw, req.source.c_str(), req.program_name.c_str(),
+      gpu::check(nvrtcCreateProgram(&raw, req.source.c_str(), req.program_name.c_str(),
                                      static_cast<int>(header_names.size()), header_sources.data(), header_names.data()),
                   fmt::format("nvrtcCreateProgram('{}')", req.program_name)));
   Program prog(raw);
   for (const auto& e : req.name_expressions)
-    CUACTOR_TRY(cuda::check(nvrtcAddNameExpression(raw, e.c_str()), fmt::format("nvrtcAddNameExpression('{}')", e)));
+    CUACTOR_TRY(gpu::check(nvrtcAddNameExpression(raw, e.c_str()), fmt::format("nvrtcAddNameExpression('{}')", e)));
   std::vector<std::string> opts = {"-std=c++20", arch_option(req.arch)};
   opts.insert(opts.end(), req.options.begin(), req.options.end());
   std::vector<const char*> copts;
@@ -68,16 +68,16 @@ Result<NvrtcOutput> nvrtc_compile(const NvrtcRequest& req) {
     return fail(errc::compile_failed, fmt::format("NVRTC could not compile '{}' for {} ({}):\n{}", req.program_name,
                                                   req.arch.name(), nvrtcGetErrorString(rc), out.log.substr(0, 4000)));
   std::size_t n = 0;
-  CUACTOR_TRY(cuda::check(nvrtcGetCUBINSize(raw, &n), "nvrtcGetCUBINSize"));
+  CUACTOR_TRY(gpu::check(nvrtcGetCUBINSize(raw, &n), "nvrtcGetCUBINSize"));
   if (n == 0)
     return fail(errc::compile_failed, fmt::format("NVRTC produced no cubin for '{}' ({} is a virtual architecture?)",
                                                   req.program_name, req.arch.name()));
   out.cubin.resize(n);
-  CUACTOR_TRY(cuda::check(nvrtcGetCUBIN(raw, reinterpret_cast<char*>(out.cubin.data())), "nvrtcGetCUBIN"));
+  CUACTOR_TRY(gpu::check(nvrtcGetCUBIN(raw, reinterpret_cast<char*>(out.cubin.data())), "nvrtcGetCUBIN"));
   for (const auto& e : req.name_expressions) {
     const char* lowered = nullptr;
     CUACTOR_TRY(
-        cuda::check(nvrtcGetLoweredName(raw, e.c_str(), &lowered), fmt::format("nvrtcGetLoweredName('{}')", e)));
+        gpu::check(nvrtcGetLoweredName(raw, e.c_str(), &lowered), fmt::format("nvrtcGetLoweredName('{}')", e)));
     out.lowered_names.emplace_back(e, lowered);
   }
   return out;

@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "cuactor/cuda/check.hpp"
+#include "cuactor/gpu/check.hpp"
 #include "cuactor/kernels/catalog.hpp"
 #include "kernels/instance_abi.h"
 
@@ -333,7 +333,7 @@ Status GemmPlan::run(const GemmOperands& operands, void* workspace, std::size_t 
                   fmt::format("GEMM {}: workspace of {} bytes is too small", sku().to_string(), workspace_bytes));
     case CUACTOR_KERNEL_LAUNCH_FAILED:
       // CUTLASS consumed the launch error; a sticky one is still visible to the next query.
-      CUACTOR_TRY(cuda::check(cudaPeekAtLastError(), "GEMM launch"));
+      CUACTOR_TRY(gpu::check(cudaPeekAtLastError(), "GEMM launch"));
       return fail(errc::internal, fmt::format("GEMM {}: kernel launch failed", sku().to_string()));
     default:
       return fail(errc::internal, fmt::format("GEMM {}: building the kernel parameters failed", sku().to_string()));

@@ -7,8 +7,8 @@
 #include <cstring>
 #include <vector>
 
-#include "cuactor/cuda/check.hpp"
-#include "cuactor/cuda/memory.hpp"
+#include "cuactor/gpu/check.hpp"
+#include "cuactor/gpu/memory.hpp"
 #include "cuactor/kernels/catalog.hpp"
 #include "kernels/grouped_instance_abi.h"
 #include "kernels/grouped_launch.hpp"
@@ -22,7 +22,7 @@ struct GroupedMetadata {
   GroupedGemmSpec spec;
   GroupedScalars scalars;
   detail::GroupedLayout layout;
-  cuda::PinnedBuffer image;                       // host-prepared groups: the metadata image
+  gpu::PinnedBuffer image;                       // host-prepared groups: the metadata image
   std::optional<DeviceSizedGroups> device_sized;  // device-sized groups: built on the device
 };
 
@@ -315,7 +315,7 @@ Result<PreparedGroupedGemm> GroupedGemmPlan::prepare(std::span<const GroupedProb
   const bool has_alpha = scalars.scale_a != nullptr || scalars.scale_b != nullptr;
   auto meta = std::make_unique<GroupedMetadata>();
   meta->layout = detail::make_grouped_layout(static_cast<int>(groups.size()), any_k0, has_alpha, false, *scratch);
-  auto image = cuda::PinnedBuffer::allocate(meta->layout.upload_bytes);
+  auto image = gpu::PinnedBuffer::allocate(meta->layout.upload_bytes);
   if (!image) return fail(image.error());
   detail::pack_grouped_metadata(groups, meta->layout, {static_cast<std::byte*>(image->data()), image->size()});
   meta->image = std::move(*image);
@@ -387,7 +387,7 @@ Status PreparedGroupedGemm::run(cudaStream_t stream, void* workspace, std::size_
   if (meta_->device_sized) {
     const DeviceSizedGroups& g = *meta_->device_sized;
     auto* error_flag = reinterpret_cast<std::int32_t*>(at(l.error_flag));
-    CUACTOR_TRY(cuda::memset_async(error_flag, 0, sizeof(std::int32_t), stream));
+    CUACTOR_TRY(gpu::memset_async(error_flag, 0, sizeof(std::int32_t), stream));
     const int a_bytes = size_bits(spec.a) / 8, d_bytes = size_bits(spec.d) / 8;
     kernels::grouped::DeviceSizedParams p{g.group_count,
                                           g.rows,
@@ -410,17 +410,17 @@ Status PreparedGroupedGemm::run(cudaStream_t stream, void* workspace, std::size_
                                           s.scale_a,
                                           s.scale_b,
                                           error_flag};
-    CUACTOR_TRY(cuda::check(detail::launch_build_device_sized_args(p, arrays, stream),
+    CUACTOR_TRY(gpu::check(detail::launch_build_device_sized_args(p, arrays, stream),
                             "grouped GEMM: building device-sized arguments"));
   } else {
-    CUACTOR_TRY(cuda::copy_async(ws, meta_->image.data(), l.upload_bytes, stream));
+    CUACTOR_TRY(gpu::copy_async(ws, meta_->image.data(), l.upload_bytes, stream));
     if (arrays.alpha != nullptr)
-      CUACTOR_TRY(cuda::check(detail::launch_fold_fp8_scales(l.group_count, s.alpha, s.scale_a, s.scale_a_per_group,
+      CUACTOR_TRY(gpu::check(detail::launch_fold_fp8_scales(l.group_count, s.alpha, s.scale_a, s.scale_a_per_group,
                                                              s.scale_b, arrays.alpha, stream),
                               "grouped GEMM: folding fp8 scales"));
   }
   if (arrays.k0_rows != nullptr)
-    CUACTOR_TRY(cuda::check(detail::launch_beta_times_c(spec.d, arrays, l.group_count, s.beta, stream),
+    CUACTOR_TRY(gpu::check(detail::launch_beta_times_c(spec.d, arrays, l.group_count, s.beta, stream),
                             "grouped GEMM: D = beta * C for K = 0 groups"));
 
   cuactor_grouped_args args{};
@@ -442,7 +442,7 @@ Status PreparedGroupedGemm::run(cudaStream_t stream, void* workspace, std::size_
   const int rc = meta_->instance->run(&args, ws + l.scratch, l.scratch_bytes, stream);
   if (rc == CUACTOR_KERNEL_OK) return ok();
   if (rc == CUACTOR_KERNEL_LAUNCH_FAILED)
-    return cuda::check(cudaGetLastError(), fmt::format("grouped GEMM {}: launch", meta_->sku.to_string()));
+    return gpu::check(cudaGetLastError(), fmt::format("grouped GEMM {}: launch", meta_->sku.to_string()));
   return fail(errc::internal,
               fmt::format("grouped GEMM {}: instance run returned status {}", meta_->sku.to_string(), rc));
 }

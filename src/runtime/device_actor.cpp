@@ -17,9 +17,9 @@
 #include <unordered_set>
 
 #include "cuactor/core/log.hpp"
-#include "cuactor/cuda/check.hpp"
-#include "cuactor/cuda/device.hpp"
-#include "cuactor/cuda/stream.hpp"
+#include "cuactor/gpu/check.hpp"
+#include "cuactor/gpu/device.hpp"
+#include "cuactor/gpu/stream.hpp"
 #include "cuactor/runtime/circuit_breaker.hpp"
 #include "runtime/inflight_registry.hpp"
 #include "runtime/kernels.hpp"
@@ -122,20 +122,20 @@ class Incarnation final : public AllocationOwner {
  public:
   static Result<std::shared_ptr<Incarnation>> create(int ordinal, int priority) {
     auto inc = std::make_shared<Incarnation>();
-    auto stream = cuda::Stream::create(ordinal, priority);
+    auto stream = gpu::Stream::create(ordinal, priority);
     if (!stream) return fail(stream.error());
-    inc->stream_ = std::make_unique<cuda::Stream>(std::move(*stream));
-    auto pool = cuda::MemPool::create(ordinal);
+    inc->stream_ = std::make_unique<gpu::Stream>(std::move(*stream));
+    auto pool = gpu::MemPool::create(ordinal);
     if (!pool) return fail(pool.error());
-    inc->pool_ = std::make_unique<cuda::MemPool>(std::move(*pool));
-    CUACTOR_TRY(cuda::check(cublasCreate(&inc->blas_), fmt::format("cublasCreate(device {})", ordinal)));
-    CUACTOR_TRY(cuda::check(cublasSetStream(inc->blas_, inc->stream_->get()), "cublasSetStream"));
+    inc->pool_ = std::make_unique<gpu::MemPool>(std::move(*pool));
+    CUACTOR_TRY(gpu::check(cublasCreate(&inc->blas_), fmt::format("cublasCreate(device {})", ordinal)));
+    CUACTOR_TRY(gpu::check(cublasSetStream(inc->blas_, inc->stream_->get()), "cublasSetStream"));
     // A workspace of our own keeps cuBLAS from allocating during stream capture (its recommendation
     // for graphs; 32 MiB covers Hopper's largest kernels).
-    auto workspace = cuda::DeviceBuffer::allocate(*inc->pool_, kCublasWorkspaceBytes, inc->stream_->get());
+    auto workspace = gpu::DeviceBuffer::allocate(*inc->pool_, kCublasWorkspaceBytes, inc->stream_->get());
     if (!workspace) return fail(workspace.error());
     inc->blas_workspace_ = std::move(*workspace);
-    CUACTOR_TRY(cuda::check(cublasSetWorkspace(inc->blas_, inc->blas_workspace_.data(), kCublasWorkspaceBytes),
+    CUACTOR_TRY(gpu::check(cublasSetWorkspace(inc->blas_, inc->blas_workspace_.data(), kCublasWorkspaceBytes),
                             "cublasSetWorkspace"));
     return inc;
   }
@@ -188,11 +188,11 @@ class Incarnation final : public AllocationOwner {
   void mark_lost() noexcept { lost_.store(true, std::memory_order_release); }
 
   [[nodiscard]] cudaStream_t stream() const noexcept { return stream_->get(); }
-  [[nodiscard]] const cuda::MemPool& pool() const noexcept { return *pool_; }
+  [[nodiscard]] const gpu::MemPool& pool() const noexcept { return *pool_; }
   [[nodiscard]] cublasHandle_t blas() const noexcept { return blas_; }
 
  private:
-  std::unique_ptr<cuda::Stream> stream_;
+  std::unique_ptr<gpu::Stream> stream_;
   static constexpr std::size_t kCublasWorkspaceBytes = std::size_t{32} << 20;
 
   struct DeferredFree {
@@ -212,9 +212,9 @@ class Incarnation final : public AllocationOwner {
     (void)cudaFreeAsync(ptr, stream_->get());
   }
 
-  std::unique_ptr<cuda::MemPool> pool_;
+  std::unique_ptr<gpu::MemPool> pool_;
   cublasHandle_t blas_ = nullptr;
-  cuda::DeviceBuffer blas_workspace_;
+  gpu::DeviceBuffer blas_workspace_;
   std::atomic<bool> lost_{false};
   std::mutex free_mutex_;
   std::vector<DeferredFree> deferred_frees_;
@@ -302,7 +302,7 @@ class ActorCore : public std::enable_shared_from_this<ActorCore> {
       // Never query a context while the actor resets it.
       std::shared_lock context(context_mutex_, std::try_to_lock);
       if (context.owns_lock() && !context_dead_) {
-        if (auto mem = cuda::memory_info(ordinal_)) {
+        if (auto mem = gpu::memory_info(ordinal_)) {
           s.memory_known = true;
           s.free_bytes = mem->free;
           s.total_bytes = mem->total;
@@ -339,7 +339,7 @@ class ActorCore : public std::enable_shared_from_this<ActorCore> {
   // OpContext services (actor thread).
   [[nodiscard]] cudaStream_t stream() const noexcept { return inc_->stream(); }
   [[nodiscard]] cublasHandle_t blas() const noexcept { return inc_->blas(); }
-  [[nodiscard]] const cuda::MemPool& pool() const noexcept { return inc_->pool(); }
+  [[nodiscard]] const gpu::MemPool& pool() const noexcept { return inc_->pool(); }
   [[nodiscard]] bool capturing() const noexcept { return capturing_; }
   void set_capture_listener(CaptureListener listener) { capture_listener_ = std::move(listener); }
 
@@ -348,7 +348,7 @@ class ActorCore : public std::enable_shared_from_this<ActorCore> {
     if (bytes > 0) {
       const cudaError_t e = cudaMallocFromPoolAsync(&ptr, bytes, inc_->pool().get(), inc_->stream());
       if (e != cudaSuccess) {
-        Error err = cuda::make_error(e, fmt::format("cudaMallocFromPoolAsync({} bytes on device {})", bytes, ordinal_));
+        Error err = gpu::make_error(e, fmt::format("cudaMallocFromPoolAsync({} bytes on device {})", bytes, ordinal_));
         if (e == cudaErrorMemoryAllocation) err = Error(errc::out_of_memory, err.message());
         return fail(std::move(err));
       }
@@ -365,8 +365,8 @@ class ActorCore : public std::enable_shared_from_this<ActorCore> {
   void thread_main(std::promise<Status>& ready) {
     const InternalThreadScope internal;
     auto init = [&]() -> Status {
-      CUACTOR_TRY(cuda::check_ordinal(ordinal_));
-      CUACTOR_TRY(cuda::check(cudaSetDevice(ordinal_), fmt::format("cudaSetDevice({})", ordinal_)));
+      CUACTOR_TRY(gpu::check_ordinal(ordinal_));
+      CUACTOR_TRY(gpu::check(cudaSetDevice(ordinal_), fmt::format("cudaSetDevice({})", ordinal_)));
       auto inc = Incarnation::create(ordinal_, options_.stream_priority);
       if (!inc) return fail(inc.error());
       inc_ = std::move(*inc);
@@ -435,7 +435,7 @@ class ActorCore : public std::enable_shared_from_this<ActorCore> {
     if (capturing_) return;  // querying a capturing stream would invalidate the capture
     const cudaError_t e = cudaStreamQuery(inc_->stream());
     if (e == cudaSuccess || e == cudaErrorNotReady) return;
-    poison(cuda::make_error(e, fmt::format("watchdog: cudaStreamQuery(device {} actor stream)", ordinal_)), {});
+    poison(gpu::make_error(e, fmt::format("watchdog: cudaStreamQuery(device {} actor stream)", ordinal_)), {});
   }
 
   // Validates buffers, takes leases and orders the stream after other streams' writes.
@@ -483,7 +483,7 @@ class ActorCore : public std::enable_shared_from_this<ActorCore> {
     const cudaError_t e =
         cudaLaunchHostFunc(inc_->stream(), on_batch_done, reinterpret_cast<void*>(static_cast<std::uintptr_t>(id)));
     if (e == cudaSuccess) return;
-    Error err = cuda::make_error(e, fmt::format("cudaLaunchHostFunc(device {} completion)", ordinal_));
+    Error err = gpu::make_error(e, fmt::format("cudaLaunchHostFunc(device {} completion)", ordinal_));
     if (classify(err.code()) == FailureClass::context_poisoned) {
       poison(err, {});
       return;
@@ -615,8 +615,8 @@ class ActorCore : public std::enable_shared_from_this<ActorCore> {
     inc_->mark_lost();
     capture_keep_alive_.clear();
     inc_.reset();
-    CUACTOR_TRY(cuda::check(cudaDeviceReset(), fmt::format("cudaDeviceReset(device {})", ordinal_)));
-    CUACTOR_TRY(cuda::check(cudaSetDevice(ordinal_), fmt::format("cudaSetDevice({}) after reset", ordinal_)));
+    CUACTOR_TRY(gpu::check(cudaDeviceReset(), fmt::format("cudaDeviceReset(device {})", ordinal_)));
+    CUACTOR_TRY(gpu::check(cudaSetDevice(ordinal_), fmt::format("cudaSetDevice({}) after reset", ordinal_)));
     auto inc = Incarnation::create(ordinal_, options_.stream_priority);
     if (!inc) return fail(inc.error());
     CUACTOR_TRY(run_canary(**inc));
@@ -632,11 +632,11 @@ class ActorCore : public std::enable_shared_from_this<ActorCore> {
     const std::uint32_t seed = 0x5eed0000u ^ static_cast<std::uint32_t>(state_->generation());
     std::array<std::uint32_t, kernels::canary_elements> host{};
     Status st =
-        cuda::check(kernels::launch_canary(static_cast<std::uint32_t*>(out), seed, inc.stream()), "canary kernel");
+        gpu::check(kernels::launch_canary(static_cast<std::uint32_t*>(out), seed, inc.stream()), "canary kernel");
     if (st)
-      st = cuda::check(cudaMemcpyAsync(host.data(), out, bytes, cudaMemcpyDeviceToHost, inc.stream()), "canary copy");
+      st = gpu::check(cudaMemcpyAsync(host.data(), out, bytes, cudaMemcpyDeviceToHost, inc.stream()), "canary copy");
     (void)cudaFreeAsync(out, inc.stream());
-    if (st) st = cuda::check(cudaStreamSynchronize(inc.stream()), "canary synchronize");
+    if (st) st = gpu::check(cudaStreamSynchronize(inc.stream()), "canary synchronize");
     CUACTOR_TRY(st);
     for (std::uint32_t i = 0; i < kernels::canary_elements; ++i)
       if (host[i] != kernels::canary_value(i, seed))
@@ -678,7 +678,7 @@ class ActorCore : public std::enable_shared_from_this<ActorCore> {
       if (e != cudaSuccess && e != cudaErrorNotReady) {
         reason = Error(errc::context_poisoned,
                        fmt::format("device {}: the context was poisoned while the request was in flight ({})", ordinal_,
-                                   cuda::make_error(e, "cudaStreamQuery at shutdown").message()));
+                                   gpu::make_error(e, "cudaStreamQuery at shutdown").message()));
         break;
       }
       if (std::chrono::steady_clock::now() > deadline) break;
@@ -763,7 +763,7 @@ cudaStream_t OpContext::stream() const noexcept {
 cublasHandle_t OpContext::cublas() const noexcept {
   return core_->blas();
 }
-const cuda::MemPool& OpContext::pool() const noexcept {
+const gpu::MemPool& OpContext::pool() const noexcept {
   return core_->pool();
 }
 const std::shared_ptr<DeviceState>& OpContext::state() const noexcept {
@@ -809,7 +809,7 @@ Result<DeviceActor> DeviceActor::create(int ordinal, ActorOptions options) {
   if (options.breaker.max_poisonings < 0)
     return fail(errc::invalid_argument,
                 fmt::format("DeviceActor: breaker.max_poisonings={} must be >= 0", options.breaker.max_poisonings));
-  CUACTOR_TRY(cuda::check_ordinal(ordinal));
+  CUACTOR_TRY(gpu::check_ordinal(ordinal));
   auto core = std::make_shared<detail::ActorCore>(ordinal, std::move(options));
   CUACTOR_TRY(core->start());
   return DeviceActor(std::move(core));
@@ -846,11 +846,11 @@ Status DeviceActor::copy_checked(OpContext& ctx, void* dst, std::size_t dst_byte
     return fail(errc::invalid_argument,
                 fmt::format("{}: {} bytes do not fit the {}-byte destination", what, bytes, dst_bytes));
   if (bytes == 0) return ok();
-  return cuda::check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, ctx.stream()),
+  return gpu::check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, ctx.stream()),
                      fmt::format("{}: cudaMemcpyAsync({} bytes)", what, bytes));
 }
 
-Status DeviceActor::launch_kernel(OpContext& ctx, const cuda::Kernel& kernel, const LaunchShape& shape,
+Status DeviceActor::launch_kernel(OpContext& ctx, const gpu::Kernel& kernel, const LaunchShape& shape,
                                   KernelArgs& args) {
   auto& storage = args.storage();
   const auto& slots = args.slots();
@@ -865,16 +865,16 @@ Status DeviceActor::launch_kernel(OpContext& ctx, const cuda::Kernel& kernel, co
     pointers[i] = storage.data() + slot.offset;
     sizes[i] = slot.size;
   }
-  cuda::LaunchConfig config{shape.grid, shape.block, shape.shared_bytes, ctx.stream()};
+  gpu::LaunchConfig config{shape.grid, shape.block, shape.shared_bytes, ctx.stream()};
   // Explicit spans: a vector would select launch()'s variadic typed overload.
-  return cuda::launch(kernel, config, std::span<void* const>(pointers), std::span<const std::size_t>(sizes));
+  return gpu::launch(kernel, config, std::span<void* const>(pointers), std::span<const std::size_t>(sizes));
 }
 
 Status enqueue_fill(void* dst, std::size_t count, const void* value, std::size_t element_bytes, cudaStream_t stream) {
   if (element_bytes != 1 && element_bytes != 2 && element_bytes != 4 && element_bytes != 8 && element_bytes != 16)
     return fail(errc::unsupported,
                 fmt::format("fill: element size {} bytes; supported: 1, 2, 4, 8, 16", element_bytes));
-  return cuda::check(kernels::launch_fill(dst, count, value, element_bytes, stream),
+  return gpu::check(kernels::launch_fill(dst, count, value, element_bytes, stream),
                      fmt::format("fill({} elements of {} bytes)", count, element_bytes));
 }
 
@@ -906,13 +906,13 @@ Status enqueue_gemm(OpContext& ctx, const GemmDesc& d) {
   const std::string what = fmt::format("cublasGemmEx(m={}, n={}, k={}, device {})", d.m, d.n, d.k, ctx.device());
   if (d.type == CUDA_R_64F) {
     const double alpha = d.alpha, beta = d.beta;
-    return cuda::check(
+    return gpu::check(
         cublasGemmEx(ctx.cublas(), op_a, op_b, d.m, d.n, d.k, &alpha, d.a->data(), d.type, d.lda, d.b->data(), d.type,
                      d.ldb, &beta, d.c->data(), d.type, d.ldc, CUBLAS_COMPUTE_64F, CUBLAS_GEMM_DEFAULT),
         what);
   }
   const float alpha = static_cast<float>(d.alpha), beta = static_cast<float>(d.beta);
-  return cuda::check(
+  return gpu::check(
       cublasGemmEx(ctx.cublas(), op_a, op_b, d.m, d.n, d.k, &alpha, d.a->data(), d.type, d.lda, d.b->data(), d.type,
                    d.ldb, &beta, d.c->data(), d.type, d.ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
       what);

@@ -4,8 +4,8 @@
 
 #include <utility>
 
-#include "cuactor/cuda/check.hpp"
-#include "cuactor/cuda/device.hpp"
+#include "cuactor/gpu/check.hpp"
+#include "cuactor/gpu/device.hpp"
 
 namespace cuactor::runtime {
 
@@ -45,12 +45,12 @@ Status DeviceAllocation::access(int used_device) const {
 Status DeviceAllocation::record_write(cudaStream_t stream) {
   std::lock_guard lock(write_mutex_);
   if (!write_event_) {
-    auto scoped = cuda::ScopedDevice::make(device_);
+    auto scoped = gpu::ScopedDevice::make(device_);
     if (!scoped) return fail(scoped.error());
-    CUACTOR_TRY(cuda::check(cudaEventCreateWithFlags(&write_event_, cudaEventDisableTiming),
+    CUACTOR_TRY(gpu::check(cudaEventCreateWithFlags(&write_event_, cudaEventDisableTiming),
                             fmt::format("cudaEventCreateWithFlags(write event of {})", describe())));
   }
-  CUACTOR_TRY(cuda::check(cudaEventRecord(write_event_, stream),
+  CUACTOR_TRY(gpu::check(cudaEventRecord(write_event_, stream),
                           fmt::format("cudaEventRecord(write event of {})", describe())));
   write_stream_ = stream;
   has_write_ = true;
@@ -60,7 +60,7 @@ Status DeviceAllocation::record_write(cudaStream_t stream) {
 Status DeviceAllocation::wait_for_last_write(cudaStream_t stream) const {
   std::lock_guard lock(write_mutex_);
   if (!has_write_ || write_stream_ == stream) return ok();
-  return cuda::check(cudaStreamWaitEvent(stream, write_event_, 0),
+  return gpu::check(cudaStreamWaitEvent(stream, write_event_, 0),
                      fmt::format("cudaStreamWaitEvent(last write of {})", describe()));
 }
 

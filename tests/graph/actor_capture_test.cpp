@@ -10,8 +10,8 @@
 #include <tuple>
 #include <vector>
 
-#include "cuactor/cuda/memory.hpp"
-#include "cuactor/cuda/stream.hpp"
+#include "cuactor/gpu/memory.hpp"
+#include "cuactor/gpu/stream.hpp"
 #include "support/gpu_test.hpp"
 
 namespace cuactor::graph {
@@ -32,7 +32,7 @@ std::vector<float> random_floats(std::size_t n, std::mt19937& rng) {
   return v;
 }
 
-class GraphActorTest : public cuactor::testing::GpuTest {
+class GraphActorTest : public cuactor::test_support::GpuTest {
  protected:
   void TearDown() override {
     if (IsSkipped()) return;
@@ -99,7 +99,7 @@ TEST_F(GraphActorTest, GraphActorOpsAreRecordedAutoRegisteredAndReplayed) {
 
   // After the actor shut down, its graphs are stale.
   actor.shutdown();
-  CUACTOR_ASSERT_OK_AND_ASSIGN(stream, cuda::Stream::create(0));
+  CUACTOR_ASSERT_OK_AND_ASSIGN(stream, gpu::Stream::create(0));
   auto stale = shared_graph->launch(stream.get());
   ASSERT_FALSE(stale.has_value());
   EXPECT_TRUE(stale.error() == errc::stale_handle) << stale.error().to_string();
@@ -165,8 +165,8 @@ TEST_F(GraphActorTest, ScratchAllocatedInsideTheCaptureIsFreedInsideAndReplaysRe
       [out](runtime::OpContext& ctx) -> Result<int> {
         auto scratch = ctx.allocate_bytes(std::size_t{1} << 20);
         if (!scratch) return fail(scratch.error());
-        CUACTOR_TRY(cuda::memset_async((*scratch)->data(), 0, (*scratch)->bytes(), ctx.stream()));
-        CUACTOR_TRY(cuda::copy_async(out.allocation()->data(), (*scratch)->data(), 256 * sizeof(float), ctx.stream()));
+        CUACTOR_TRY(gpu::memset_async((*scratch)->data(), 0, (*scratch)->bytes(), ctx.stream()));
+        CUACTOR_TRY(gpu::copy_async(out.allocation()->data(), (*scratch)->data(), 256 * sizeof(float), ctx.stream()));
         scratch->reset();  // freed in stream order inside the capture
         return 1;
       },

@@ -1,7 +1,7 @@
 // Small kernels the graph tests capture and replay; host wrappers return the launch status.
 #include "graph/graph_kernels.hpp"
 
-namespace cuactor::graph::testing {
+namespace cuactor::graph::test_support {
 namespace {
 
 __global__ void axpb_kernel(float* y, const float* x, float a, float b, int n) {
@@ -36,4 +36,4 @@ cudaError_t launch_increment(float* x, int n, cudaStream_t stream) {
   return cudaGetLastError();
 }
 
-}  // namespace cuactor::graph::testing
+}  // namespace cuactor::graph::test_support

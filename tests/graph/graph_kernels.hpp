@@ -4,7 +4,7 @@
 
 #include <cuda_runtime_api.h>
 
-namespace cuactor::graph::testing {
+namespace cuactor::graph::test_support {
 
 /// y[i] = a * x[i] + b for i < n.
 cudaError_t launch_axpb(float* y, const float* x, float a, float b, int n, cudaStream_t stream);
@@ -13,4 +13,4 @@ cudaError_t launch_write_at_position(float* out, const int* position, float valu
 /// x[i] += 1 for i < n.
 cudaError_t launch_increment(float* x, int n, cudaStream_t stream);
 
-}  // namespace cuactor::graph::testing
+}  // namespace cuactor::graph::test_support

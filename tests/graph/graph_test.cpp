@@ -11,8 +11,8 @@
 #include <thread>
 #include <vector>
 
-#include "cuactor/cuda/memory.hpp"
-#include "cuactor/cuda/stream.hpp"
+#include "cuactor/gpu/memory.hpp"
+#include "cuactor/gpu/stream.hpp"
 #include "cuactor/graph/capture.hpp"
 #include "cuactor/graph/device_scalar.hpp"
 #include "graph/graph_kernels.hpp"
@@ -21,9 +21,9 @@
 namespace cuactor::graph {
 namespace {
 
-using testing::launch_axpb;
-using testing::launch_increment;
-using testing::launch_write_at_position;
+using test_support::launch_axpb;
+using test_support::launch_increment;
+using test_support::launch_write_at_position;
 
 constexpr float kPoison = -12345.0f;
 
@@ -45,15 +45,15 @@ std::vector<float> random_vector(std::size_t n, std::mt19937& rng) {
   return v;
 }
 
-class GraphGpuTest : public cuactor::testing::GpuTest {
+class GraphGpuTest : public cuactor::test_support::GpuTest {
  protected:
   void SetUp() override {
     GpuTest::SetUp();
     if (IsSkipped() || HasFatalFailure()) return;
-    auto s = cuda::Stream::create(0);
+    auto s = gpu::Stream::create(0);
     ASSERT_TRUE(s.has_value()) << s.error().to_string();
     stream_ = std::move(*s);
-    auto p = cuda::MemPool::device_default(0);
+    auto p = gpu::MemPool::device_default(0);
     ASSERT_TRUE(p.has_value()) << p.error().to_string();
     pool_ = std::move(*p);
   }
@@ -66,26 +66,26 @@ class GraphGpuTest : public cuactor::testing::GpuTest {
   }
 
   /// A device buffer of n floats holding `values`.
-  cuda::DeviceBuffer upload(const std::vector<float>& values) {
-    auto b = cuda::DeviceBuffer::allocate(pool_, values.size() * sizeof(float), stream_.get());
+  gpu::DeviceBuffer upload(const std::vector<float>& values) {
+    auto b = gpu::DeviceBuffer::allocate(pool_, values.size() * sizeof(float), stream_.get());
     EXPECT_TRUE(b.has_value());
-    EXPECT_TRUE(cuda::copy_async(b->data(), values.data(), values.size() * sizeof(float), stream_.get()).has_value());
+    EXPECT_TRUE(gpu::copy_async(b->data(), values.data(), values.size() * sizeof(float), stream_.get()).has_value());
     EXPECT_TRUE(stream_.synchronize().has_value());
     return std::move(*b);
   }
   std::vector<float> download(const void* device, std::size_t n, cudaStream_t stream) {
     std::vector<float> out(n);
-    EXPECT_TRUE(cuda::copy_async(out.data(), device, n * sizeof(float), stream).has_value());
+    EXPECT_TRUE(gpu::copy_async(out.data(), device, n * sizeof(float), stream).has_value());
     EXPECT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
     return out;
   }
   void poison(void* device, std::size_t n) {
     std::vector<float> p(n, kPoison);
-    ASSERT_TRUE(cuda::copy_async(device, p.data(), n * sizeof(float), stream_.get()).has_value());
+    ASSERT_TRUE(gpu::copy_async(device, p.data(), n * sizeof(float), stream_.get()).has_value());
   }
 
-  cuda::Stream stream_;
-  cuda::MemPool pool_;
+  gpu::Stream stream_;
+  gpu::MemPool pool_;
   std::mt19937 rng_{1234};
 };
 
@@ -110,7 +110,7 @@ TEST_F(GraphGpuTest, GraphChainOfKernelsReplaysWithMutatedInputs) {
 
   for (int replay = 0; replay < 4; ++replay) {
     const auto input = random_vector(n, rng_);
-    CUACTOR_ASSERT_OK(cuda::copy_async(x.data(), input.data(), n * sizeof(float), stream_.get()));
+    CUACTOR_ASSERT_OK(gpu::copy_async(x.data(), input.data(), n * sizeof(float), stream_.get()));
     poison(z.data(), n);
     CUACTOR_ASSERT_OK(graph.launch(stream_.get()));
     const auto got = download(z.data(), n, stream_.get());
@@ -150,7 +150,7 @@ TEST_F(GraphGpuTest, GraphGemmWithCublasWorkspaceFromCapturePool) {
 
   for (int replay = 0; replay < 3; ++replay) {
     const auto a_host = random_vector(std::size_t{m} * k, rng_);
-    CUACTOR_ASSERT_OK(cuda::copy_async(a.data(), a_host.data(), a_host.size() * sizeof(float), stream_.get()));
+    CUACTOR_ASSERT_OK(gpu::copy_async(a.data(), a_host.data(), a_host.size() * sizeof(float), stream_.get()));
     poison(c, std::size_t{m} * n);
     CUACTOR_ASSERT_OK(graph.launch(stream_.get()));
     const auto got = download(c, std::size_t{m} * n, stream_.get());
@@ -202,11 +202,11 @@ TEST_F(GraphGpuTest, GraphDeviceScalarDrivesPositionOnEveryReplay) {
 
 TEST_F(GraphGpuTest, GraphPoolKeepsReleasedBuffersUntilLastGraphGoes) {
   constexpr int n = 1 << 16;
-  CUACTOR_ASSERT_OK_AND_ASSIGN(mine, cuda::MemPool::create(0, 0));
+  CUACTOR_ASSERT_OK_AND_ASSIGN(mine, gpu::MemPool::create(0, 0));
   const auto input = random_vector(n, rng_);
-  CUACTOR_ASSERT_OK_AND_ASSIGN(x_buf, cuda::DeviceBuffer::allocate(mine, n * sizeof(float), stream_.get()));
-  CUACTOR_ASSERT_OK_AND_ASSIGN(y_buf, cuda::DeviceBuffer::allocate(mine, n * sizeof(float), stream_.get()));
-  CUACTOR_ASSERT_OK(cuda::copy_async(x_buf.data(), input.data(), n * sizeof(float), stream_.get()));
+  CUACTOR_ASSERT_OK_AND_ASSIGN(x_buf, gpu::DeviceBuffer::allocate(mine, n * sizeof(float), stream_.get()));
+  CUACTOR_ASSERT_OK_AND_ASSIGN(y_buf, gpu::DeviceBuffer::allocate(mine, n * sizeof(float), stream_.get()));
+  CUACTOR_ASSERT_OK(gpu::copy_async(x_buf.data(), input.data(), n * sizeof(float), stream_.get()));
   CUACTOR_ASSERT_OK(stream_.synchronize());
   CUACTOR_ASSERT_OK_AND_ASSIGN(held_before, mine.used_bytes());
   EXPECT_GE(held_before, 2u * n * sizeof(float));
@@ -268,7 +268,7 @@ TEST_F(GraphGpuTest, GraphReplaysOnAnotherStreamAndUploads) {
   CUACTOR_ASSERT_OK_AND_ASSIGN(session, begin_capture(stream_.get(), CaptureMode::relaxed));
   ASSERT_EQ(launch_axpb(y.data_as<float>(), x.data_as<float>(), 4.0f, -3.0f, n, stream_.get()), cudaSuccess);
   CUACTOR_ASSERT_OK_AND_ASSIGN(graph, session.end_capture());
-  CUACTOR_ASSERT_OK_AND_ASSIGN(other, cuda::Stream::create(0));
+  CUACTOR_ASSERT_OK_AND_ASSIGN(other, gpu::Stream::create(0));
   EXPECT_FALSE(graph.is_uploaded());
   CUACTOR_ASSERT_OK(graph.upload(other.get()));
   EXPECT_TRUE(graph.is_uploaded());
@@ -421,7 +421,7 @@ TEST_F(GraphGpuTest, GraphIllegalCallInvalidatesCaptureAndStreamRecovers) {
   auto x = upload(input);
   auto y = upload(std::vector<float>(n, kPoison));
   for (CaptureMode mode : {CaptureMode::global, CaptureMode::per_thread}) {
-    SCOPED_TRACE(cuda::to_string(mode));
+    SCOPED_TRACE(gpu::to_string(mode));
     CUACTOR_ASSERT_OK_AND_ASSIGN(session, begin_capture(stream_.get(), mode));
     ASSERT_EQ(launch_axpb(y.data_as<float>(), x.data_as<float>(), 1.0f, 1.0f, n, stream_.get()), cudaSuccess);
     // Synchronising a capturing stream is illegal in every mode but relaxed.
@@ -474,7 +474,7 @@ TEST_F(GraphGpuTest, GraphTwoThreadsCaptureIndependentlyInThreadLocalMode) {
       both_capturing.arrive_and_drop();
       may_end.arrive_and_drop();
     };
-    auto stream = cuda::Stream::create(0);
+    auto stream = gpu::Stream::create(0);
     if (!stream) return fail_with(stream.error().to_string());
     // Inputs are placed before the capture; the intermediate is allocated while it runs.
     auto pool = CapturePool::create(0);
@@ -482,7 +482,7 @@ TEST_F(GraphGpuTest, GraphTwoThreadsCaptureIndependentlyInThreadLocalMode) {
     auto x = (*pool)->allocate(n * sizeof(float));
     auto y = (*pool)->allocate(n * sizeof(float));
     if (!x || !y) return fail_with("allocation before capture failed");
-    if (!cuda::copy_async(*x, inputs[t].data(), n * sizeof(float), stream->get()) || !stream->synchronize())
+    if (!gpu::copy_async(*x, inputs[t].data(), n * sizeof(float), stream->get()) || !stream->synchronize())
       return fail_with("copy");
     auto session = begin_capture(stream->get(), CaptureMode::per_thread, *pool);
     if (!session) return fail_with(session.error().to_string());
@@ -501,7 +501,7 @@ TEST_F(GraphGpuTest, GraphTwoThreadsCaptureIndependentlyInThreadLocalMode) {
     }
     if (graph->pool_buffer_count() != 3) errors[t] = "pool should keep x, y and z";
     results[t].assign(n, kPoison);
-    if (!graph->launch(stream->get()) || !cuda::copy_async(results[t].data(), *y, n * sizeof(float), stream->get()) ||
+    if (!graph->launch(stream->get()) || !gpu::copy_async(results[t].data(), *y, n * sizeof(float), stream->get()) ||
         !stream->synchronize())
       errors[t] = "replay failed";
   };

@@ -114,7 +114,7 @@ TEST(GraphRejections, NullStreamCannotCapture) {
   auto s = begin_capture(nullptr, CaptureMode::global);
   ASSERT_FALSE(s.has_value());
   EXPECT_TRUE(s.error() == errc::invalid_argument);
-  auto raw = cuda::begin_stream_capture(nullptr, CaptureMode::relaxed);
+  auto raw = gpu::begin_stream_capture(nullptr, CaptureMode::relaxed);
   ASSERT_FALSE(raw.has_value());
   EXPECT_TRUE(raw.error() == errc::invalid_argument);
 }
@@ -136,11 +136,11 @@ TEST(GraphRejections, ScalarSizeOutOfRange) {
 }
 
 TEST(GraphRejections, CaptureModeNames) {
-  EXPECT_STREQ(cuda::to_string(CaptureMode::global), "global");
-  EXPECT_STREQ(cuda::to_string(CaptureMode::per_thread), "thread-local");
-  EXPECT_STREQ(cuda::to_string(CaptureMode::relaxed), "relaxed");
-  EXPECT_EQ(cuda::to_cuda(CaptureMode::per_thread), cudaStreamCaptureModeThreadLocal);
-  EXPECT_STREQ(cuda::to_string(cudaGraphExecUpdateErrorTopologyChanged), "topology changed");
+  EXPECT_STREQ(gpu::to_string(CaptureMode::global), "global");
+  EXPECT_STREQ(gpu::to_string(CaptureMode::per_thread), "thread-local");
+  EXPECT_STREQ(gpu::to_string(CaptureMode::relaxed), "relaxed");
+  EXPECT_EQ(gpu::to_cuda(CaptureMode::per_thread), cudaStreamCaptureModeThreadLocal);
+  EXPECT_STREQ(gpu::to_string(cudaGraphExecUpdateErrorTopologyChanged), "topology changed");
 }
 
 }  // namespace

@@ -21,7 +21,7 @@ namespace cuactor::jit {
 namespace {
 
 namespace fs = std::filesystem;
-using testing::TempDir;
+using test_support::TempDir;
 
 Artifact make_artifact(std::size_t bytes, unsigned seed) {
   Artifact a;

@@ -15,8 +15,8 @@
 namespace cuactor::jit {
 namespace {
 
-using testing::saxpy_request;
-using testing::TempDir;
+using test_support::saxpy_request;
+using test_support::TempDir;
 
 TEST(JitNvrtc, CompilesToCubinForARealArchitecture) {
   for (GpuArch arch : {GpuArch{9, 0, true}, GpuArch{8, 0, false}}) {

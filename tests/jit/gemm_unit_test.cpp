@@ -17,7 +17,7 @@ namespace {
 
 namespace fs = std::filesystem;
 using kernels::GemmSku;
-using testing::TempDir;
+using test_support::TempDir;
 
 std::string read_text(const fs::path& p) {
   std::ifstream in(p, std::ios::binary);

@@ -12,10 +12,10 @@
 #include <random>
 #include <vector>
 
-#include "cuactor/cuda/device.hpp"
-#include "cuactor/cuda/memory.hpp"
-#include "cuactor/cuda/module.hpp"
-#include "cuactor/cuda/stream.hpp"
+#include "cuactor/gpu/device.hpp"
+#include "cuactor/gpu/memory.hpp"
+#include "cuactor/gpu/module.hpp"
+#include "cuactor/gpu/stream.hpp"
 #include "cuactor/jit/gemm.hpp"
 #include "cuactor/kernels/catalog.hpp"
 #include "jit/test_support.hpp"
@@ -25,11 +25,11 @@ namespace cuactor::jit {
 namespace {
 
 using kernels::GemmSku;
-using testing::saxpy_request;
-using testing::TempDir;
+using test_support::saxpy_request;
+using test_support::TempDir;
 
 GpuArch device_arch() {
-  auto p = cuda::device_properties(0);
+  auto p = gpu::device_properties(0);
   return p ? p->arch : GpuArch{9, 0, true};
 }
 
@@ -47,7 +47,7 @@ float from_bf16(std::uint16_t h) {
   return f;
 }
 
-class JitGpu : public cuactor::testing::GpuTest {
+class JitGpu : public cuactor::test_support::GpuTest {
  protected:
   void SetUp() override {
     GpuTest::SetUp();
@@ -91,14 +91,14 @@ TEST_F(JitGpu, NvrtcKernelLaunchesAndComputes) {
   ASSERT_EQ(cudaMemcpy(dy, y.data(), n * sizeof(float), cudaMemcpyHostToDevice), cudaSuccess);
   CUACTOR_ASSERT_OK_AND_ASSIGN(saxpy, m.kernel("saxpy"));
   CUACTOR_ASSERT_OK_AND_ASSIGN(scale, m.kernel("scale<float>"));
-  const cuda::LaunchConfig cfg{dim3((n + 127) / 128), dim3(128), 0, nullptr};
-  CUACTOR_ASSERT_OK(cuda::launch(saxpy, cfg, n, 2.0f, static_cast<const float*>(dx), dy));
-  CUACTOR_ASSERT_OK(cuda::launch(scale, cfg, n, -1.5f, dy));
+  const gpu::LaunchConfig cfg{dim3((n + 127) / 128), dim3(128), 0, nullptr};
+  CUACTOR_ASSERT_OK(gpu::launch(saxpy, cfg, n, 2.0f, static_cast<const float*>(dx), dy));
+  CUACTOR_ASSERT_OK(gpu::launch(scale, cfg, n, -1.5f, dy));
   std::vector<float> out(n);
   ASSERT_EQ(cudaMemcpy(out.data(), dy, n * sizeof(float), cudaMemcpyDeviceToHost), cudaSuccess);
   for (int i = 0; i < n; ++i) ASSERT_FLOAT_EQ(out[i], -1.5f * (2.0f * x[i] + y[i])) << i;
   // A wrong argument list is rejected before launching.
-  auto bad = cuda::launch(saxpy, cfg, n, 2.0f, dy);
+  auto bad = gpu::launch(saxpy, cfg, n, 2.0f, dy);
   ASSERT_FALSE(bad.has_value());
   EXPECT_EQ(bad.error(), errc::invalid_argument);
   ASSERT_EQ(cudaFree(dx), cudaSuccess);
@@ -166,7 +166,7 @@ struct DenseProblem {
   }
   // Runs `inst` once on a NaN-poisoned D and returns D.
   std::vector<std::uint16_t> run(const cuactor_gemm_instance& inst, float alpha, float beta) const {
-    const auto problem = args(alpha, beta, cuda::device_properties(0)->multiprocessors);
+    const auto problem = args(alpha, beta, gpu::device_properties(0)->multiprocessors);
     EXPECT_EQ(inst.can_implement(&problem), CUACTOR_KERNEL_OK);
     const std::size_t ws_bytes = inst.workspace_size(&problem);
     void* ws = nullptr;

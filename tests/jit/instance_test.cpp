@@ -16,7 +16,7 @@ namespace cuactor::jit {
 namespace {
 
 namespace fs = std::filesystem;
-using testing::TempDir;
+using test_support::TempDir;
 
 constexpr const char* kTinyTemplate = R"(// @SYMBOL@: a host-only stand-in for a kernel instance.
 #include "kernels/instance_abi.h"

@@ -9,7 +9,7 @@
 
 #include "cuactor/jit/nvrtc.hpp"
 
-namespace cuactor::jit::testing {
+namespace cuactor::jit::test_support {
 
 /// A fresh, empty directory removed at scope exit.
 class TempDir {
@@ -53,4 +53,4 @@ template <class T> __global__ void scale(int n, T a, T* y) {
   return r;
 }
 
-}  // namespace cuactor::jit::testing
+}  // namespace cuactor::jit::test_support

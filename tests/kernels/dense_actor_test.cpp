@@ -33,7 +33,7 @@ DenseGemmShape shape_of(std::int64_t m, std::int64_t n, std::int64_t k) {
   return s;
 }
 
-class DenseActorGpu : public cuactor::testing::GpuTest {
+class DenseActorGpu : public cuactor::test_support::GpuTest {
  protected:
   void SetUp() override {
     GpuTest::SetUp();

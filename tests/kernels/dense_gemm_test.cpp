@@ -14,10 +14,10 @@
 #include <string>
 #include <vector>
 
-#include "cuactor/cuda/check.hpp"
-#include "cuactor/cuda/device.hpp"
-#include "cuactor/cuda/memory.hpp"
-#include "cuactor/cuda/stream.hpp"
+#include "cuactor/gpu/check.hpp"
+#include "cuactor/gpu/device.hpp"
+#include "cuactor/gpu/memory.hpp"
+#include "cuactor/gpu/stream.hpp"
 #include "cuactor/kernels/catalog.hpp"
 #include "cuactor/kernels/gemm_plan.hpp"
 #include "support/gpu_test.hpp"
@@ -136,26 +136,26 @@ double tolerance(const GemmSku& s) {
   return 8e-3;                            // bf16 output
 }
 
-class DenseGemmTest : public testing::GpuTest {
+class DenseGemmTest : public test_support::GpuTest {
  protected:
   void SetUp() override {
-    testing::GpuTest::SetUp();
+    test_support::GpuTest::SetUp();
     if (IsSkipped() || HasFatalFailure()) return;
-    auto props = cuda::device_properties(0);
+    auto props = gpu::device_properties(0);
     ASSERT_TRUE(props.has_value()) << props.error().to_string();
     props_ = *props;
-    auto stream = cuda::Stream::create(0);
+    auto stream = gpu::Stream::create(0);
     ASSERT_TRUE(stream.has_value()) << stream.error().to_string();
     stream_ = std::move(*stream);
-    auto pool = cuda::MemPool::device_default(0);
+    auto pool = gpu::MemPool::device_default(0);
     ASSERT_TRUE(pool.has_value()) << pool.error().to_string();
     pool_ = std::move(*pool);
   }
 
-  Result<cuda::DeviceBuffer> upload(const std::vector<std::uint8_t>& bytes) {
-    auto buf = cuda::DeviceBuffer::allocate(pool_, bytes.size(), stream_.get());
+  Result<gpu::DeviceBuffer> upload(const std::vector<std::uint8_t>& bytes) {
+    auto buf = gpu::DeviceBuffer::allocate(pool_, bytes.size(), stream_.get());
     if (!buf) return buf;
-    CUACTOR_TRY(cuda::copy_async(buf->data(), bytes.data(), bytes.size(), stream_.get()));
+    CUACTOR_TRY(gpu::copy_async(buf->data(), bytes.data(), bytes.size(), stream_.get()));
     return buf;
   }
 
@@ -208,7 +208,7 @@ class DenseGemmTest : public testing::GpuTest {
     CUACTOR_ASSERT_OK_AND_ASSIGN(dc, upload(c.bytes));
     CUACTOR_ASSERT_OK_AND_ASSIGN(dd, upload(d.bytes));
     CUACTOR_ASSERT_OK_AND_ASSIGN(dscale, upload(scale_bytes));
-    CUACTOR_ASSERT_OK_AND_ASSIGN(workspace, cuda::DeviceBuffer::allocate(pool_, plan.workspace_size(), stream_.get()));
+    CUACTOR_ASSERT_OK_AND_ASSIGN(workspace, gpu::DeviceBuffer::allocate(pool_, plan.workspace_size(), stream_.get()));
 
     GemmOperands o;
     o.a = da.data();
@@ -231,7 +231,7 @@ class DenseGemmTest : public testing::GpuTest {
     }
     CUACTOR_ASSERT_OK(plan.run(o, workspace.data(), workspace.size(), stream_.get()));
     std::vector<std::uint8_t> got(d.bytes.size());
-    CUACTOR_ASSERT_OK(cuda::copy_async(got.data(), dd.data(), got.size(), stream_.get()));
+    CUACTOR_ASSERT_OK(gpu::copy_async(got.data(), dd.data(), got.size(), stream_.get()));
     CUACTOR_ASSERT_OK(stream_.synchronize());
 
     const double scale = static_cast<double>(cs.alpha) * scale_values[0] * scale_values[1];
@@ -260,9 +260,9 @@ class DenseGemmTest : public testing::GpuTest {
     return out;
   }
 
-  cuda::DeviceProperties props_;
-  cuda::Stream stream_;
-  cuda::MemPool pool_;
+  gpu::DeviceProperties props_;
+  gpu::Stream stream_;
+  gpu::MemPool pool_;
 };
 
 TEST_F(DenseGemmTest, EverySkuMatchesFp64ReferenceOnRandomShapes) {

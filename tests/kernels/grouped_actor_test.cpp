@@ -28,7 +28,7 @@ std::pair<std::error_code, R> wait(std::future<std::tuple<std::error_code, R>> f
   return {ec, std::move(v)};
 }
 
-class GroupedActorGpu : public cuactor::testing::GpuTest {
+class GroupedActorGpu : public cuactor::test_support::GpuTest {
  protected:
   void SetUp() override {
     GpuTest::SetUp();

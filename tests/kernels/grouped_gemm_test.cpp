@@ -12,10 +12,10 @@
 #include <string>
 #include <vector>
 
-#include "cuactor/cuda/check.hpp"
-#include "cuactor/cuda/device.hpp"
-#include "cuactor/cuda/memory.hpp"
-#include "cuactor/cuda/stream.hpp"
+#include "cuactor/gpu/check.hpp"
+#include "cuactor/gpu/device.hpp"
+#include "cuactor/gpu/memory.hpp"
+#include "cuactor/gpu/stream.hpp"
 #include "cuactor/kernels/catalog.hpp"
 #include "kernels/grouped_test_kernels.hpp"
 #include "support/gpu_test.hpp"
@@ -23,7 +23,7 @@
 namespace cuactor::kernels {
 namespace {
 
-using testing::RefProblem;
+using test_support::RefProblem;
 
 struct Dims {
   int m, n, k;
@@ -40,7 +40,7 @@ std::pair<double, double> tolerances(const GemmSku& sku) {
   return {rel, mag};
 }
 
-GroupedGemmSpec spec_for(const GemmSku& sku, const cuda::DeviceProperties& props) {
+GroupedGemmSpec spec_for(const GemmSku& sku, const gpu::DeviceProperties& props) {
   GroupedGemmSpec s;
   s.a = sku.a;
   s.b = sku.b;
@@ -53,18 +53,18 @@ GroupedGemmSpec spec_for(const GemmSku& sku, const cuda::DeviceProperties& props
   return s;
 }
 
-class GroupedGemmGpu : public cuactor::testing::GpuTest {
+class GroupedGemmGpu : public cuactor::test_support::GpuTest {
  protected:
   void SetUp() override {
     GpuTest::SetUp();
     if (IsSkipped() || HasFatalFailure()) return;
-    auto props = cuda::device_properties(0);
+    auto props = gpu::device_properties(0);
     ASSERT_TRUE(props.has_value()) << props.error().to_string();
     props_ = *props;
-    auto stream = cuda::Stream::create(0);
+    auto stream = gpu::Stream::create(0);
     ASSERT_TRUE(stream.has_value()) << stream.error().to_string();
     stream_ = std::move(*stream);
-    auto pool = cuda::MemPool::create(0);
+    auto pool = gpu::MemPool::create(0);
     ASSERT_TRUE(pool.has_value()) << pool.error().to_string();
     pool_ = std::move(*pool);
   }
@@ -77,14 +77,14 @@ class GroupedGemmGpu : public cuactor::testing::GpuTest {
     return out;
   }
 
-  Result<cuda::DeviceBuffer> alloc(std::size_t bytes) {
-    return cuda::DeviceBuffer::allocate(pool_, std::max<std::size_t>(bytes, 256), stream_.get());
+  Result<gpu::DeviceBuffer> alloc(std::size_t bytes) {
+    return gpu::DeviceBuffer::allocate(pool_, std::max<std::size_t>(bytes, 256), stream_.get());
   }
 
   /// Operands of one grouped problem, each group in its own 256-byte aligned slice with a padded
   /// leading dimension on odd groups; D poisoned with NaN.
   struct Operands {
-    cuda::DeviceBuffer a, b, c, d;
+    gpu::DeviceBuffer a, b, c, d;
     std::vector<GroupedProblem> groups;
   };
 
@@ -120,10 +120,10 @@ class GroupedGemmGpu : public cuactor::testing::GpuTest {
     for (auto* r : {&a, &b, &c, &d})
       if (!*r) return fail(r->error());
     const cudaStream_t s = stream_.get();
-    CUACTOR_CUDA_TRY(testing::fill_random(sku.a, a->data(), off_a / ea, seed * 4 + 1, 1.0f, s));
-    CUACTOR_CUDA_TRY(testing::fill_random(sku.b, b->data(), off_b / ea, seed * 4 + 2, 1.0f, s));
-    CUACTOR_CUDA_TRY(testing::fill_random(sku.d, c->data(), off_cd / ed, seed * 4 + 3, 1.0f, s));
-    CUACTOR_TRY(cuda::memset_async(d->data(), 0xff, d->size(), s));  // poison: NaN in every float type
+    CUACTOR_CUDA_TRY(test_support::fill_random(sku.a, a->data(), off_a / ea, seed * 4 + 1, 1.0f, s));
+    CUACTOR_CUDA_TRY(test_support::fill_random(sku.b, b->data(), off_b / ea, seed * 4 + 2, 1.0f, s));
+    CUACTOR_CUDA_TRY(test_support::fill_random(sku.d, c->data(), off_cd / ed, seed * 4 + 3, 1.0f, s));
+    CUACTOR_TRY(gpu::memset_async(d->data(), 0xff, d->size(), s));  // poison: NaN in every float type
     for (std::size_t g = 0; g < dims.size(); ++g) {
       GroupedProblem& p = o.groups[g];
       p.a = a->data_as<std::byte>() + oa[g];
@@ -150,7 +150,7 @@ class GroupedGemmGpu : public cuactor::testing::GpuTest {
     for (auto* r : {&ref, &mag, &counters})
       if (!*r) return fail(r->error());
     const cudaStream_t s = stream_.get();
-    CUACTOR_TRY(cuda::memset_async(counters->data(), 0, counters->size(), s));
+    CUACTOR_TRY(gpu::memset_async(counters->data(), 0, counters->size(), s));
     auto* bad = counters->data_as<unsigned long long>();
     auto* worst = reinterpret_cast<double*>(bad + groups.size());
     const auto [rel, magtol] = tolerances(sku);
@@ -160,12 +160,12 @@ class GroupedGemmGpu : public cuactor::testing::GpuTest {
       RefProblem r{p.m,   p.n,   p.k,       p.a,
                    p.lda, p.b,   p.ldb,     sku.layout_b == MatrixLayout::col,
                    p.c,   p.ldc, alphas[g], p.c != nullptr ? beta : 0.0f};
-      CUACTOR_CUDA_TRY(testing::reference_gemm(sku.a, sku.d, r, ref->data_as<double>(), mag->data_as<double>(), s));
-      CUACTOR_CUDA_TRY(testing::compare_output(sku.d, p.d, p.ldd, ref->data_as<double>(), mag->data_as<double>(), p.m,
+      CUACTOR_CUDA_TRY(test_support::reference_gemm(sku.a, sku.d, r, ref->data_as<double>(), mag->data_as<double>(), s));
+      CUACTOR_CUDA_TRY(test_support::compare_output(sku.d, p.d, p.ldd, ref->data_as<double>(), mag->data_as<double>(), p.m,
                                                p.n, rel, magtol, bad + g, worst + g, s));
     }
     std::vector<unsigned long long> host(groups.size() * 2);
-    CUACTOR_TRY(cuda::copy_async(host.data(), counters->data(), host.size() * 8, s));
+    CUACTOR_TRY(gpu::copy_async(host.data(), counters->data(), host.size() * 8, s));
     CUACTOR_TRY(stream_.synchronize());
     unsigned long long total = 0;
     for (std::size_t g = 0; g < groups.size(); ++g) {
@@ -197,7 +197,7 @@ class GroupedGemmGpu : public cuactor::testing::GpuTest {
     for (int g = 0; g < groups; ++g) host[static_cast<std::size_t>(g) + 1] = 0.25f * static_cast<float>(g % 3 + 1);
     auto buf = alloc(host.size() * sizeof(float));
     if (!buf) return fail(buf.error());
-    CUACTOR_TRY(cuda::copy_async(buf->data(), host.data(), host.size() * sizeof(float), stream_.get()));
+    CUACTOR_TRY(gpu::copy_async(buf->data(), host.data(), host.size() * sizeof(float), stream_.get()));
     CUACTOR_TRY(stream_.synchronize());
     scalars.scale_a = buf->data_as<float>();
     scalars.scale_b = buf->data_as<float>() + 1;
@@ -224,10 +224,10 @@ class GroupedGemmGpu : public cuactor::testing::GpuTest {
     return check(sku, ops->groups, alphas, beta, what);
   }
 
-  cuda::DeviceProperties props_;
-  cuda::Stream stream_;
-  cuda::MemPool pool_;
-  std::vector<cuda::DeviceBuffer> scale_buffers_;
+  gpu::DeviceProperties props_;
+  gpu::Stream stream_;
+  gpu::MemPool pool_;
+  std::vector<gpu::DeviceBuffer> scale_buffers_;
 };
 
 /// Random ragged groups: M = 0 groups, M = 1, tails around the tile sizes; N and K multiples of the
@@ -315,19 +315,19 @@ TEST_F(GroupedGemmGpu, CapturedGraphEqualsEager) {
   const cudaStream_t s = stream_.get();
   CUACTOR_ASSERT_OK(prepared.run(s, ws.data(), ws.size()));
   std::vector<std::byte> eager(ops.d.size()), graphed(ops.d.size());
-  CUACTOR_ASSERT_OK(cuda::copy_async(eager.data(), ops.d.data(), eager.size(), s));
-  CUACTOR_ASSERT_OK(cuda::memset_async(ops.d.data(), 0xff, ops.d.size(), s));
-  CUACTOR_ASSERT_OK(cuda::memset_async(ws.data(), 0, ws.size(), s));  // the graph must re-upload everything
+  CUACTOR_ASSERT_OK(gpu::copy_async(eager.data(), ops.d.data(), eager.size(), s));
+  CUACTOR_ASSERT_OK(gpu::memset_async(ops.d.data(), 0xff, ops.d.size(), s));
+  CUACTOR_ASSERT_OK(gpu::memset_async(ws.data(), 0, ws.size(), s));  // the graph must re-upload everything
   CUACTOR_ASSERT_OK(stream_.synchronize());
   cudaGraph_t graph = nullptr;
   cudaGraphExec_t exec = nullptr;
-  CUACTOR_ASSERT_OK(cuda::check(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal), "begin capture"));
+  CUACTOR_ASSERT_OK(gpu::check(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal), "begin capture"));
   const auto captured = prepared.run(s, ws.data(), ws.size());
-  CUACTOR_ASSERT_OK(cuda::check(cudaStreamEndCapture(s, &graph), "end capture"));
+  CUACTOR_ASSERT_OK(gpu::check(cudaStreamEndCapture(s, &graph), "end capture"));
   CUACTOR_ASSERT_OK(captured);
-  CUACTOR_ASSERT_OK(cuda::check(cudaGraphInstantiate(&exec, graph, 0), "instantiate"));
-  for (int replay = 0; replay < 3; ++replay) CUACTOR_ASSERT_OK(cuda::check(cudaGraphLaunch(exec, s), "graph launch"));
-  CUACTOR_ASSERT_OK(cuda::copy_async(graphed.data(), ops.d.data(), graphed.size(), s));
+  CUACTOR_ASSERT_OK(gpu::check(cudaGraphInstantiate(&exec, graph, 0), "instantiate"));
+  for (int replay = 0; replay < 3; ++replay) CUACTOR_ASSERT_OK(gpu::check(cudaGraphLaunch(exec, s), "graph launch"));
+  CUACTOR_ASSERT_OK(gpu::copy_async(graphed.data(), ops.d.data(), graphed.size(), s));
   CUACTOR_ASSERT_OK(stream_.synchronize());
   cudaGraphExecDestroy(exec);
   cudaGraphDestroy(graph);
@@ -350,8 +350,8 @@ TEST_F(GroupedGemmGpu, DeviceSizedOffsetsOneGraphEveryRouting) {
     CUACTOR_ASSERT_OK_AND_ASSIGN(d, alloc(std::size_t{kCapacity} * kN * ed));
     CUACTOR_ASSERT_OK_AND_ASSIGN(offs, alloc(kGroups * sizeof(std::int32_t)));
     const cudaStream_t s = stream_.get();
-    CUACTOR_ASSERT_OK(cuda::check(testing::fill_random(sku.a, a.data(), a.size() / ea, 31, 1.0f, s), "fill a"));
-    CUACTOR_ASSERT_OK(cuda::check(testing::fill_random(sku.b, b.data(), b.size() / ea, 32, 1.0f, s), "fill b"));
+    CUACTOR_ASSERT_OK(gpu::check(test_support::fill_random(sku.a, a.data(), a.size() / ea, 31, 1.0f, s), "fill a"));
+    CUACTOR_ASSERT_OK(gpu::check(test_support::fill_random(sku.b, b.data(), b.size() / ea, 32, 1.0f, s), "fill b"));
     DeviceSizedGroups groups;
     groups.group_count = kGroups;
     groups.offsets = offs.data_as<std::int32_t>();
@@ -372,11 +372,11 @@ TEST_F(GroupedGemmGpu, DeviceSizedOffsetsOneGraphEveryRouting) {
     CUACTOR_ASSERT_OK_AND_ASSIGN(ws, alloc(prepared.workspace_size()));
     cudaGraph_t graph = nullptr;
     cudaGraphExec_t exec = nullptr;
-    CUACTOR_ASSERT_OK(cuda::check(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal), "begin capture"));
+    CUACTOR_ASSERT_OK(gpu::check(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal), "begin capture"));
     const auto captured = prepared.run(s, ws.data(), ws.size());
-    CUACTOR_ASSERT_OK(cuda::check(cudaStreamEndCapture(s, &graph), "end capture"));
+    CUACTOR_ASSERT_OK(gpu::check(cudaStreamEndCapture(s, &graph), "end capture"));
     CUACTOR_ASSERT_OK(captured);
-    CUACTOR_ASSERT_OK(cuda::check(cudaGraphInstantiate(&exec, graph, 0), "instantiate"));
+    CUACTOR_ASSERT_OK(gpu::check(cudaGraphInstantiate(&exec, graph, 0), "instantiate"));
     std::mt19937 rng(99);
     for (int routing = 0; routing < 5; ++routing) {
       std::vector<std::int32_t> rows(kGroups), ends(kGroups);
@@ -387,11 +387,11 @@ TEST_F(GroupedGemmGpu, DeviceSizedOffsetsOneGraphEveryRouting) {
         ends[g] = total;
       }
       ASSERT_LE(total, kCapacity);
-      CUACTOR_ASSERT_OK(cuda::copy_async(offs.data(), ends.data(), sizeof(std::int32_t) * kGroups, s));
-      CUACTOR_ASSERT_OK(cuda::memset_async(d.data(), 0xff, d.size(), s));
-      CUACTOR_ASSERT_OK(cuda::check(cudaGraphLaunch(exec, s), "graph launch"));
+      CUACTOR_ASSERT_OK(gpu::copy_async(offs.data(), ends.data(), sizeof(std::int32_t) * kGroups, s));
+      CUACTOR_ASSERT_OK(gpu::memset_async(d.data(), 0xff, d.size(), s));
+      CUACTOR_ASSERT_OK(gpu::check(cudaGraphLaunch(exec, s), "graph launch"));
       std::int32_t flag = -1;
-      CUACTOR_ASSERT_OK(cuda::copy_async(&flag, prepared.routing_error_flag(ws.data()), sizeof(flag), s));
+      CUACTOR_ASSERT_OK(gpu::copy_async(&flag, prepared.routing_error_flag(ws.data()), sizeof(flag), s));
       CUACTOR_ASSERT_OK(stream_.synchronize());
       EXPECT_EQ(flag, 0);
       std::vector<GroupedProblem> view(kGroups);
@@ -411,10 +411,10 @@ TEST_F(GroupedGemmGpu, DeviceSizedOffsetsOneGraphEveryRouting) {
     }
     // Group 5 ends beyond the capacity: skipped and reported, no fault.
     std::vector<std::int32_t> overrun{10, 20, 30, 40, 50, kCapacity + 7, kCapacity + 7, kCapacity + 7};
-    CUACTOR_ASSERT_OK(cuda::copy_async(offs.data(), overrun.data(), sizeof(std::int32_t) * kGroups, s));
-    CUACTOR_ASSERT_OK(cuda::check(cudaGraphLaunch(exec, s), "graph launch"));
+    CUACTOR_ASSERT_OK(gpu::copy_async(offs.data(), overrun.data(), sizeof(std::int32_t) * kGroups, s));
+    CUACTOR_ASSERT_OK(gpu::check(cudaGraphLaunch(exec, s), "graph launch"));
     std::int32_t flag = -1;
-    CUACTOR_ASSERT_OK(cuda::copy_async(&flag, prepared.routing_error_flag(ws.data()), sizeof(flag), s));
+    CUACTOR_ASSERT_OK(gpu::copy_async(&flag, prepared.routing_error_flag(ws.data()), sizeof(flag), s));
     CUACTOR_ASSERT_OK(stream_.synchronize());
     EXPECT_GE(flag, 6) << "the first out-of-range group (5) or a later one must be reported";
     cudaGraphExecDestroy(exec);

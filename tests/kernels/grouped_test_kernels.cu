@@ -6,7 +6,7 @@
 
 #include "kernels/grouped_test_kernels.hpp"
 
-namespace cuactor::kernels::testing {
+namespace cuactor::kernels::test_support {
 namespace {
 
 __device__ float hash_unit(std::uint64_t i, std::uint64_t seed) {
@@ -151,4 +151,4 @@ cudaError_t compare_output(DType d, const void* out, std::int64_t ldd, const dou
   return cudaGetLastError();
 }
 
-}  // namespace cuactor::kernels::testing
+}  // namespace cuactor::kernels::test_support

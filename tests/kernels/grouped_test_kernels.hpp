@@ -9,7 +9,7 @@
 
 #include "cuactor/core/dtype.hpp"
 
-namespace cuactor::kernels::testing {
+namespace cuactor::kernels::test_support {
 
 /// One GEMM for the reference: D = alpha * A B + beta * C, A row-major M x K, B N x K (b_col) or
 /// K x N row-major, C row-major in D's type.
@@ -39,4 +39,4 @@ cudaError_t compare_output(DType d, const void* out, std::int64_t ldd, const dou
                            int n, double rel_tol, double mag_tol, unsigned long long* bad, double* worst,
                            cudaStream_t s);
 
-}  // namespace cuactor::kernels::testing
+}  // namespace cuactor::kernels::test_support

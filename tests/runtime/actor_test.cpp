@@ -17,8 +17,8 @@
 #include <random>
 #include <thread>
 
-#include "cuactor/cuda/check.hpp"
-#include "cuactor/cuda/stream.hpp"
+#include "cuactor/gpu/check.hpp"
+#include "cuactor/gpu/stream.hpp"
 #include "cuactor/runtime/device_actor.hpp"
 #include "support/gpu_test.hpp"
 
@@ -52,7 +52,7 @@ double relative_error(const std::vector<float>& got, const std::vector<double>& 
   return std::sqrt(num / den);
 }
 
-class RuntimeActorGpu : public testing::GpuTest {
+class RuntimeActorGpu : public test_support::GpuTest {
  protected:
   void SetUp() override {
     GpuTest::SetUp();
@@ -69,8 +69,8 @@ class RuntimeActorGpu : public testing::GpuTest {
     EXPECT_FALSE(ec) << ec.message();
     return ref;
   }
-  cuda::Library load_test_library() {
-    auto lib = cuda::Library::load_file(RUNTIME_TEST_PTX);
+  gpu::Library load_test_library() {
+    auto lib = gpu::Library::load_file(RUNTIME_TEST_PTX);
     EXPECT_TRUE(lib.has_value()) << lib.error().to_string();
     return std::move(*lib);
   }
@@ -139,15 +139,15 @@ TEST_F(RuntimeActorGpu, PageableCopiesAndFill) {
 TEST_F(RuntimeActorGpu, PinnedCopies) {
   constexpr std::size_t n = 4096;
   auto buf = alloc<int>(n);
-  auto src = cuda::PinnedBuffer::allocate(n * sizeof(int));
+  auto src = gpu::PinnedBuffer::allocate(n * sizeof(int));
   ASSERT_TRUE(src.has_value());
-  auto pinned_src = std::make_shared<cuda::PinnedBuffer>(std::move(*src));
+  auto pinned_src = std::make_shared<gpu::PinnedBuffer>(std::move(*src));
   for (std::size_t i = 0; i < n; ++i) pinned_src->as_span<int>()[i] = static_cast<int>(i * 7 + 1);
   ASSERT_FALSE(
-      wait(actor_->copy_to_device(buf, std::shared_ptr<const cuda::PinnedBuffer>(pinned_src), asio::use_future)).first);
-  auto dst = cuda::PinnedBuffer::allocate(n * sizeof(int));
+      wait(actor_->copy_to_device(buf, std::shared_ptr<const gpu::PinnedBuffer>(pinned_src), asio::use_future)).first);
+  auto dst = gpu::PinnedBuffer::allocate(n * sizeof(int));
   ASSERT_TRUE(dst.has_value());
-  auto pinned_dst = std::make_shared<cuda::PinnedBuffer>(std::move(*dst));
+  auto pinned_dst = std::make_shared<gpu::PinnedBuffer>(std::move(*dst));
   for (auto& v : pinned_dst->as_span<int>()) v = -1;  // poison
   auto [ec, out] = wait(actor_->copy_to_host(buf, pinned_dst, asio::use_future));
   ASSERT_FALSE(ec) << ec.message();
@@ -171,7 +171,7 @@ TEST_F(RuntimeActorGpu, OutOfMemoryFailsOnlyTheRequest) {
 }
 
 TEST_F(RuntimeActorGpu, LaunchValidatesArgumentsAndMatchesReference) {
-  auto lib = std::make_shared<const cuda::Library>(load_test_library());
+  auto lib = std::make_shared<const gpu::Library>(load_test_library());
   CUACTOR_ASSERT_OK_AND_ASSIGN(axpy, lib->kernel("cuactor_rt_axpy"));
   constexpr int n = 10000;
   const auto hx = random_floats(n, 2), hy = random_floats(n, 3);
@@ -203,7 +203,7 @@ TEST_F(RuntimeActorGpu, LaunchValidatesArgumentsAndMatchesReference) {
 }
 
 TEST_F(RuntimeActorGpu, OrderedWritersNeverRace) {
-  auto lib = std::make_shared<const cuda::Library>(load_test_library());
+  auto lib = std::make_shared<const gpu::Library>(load_test_library());
   CUACTOR_ASSERT_OK_AND_ASSIGN(inc, lib->kernel("cuactor_rt_increment"));
   auto counter = alloc<int>(1);
   ASSERT_FALSE(wait(actor_->fill(counter, 0, asio::use_future)).first);
@@ -219,14 +219,14 @@ TEST_F(RuntimeActorGpu, OrderedWritersNeverRace) {
 TEST_F(RuntimeActorGpu, WriteOnAnotherStreamIsWaitedForOnTheDevice) {
   auto lib = load_test_library();
   CUACTOR_ASSERT_OK_AND_ASSIGN(spin, lib.kernel("cuactor_rt_spin"));
-  CUACTOR_ASSERT_OK_AND_ASSIGN(side, cuda::Stream::create(0));
+  CUACTOR_ASSERT_OK_AND_ASSIGN(side, gpu::Stream::create(0));
   constexpr std::size_t n = 1 << 20;
   auto buf = alloc<std::uint8_t>(n);
   ASSERT_FALSE(wait(actor_->fill(buf, std::uint8_t{1}, asio::use_future)).first);
   // The side stream writes 0xAB after ~50 ms of spinning; the actor's read must see it.
-  CUACTOR_ASSERT_OK(cuda::launch(spin, cuda::LaunchConfig{dim3(1), dim3(1), 0, side.get()}, 100'000'000ll));
+  CUACTOR_ASSERT_OK(gpu::launch(spin, gpu::LaunchConfig{dim3(1), dim3(1), 0, side.get()}, 100'000'000ll));
   CUACTOR_ASSERT_OK_AND_ASSIGN(ptr, buf.raw_device_ptr());
-  CUACTOR_ASSERT_OK(cuda::memset_async(ptr, 0xAB, n, side.get()));
+  CUACTOR_ASSERT_OK(gpu::memset_async(ptr, 0xAB, n, side.get()));
   CUACTOR_ASSERT_OK(buf.record_write(side.get()));
   EXPECT_EQ(buf.last_write_stream(), side.get());
   auto got = wait(actor_->copy_to_host(buf, asio::use_future)).second;
@@ -341,7 +341,7 @@ class RuntimeSmallMailboxGpu : public RuntimeActorGpu {
 };
 
 TEST_F(RuntimeSmallMailboxGpu, QueueFullForEveryRequestKind) {
-  auto lib = std::make_shared<const cuda::Library>(load_test_library());
+  auto lib = std::make_shared<const gpu::Library>(load_test_library());
   CUACTOR_ASSERT_OK_AND_ASSIGN(inc, lib->kernel("cuactor_rt_increment"));
   auto buf = alloc<int>(16);
   park();

@@ -47,11 +47,11 @@ void child_scenario(const std::string& out_path, bool recover) {
     return;
   }
   DeviceActor actor = std::move(*created);
-  auto lib_r = cuda::Library::load_file(RUNTIME_TEST_PTX);
+  auto lib_r = gpu::Library::load_file(RUNTIME_TEST_PTX);
   auto [old_ec, old_ref_r] = actor.allocate<int>(64, asio::use_future).get();
   if (old_ec) out << "old_alloc_failed=" << old_ec.message() << "\n";
   if (!lib_r) return;
-  auto lib = std::make_shared<const cuda::Library>(std::move(*lib_r));
+  auto lib = std::make_shared<const gpu::Library>(std::move(*lib_r));
   auto fault = lib->kernel("cuactor_rt_fault");
   if (!fault) return;
 
@@ -206,7 +206,7 @@ bool child_mode(std::string& mode, std::string& path) {
   return true;
 }
 
-class RuntimeFaultGpu : public testing::GpuTest {};
+class RuntimeFaultGpu : public test_support::GpuTest {};
 
 TEST_F(RuntimeFaultGpu, DeliberateFaultPoisonsInFlightOnceThenRecoversOrOpens) {
   std::string mode, path;

@@ -9,9 +9,9 @@
 #include <string>
 
 #include "cuactor/core/expected.hpp"
-#include "cuactor/cuda/device.hpp"
+#include "cuactor/gpu/device.hpp"
 
-namespace cuactor::testing {
+namespace cuactor::test_support {
 
 /// True if CUACTOR_REQUIRE_GPU is set to a non-empty value other than 0.
 inline bool gpu_required() {
@@ -23,13 +23,13 @@ inline bool gpu_required() {
 class GpuTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (cuda::device_count() > 0) return;
+    if (gpu::device_count() > 0) return;
     if (gpu_required()) FAIL() << "CUACTOR_REQUIRE_GPU is set but no CUDA device is visible";
     GTEST_SKIP() << "no CUDA device: GPU test skipped (run scripts/gpu-check on a GPU machine)";
   }
 };
 
-}  // namespace cuactor::testing
+}  // namespace cuactor::test_support
 
 /// Asserts that a Result/Status holds a value, printing the error otherwise.
 #define CUACTOR_ASSERT_OK(expr)                                                             \

@@ -18,11 +18,11 @@
 
 #include "bench_util.hpp"
 #include "commands.hpp"
-#include "cuactor/cuda/check.hpp"
-#include "cuactor/cuda/device.hpp"
-#include "cuactor/cuda/event.hpp"
-#include "cuactor/cuda/memory.hpp"
-#include "cuactor/cuda/stream.hpp"
+#include "cuactor/gpu/check.hpp"
+#include "cuactor/gpu/device.hpp"
+#include "cuactor/gpu/event.hpp"
+#include "cuactor/gpu/memory.hpp"
+#include "cuactor/gpu/stream.hpp"
 #include "cuactor/kernels/gemm_plan.hpp"
 
 namespace cuactor::cli {
@@ -111,7 +111,7 @@ class CublasAnchor {
     const int m = static_cast<int>(p_.m), n = static_cast<int>(p_.n), k = static_cast<int>(p_.k);
     const bool b_is_nk = p_.layout_b == MatrixLayout::col;
     if (lt_ == nullptr)
-      return cuda::check(cublasGemmEx(blas_, b_is_nk ? CUBLAS_OP_T : CUBLAS_OP_N, CUBLAS_OP_N, n, m, k, &alpha, b,
+      return gpu::check(cublasGemmEx(blas_, b_is_nk ? CUBLAS_OP_T : CUBLAS_OP_N, CUBLAS_OP_N, n, m, k, &alpha, b,
                                       cuda_data_type(p_.b), b_is_nk ? k : n, a, cuda_data_type(p_.a), k, &beta, d,
                                       cuda_data_type(p_.d), n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
                          "cublasGemmEx");
@@ -123,7 +123,7 @@ class CublasAnchor {
                               workspace_bytes_, stream_);
       if (status != CUBLAS_STATUS_NOT_SUPPORTED) break;
     }
-    return cuda::check(status, fmt::format("cublasLtMatmul (fp8, {} heuristic candidates)", algos_.size()));
+    return gpu::check(status, fmt::format("cublasLtMatmul (fp8, {} heuristic candidates)", algos_.size()));
   }
 
  private:
@@ -154,13 +154,13 @@ class CublasAnchor {
     cublasLtMatmulPreference_t pref = nullptr;
     CUACTOR_CUDA_TRY(cublasLtMatmulPreferenceCreate(&pref));
     const auto ws = workspace_bytes_;
-    auto s = cuda::check(
+    auto s = gpu::check(
         cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws),
         "cublasLtMatmulPreferenceSetAttribute");
     cublasLtMatmulHeuristicResult_t results[8]{};
     int found = 0;
     if (s)
-      s = cuda::check(cublasLtMatmulAlgoGetHeuristic(lt_, op_, la_, lb_, lc_, lc_, pref, 8, results, &found),
+      s = gpu::check(cublasLtMatmulAlgoGetHeuristic(lt_, op_, la_, lb_, lc_, lc_, pref, 8, results, &found),
                       "cublasLtMatmulAlgoGetHeuristic");
     cublasLtMatmulPreferenceDestroy(pref);
     CUACTOR_TRY(s);
@@ -189,8 +189,8 @@ class CublasAnchor {
 /// Relative Frobenius difference between two device buffers of 16-bit floats of type `t`.
 Result<double> relative_difference(const void* x, const void* y, std::size_t count, DType t, cudaStream_t stream) {
   std::vector<std::uint16_t> hx(count), hy(count);
-  CUACTOR_TRY(cuda::copy_async(hx.data(), x, count * 2, stream));
-  CUACTOR_TRY(cuda::copy_async(hy.data(), y, count * 2, stream));
+  CUACTOR_TRY(gpu::copy_async(hx.data(), x, count * 2, stream));
+  CUACTOR_TRY(gpu::copy_async(hy.data(), y, count * 2, stream));
   CUACTOR_CUDA_TRY(cudaStreamSynchronize(stream));
   const auto to_double = [t](std::uint16_t bits) {
     if (t == DType::f16) {
@@ -217,8 +217,8 @@ struct GemmRow {
   int copies = 1;
 };
 
-Result<GemmRow> bench_case(const GemmCase& c, const cuda::DeviceProperties& props, const cuda::Stream& stream,
-                           const cuda::MemPool& pool, const GemmBenchOptions& opt) {
+Result<GemmRow> bench_case(const GemmCase& c, const gpu::DeviceProperties& props, const gpu::Stream& stream,
+                           const gpu::MemPool& pool, const GemmBenchOptions& opt) {
   const GemmProblem& p = c.problem;
   kernels::GemmPlanOptions po;
   po.sm_count = props.multiprocessors;
@@ -234,11 +234,11 @@ Result<GemmRow> bench_case(const GemmCase& c, const cuda::DeviceProperties& prop
   // timed on inputs already cached by its previous launch.
   const std::size_t set_bytes = a_bytes + b_bytes + d_bytes;
   const int copies = set_bytes * 2 <= props.l2_cache_bytes ? 4 : 1;
-  std::vector<cuda::DeviceBuffer> as, bs, ds;
+  std::vector<gpu::DeviceBuffer> as, bs, ds;
   for (int i = 0; i < copies; ++i) {
-    auto a = cuda::DeviceBuffer::allocate(pool, a_bytes, stream.get());
-    auto b = cuda::DeviceBuffer::allocate(pool, b_bytes, stream.get());
-    auto d = cuda::DeviceBuffer::allocate(pool, d_bytes, stream.get());
+    auto a = gpu::DeviceBuffer::allocate(pool, a_bytes, stream.get());
+    auto b = gpu::DeviceBuffer::allocate(pool, b_bytes, stream.get());
+    auto d = gpu::DeviceBuffer::allocate(pool, d_bytes, stream.get());
     if (!a) return fail(a.error());
     if (!b) return fail(b.error());
     if (!d) return fail(d.error());
@@ -248,18 +248,18 @@ Result<GemmRow> bench_case(const GemmCase& c, const cuda::DeviceProperties& prop
     bs.push_back(std::move(*b));
     ds.push_back(std::move(*d));
   }
-  auto anchor_d = cuda::DeviceBuffer::allocate(pool, d_bytes, stream.get());
+  auto anchor_d = gpu::DeviceBuffer::allocate(pool, d_bytes, stream.get());
   // Each scale in its own 16-byte slot: libraries may load them with vector loads.
-  auto scales = cuda::DeviceBuffer::allocate(pool, 8 * sizeof(float), stream.get());
+  auto scales = gpu::DeviceBuffer::allocate(pool, 8 * sizeof(float), stream.get());
   constexpr std::size_t kAnchorWorkspace = std::size_t{32} << 20;
-  auto anchor_ws = cuda::DeviceBuffer::allocate(pool, kAnchorWorkspace, stream.get());
-  auto ours_ws = cuda::DeviceBuffer::allocate(pool, plan->workspace_size(), stream.get());
+  auto anchor_ws = gpu::DeviceBuffer::allocate(pool, kAnchorWorkspace, stream.get());
+  auto ours_ws = gpu::DeviceBuffer::allocate(pool, plan->workspace_size(), stream.get());
   if (!anchor_d) return fail(anchor_d.error());
   if (!scales) return fail(scales.error());
   if (!anchor_ws) return fail(anchor_ws.error());
   if (!ours_ws) return fail(ours_ws.error());
   const float scale_values[8] = {0.5f, 0, 0, 0, 0.25f, 0, 0, 0};
-  CUACTOR_TRY(cuda::copy_async(scales->data(), scale_values, sizeof scale_values, stream.get()));
+  CUACTOR_TRY(gpu::copy_async(scales->data(), scale_values, sizeof scale_values, stream.get()));
   const bool fp8 = p.epilogue == GemmEpilogue::scaled_linear_combination;
   const float* scale_a = fp8 ? scales->data_as<const float>() : nullptr;
   const float* scale_b = fp8 ? scales->data_as<const float>() + 4 : nullptr;
@@ -310,13 +310,13 @@ Result<GemmRow> bench_case(const GemmCase& c, const cuda::DeviceProperties& prop
 }
 
 Status run_bench_gemm(const GemmBenchOptions& opt) {
-  if (cuda::device_count() == 0)
+  if (gpu::device_count() == 0)
     return fail(errc::no_device, "cuactor bench gemm needs a CUDA device (none is visible)");
-  auto props = cuda::device_properties(0);
+  auto props = gpu::device_properties(0);
   if (!props) return fail(props.error());
-  auto stream = cuda::Stream::create(0);
+  auto stream = gpu::Stream::create(0);
   if (!stream) return fail(stream.error());
-  auto pool = cuda::MemPool::device_default(0);
+  auto pool = gpu::MemPool::device_default(0);
   if (!pool) return fail(pool.error());
   std::cout << fmt::format(
       "cuactor bench gemm: {} ({}, {} SMs, L2 {} MiB); median of {}x{} event-timed launches per side "

@@ -17,11 +17,11 @@
 
 #include "bench_util.hpp"
 #include "commands.hpp"
-#include "cuactor/cuda/check.hpp"
-#include "cuactor/cuda/device.hpp"
-#include "cuactor/cuda/event.hpp"
-#include "cuactor/cuda/memory.hpp"
-#include "cuactor/cuda/stream.hpp"
+#include "cuactor/gpu/check.hpp"
+#include "cuactor/gpu/device.hpp"
+#include "cuactor/gpu/event.hpp"
+#include "cuactor/gpu/memory.hpp"
+#include "cuactor/gpu/stream.hpp"
 #include "cuactor/kernels/catalog.hpp"
 #include "cuactor/kernels/grouped_gemm.hpp"
 
@@ -90,17 +90,17 @@ struct Row {
 
 class GroupedBench {
  public:
-  GroupedBench(cuda::DeviceProperties props, cuda::Stream stream, cuda::MemPool pool, Options opt)
+  GroupedBench(gpu::DeviceProperties props, gpu::Stream stream, gpu::MemPool pool, Options opt)
       : props_(std::move(props)), stream_(std::move(stream)), pool_(std::move(pool)), opt_(opt) {}
 
   Result<double> measure_bandwidth_gbs() {
     const std::size_t bytes = std::size_t{2} << 30;
-    auto src = cuda::DeviceBuffer::allocate(pool_, bytes, stream_.get());
-    auto dst = cuda::DeviceBuffer::allocate(pool_, bytes, stream_.get());
+    auto src = gpu::DeviceBuffer::allocate(pool_, bytes, stream_.get());
+    auto dst = gpu::DeviceBuffer::allocate(pool_, bytes, stream_.get());
     if (!src) return fail(src.error());
     if (!dst) return fail(dst.error());
     auto ms =
-        time_ms(stream_.get(), 3, 10, [&] { return cuda::copy_async(dst->data(), src->data(), bytes, stream_.get()); });
+        time_ms(stream_.get(), 3, 10, [&] { return gpu::copy_async(dst->data(), src->data(), bytes, stream_.get()); });
     if (!ms) return fail(ms.error());
     return 2.0 * static_cast<double>(bytes) / (*ms * 1e-3) / 1e9;  // read + write
   }
@@ -112,9 +112,9 @@ class GroupedBench {
     const int groups = static_cast<int>(shape.rows.size());
     const std::int64_t total_rows = std::accumulate(shape.rows.begin(), shape.rows.end(), std::int64_t{0});
     const cudaStream_t s = stream_.get();
-    auto a = cuda::DeviceBuffer::allocate(pool_, std::max<std::int64_t>(total_rows, 1) * shape.k * ei, s);
-    auto b = cuda::DeviceBuffer::allocate(pool_, std::size_t(groups) * shape.n * shape.k * ei, s);
-    auto d = cuda::DeviceBuffer::allocate(pool_, std::max<std::int64_t>(total_rows, 1) * shape.n * eo, s);
+    auto a = gpu::DeviceBuffer::allocate(pool_, std::max<std::int64_t>(total_rows, 1) * shape.k * ei, s);
+    auto b = gpu::DeviceBuffer::allocate(pool_, std::size_t(groups) * shape.n * shape.k * ei, s);
+    auto d = gpu::DeviceBuffer::allocate(pool_, std::max<std::int64_t>(total_rows, 1) * shape.n * eo, s);
     if (!a) return fail(a.error());
     if (!b) return fail(b.error());
     if (!d) return fail(d.error());
@@ -148,7 +148,7 @@ class GroupedBench {
     if (!plan) return fail(plan.error());
     auto prepared = plan->prepare(problems);
     if (!prepared) return fail(prepared.error());
-    auto ws = cuda::DeviceBuffer::allocate(pool_, prepared->workspace_size(), s);
+    auto ws = gpu::DeviceBuffer::allocate(pool_, prepared->workspace_size(), s);
     if (!ws) return fail(ws.error());
 
     Row r;
@@ -172,7 +172,7 @@ class GroupedBench {
     CublasHandle h;
     CUACTOR_CUDA_TRY(cublasCreate(&h.h));
     CUACTOR_CUDA_TRY(cublasSetStream(h.h, s));
-    auto cublas_ws = cuda::DeviceBuffer::allocate(pool_, std::size_t{64} << 20, s);
+    auto cublas_ws = gpu::DeviceBuffer::allocate(pool_, std::size_t{64} << 20, s);
     if (!cublas_ws) return fail(cublas_ws.error());
     CUACTOR_CUDA_TRY(cublasSetWorkspace(h.h, cublas_ws->data(), cublas_ws->size()));
     const float alpha = 1.0f, beta = 0.0f;
@@ -210,9 +210,9 @@ class GroupedBench {
     for (const auto& p : live) host_ptrs.push_back(p.b);
     for (const auto& p : live) host_ptrs.push_back(p.a);
     for (const auto& p : live) host_ptrs.push_back(p.d);
-    auto ptrs = cuda::DeviceBuffer::allocate(pool_, host_ptrs.size() * sizeof(void*), s);
+    auto ptrs = gpu::DeviceBuffer::allocate(pool_, host_ptrs.size() * sizeof(void*), s);
     if (!ptrs) return fail(ptrs.error());
-    CUACTOR_TRY(cuda::copy_async(ptrs->data(), host_ptrs.data(), host_ptrs.size() * sizeof(void*), s));
+    CUACTOR_TRY(gpu::copy_async(ptrs->data(), host_ptrs.data(), host_ptrs.size() * sizeof(void*), s));
     CUACTOR_CUDA_TRY(cudaStreamSynchronize(s));
     const auto* dptr = ptrs->data_as<const void*>();
     auto grouped = time_ms(s, opt_.warmup, opt_.reps, [&]() -> Status {
@@ -232,9 +232,9 @@ class GroupedBench {
   }
 
  private:
-  cuda::DeviceProperties props_;
-  cuda::Stream stream_;
-  cuda::MemPool pool_;
+  gpu::DeviceProperties props_;
+  gpu::Stream stream_;
+  gpu::MemPool pool_;
   Options opt_;
 };
 
@@ -247,11 +247,11 @@ std::string ratio(double ours_ms, double other_ms) {
 }
 
 Status run_bench(const Options& opt) {
-  auto props = cuda::device_properties(0);
+  auto props = gpu::device_properties(0);
   if (!props) return fail(props.error());
-  auto stream = cuda::Stream::create(0);
+  auto stream = gpu::Stream::create(0);
   if (!stream) return fail(stream.error());
-  auto pool = cuda::MemPool::create(0);
+  auto pool = gpu::MemPool::create(0);
   if (!pool) return fail(pool.error());
   GroupedBench bench(*props, std::move(*stream), std::move(*pool), opt);
   auto bw = bench.measure_bandwidth_gbs();
@@ -330,7 +330,7 @@ void add_bench_grouped_command(CLI::App& app) {
   cmd->add_flag("!--no-fp8", opt->fp8, "Skip the fp8 e4m3 rows");
   cmd->add_flag("--all-skus", opt->all_skus, "Also time every other grouped SKU that fits a row (marked alt)");
   cmd->callback([opt] {
-    if (cuda::device_count() == 0) {
+    if (gpu::device_count() == 0) {
       std::cout << "cuactor bench grouped: no CUDA GPU is visible; nothing to measure.\n";
       return;
     }

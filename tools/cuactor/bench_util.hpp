@@ -13,9 +13,9 @@
 
 #include "cuactor/core/dtype.hpp"
 #include "cuactor/core/expected.hpp"
-#include "cuactor/cuda/check.hpp"
-#include "cuactor/cuda/event.hpp"
-#include "cuactor/cuda/memory.hpp"
+#include "cuactor/gpu/check.hpp"
+#include "cuactor/gpu/event.hpp"
+#include "cuactor/gpu/memory.hpp"
 
 namespace cuactor::cli {
 
@@ -43,7 +43,7 @@ inline double median(std::vector<double> v) {
 /// chunk. Random data draws the tensor cores' real power; constant data would flatter every side.
 inline Status fill_random(void* dst, std::size_t bytes, DType t, unsigned seed, cudaStream_t stream) {
   constexpr std::size_t kChunk = std::size_t{32} << 20;
-  auto chunk = cuda::PinnedBuffer::allocate(kChunk);
+  auto chunk = gpu::PinnedBuffer::allocate(kChunk);
   if (!chunk) return fail(chunk.error());
   std::mt19937 rng(seed);
   for (auto& w : chunk->as_span<std::uint16_t>()) {
@@ -54,17 +54,17 @@ inline Status fill_random(void* dst, std::size_t bytes, DType t, unsigned seed, 
   }
   for (std::size_t off = 0; off < bytes; off += kChunk)
     CUACTOR_TRY(
-        cuda::copy_async(static_cast<std::byte*>(dst) + off, chunk->data(), std::min(kChunk, bytes - off), stream));
-  return cuda::check(cudaStreamSynchronize(stream), "fill_random");
+        gpu::copy_async(static_cast<std::byte*>(dst) + off, chunk->data(), std::min(kChunk, bytes - off), stream));
+  return gpu::check(cudaStreamSynchronize(stream), "fill_random");
 }
 
 /// Appends `reps` event-timed milliseconds of `launch(i)` to `out`; `counter` numbers the launches
 /// (for rotating inputs) and advances.
 template <class Launch>
 Status time_into(std::vector<double>& out, cudaStream_t stream, int reps, int& counter, Launch&& launch) {
-  std::vector<cuda::Event> events;
+  std::vector<gpu::Event> events;
   for (int i = 0; i < 2 * reps; ++i) {
-    auto e = cuda::Event::create(cuda::Event::Kind::timing);
+    auto e = gpu::Event::create(gpu::Event::Kind::timing);
     if (!e) return fail(e.error());
     events.push_back(std::move(*e));
   }
@@ -76,7 +76,7 @@ Status time_into(std::vector<double>& out, cudaStream_t stream, int reps, int& c
   CUACTOR_CUDA_TRY(cudaStreamSynchronize(stream));
   for (int i = 0; i < reps; ++i) {
     auto ms =
-        cuda::Event::elapsed_ms(events[static_cast<std::size_t>(2 * i)], events[static_cast<std::size_t>(2 * i + 1)]);
+        gpu::Event::elapsed_ms(events[static_cast<std::size_t>(2 * i)], events[static_cast<std::size_t>(2 * i + 1)]);
     if (!ms) return fail(ms.error());
     out.push_back(static_cast<double>(*ms));
   }

@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "commands.hpp"
-#include "cuactor/cuda/device.hpp"
+#include "cuactor/gpu/device.hpp"
 #include "cuactor/graph/actor_capture.hpp"
 #include "cuactor/kernels/grouped_actor.hpp"
 
@@ -83,7 +83,7 @@ double relative_error(const std::vector<bf16>& a, const std::vector<bf16>& b, co
 }
 
 Status run_demo() {
-  auto props = cuda::device_properties(0);
+  auto props = gpu::device_properties(0);
   if (!props) return fail(props.error());
   std::cout << fmt::format("device 0: {} ({}, {} SMs)\n", props->name, props->arch.name(), props->multiprocessors);
 
@@ -117,7 +117,7 @@ Status run_demo() {
   spec.a = spec.b = spec.d = DType::bf16;
   spec.rows_per_group_hint = static_cast<int>(kCapacityRows / kExperts);
   kernels::PackedGroupedOperands<bf16, bf16> ops{*a, *b, *d, kN, kK};
-  auto capture = graph::ActorCapture::begin(actor, cuda::CaptureMode::global);
+  auto capture = graph::ActorCapture::begin(actor, gpu::CaptureMode::global);
   if (!capture) return fail(capture.error());
   auto recorded = await(kernels::async_grouped_gemm_device_sized(actor, plans, spec, ops, *offsets, kCapacityRows,
                                                                  kernels::GroupedScalars{}, asio::use_future),
@@ -163,7 +163,7 @@ Status run_demo() {
 void add_demo_command(CLI::App& app) {
   auto* cmd = app.add_subcommand("demo", "Run a short GPU demonstration and check its result");
   cmd->callback([] {
-    if (cuda::device_count() == 0) {
+    if (gpu::device_count() == 0) {
       std::cout << "cuactor demo: no CUDA GPU is visible on this machine, so nothing can run on a device.\n"
                    "What still works here: `cuactor info`, `cuactor jit warm` (fills the kernel cache for a GPU\n"
                    "machine), building everything, and the unit tests (scripts/test). Run scripts/demo on a\n"

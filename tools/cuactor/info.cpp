@@ -9,7 +9,7 @@
 
 #include "commands.hpp"
 #include "cuactor/core/paths.hpp"
-#include "cuactor/cuda/device.hpp"
+#include "cuactor/gpu/device.hpp"
 #include "cuactor/jit/disk_cache.hpp"
 #include "cuactor/jit/nvcc.hpp"
 #include "cuactor/kernels/catalog.hpp"
@@ -19,12 +19,12 @@ namespace {
 
 nlohmann::json collect() {
   nlohmann::json j;
-  const int drv = cuda::driver_version();
-  j["driver_cuda_version"] = drv ? nlohmann::json(cuda::format_cuda_version(drv)) : nlohmann::json(nullptr);
-  j["runtime_cuda_version"] = cuda::format_cuda_version(cuda::runtime_version());
+  const int drv = gpu::driver_version();
+  j["driver_cuda_version"] = drv ? nlohmann::json(gpu::format_cuda_version(drv)) : nlohmann::json(nullptr);
+  j["runtime_cuda_version"] = gpu::format_cuda_version(gpu::runtime_version());
   nlohmann::json devices = nlohmann::json::array();
-  for (int i = 0; i < cuda::device_count(); ++i) {
-    auto p = cuda::device_properties(i);
+  for (int i = 0; i < gpu::device_count(); ++i) {
+    auto p = gpu::device_properties(i);
     if (!p) {
       devices.push_back({{"ordinal", i}, {"error", p.error().to_string()}});
       continue;
@@ -40,7 +40,7 @@ nlohmann::json collect() {
                      {"memory_clock_mhz", p->memory_clock_khz / 1000},
                      {"memory_bus_width_bits", p->memory_bus_width_bits},
                      {"pci_bus_id", p->pci_bus_id}};
-    if (auto m = cuda::memory_info(i)) d["free_memory_bytes"] = m->free;
+    if (auto m = gpu::memory_info(i)) d["free_memory_bytes"] = m->free;
     devices.push_back(std::move(d));
   }
   j["devices"] = devices;

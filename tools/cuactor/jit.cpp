@@ -17,7 +17,7 @@
 
 #include "commands.hpp"
 #include "cuactor/core/paths.hpp"
-#include "cuactor/cuda/device.hpp"
+#include "cuactor/gpu/device.hpp"
 #include "cuactor/jit/engine.hpp"
 #include "cuactor/jit/gemm.hpp"
 
@@ -176,10 +176,10 @@ extern "C" __global__ void axpy(int n, float a, const float* x, float* y) {
 
 void run_bench() {
   const auto& o = cli_options();
-  const bool gpu = cuda::device_count() > 0;
+  const bool gpu = gpu::device_count() > 0;
   GpuArch arch = arch_or_die(o.arch);
   if (gpu)
-    if (auto p = cuda::device_properties(0)) arch = p->arch;
+    if (auto p = gpu::device_properties(0)) arch = p->arch;
   const std::string salt = fmt::format("bench {}", Clock::now().time_since_epoch().count());
   std::cout << fmt::format("cuactor jit bench: arch {}, {}, reps {}, cache {}\n", arch.name(),
                            gpu ? "GPU present (loads include cuLibraryLoadData)" : "no GPU (loads stop at the bytes)",

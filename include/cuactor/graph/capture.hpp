@@ -12,15 +12,15 @@
 #include <vector>
 
 #include "cuactor/core/expected.hpp"
-#include "cuactor/cuda/graph.hpp"
+#include "cuactor/gpu/graph.hpp"
 #include "cuactor/graph/capture_pool.hpp"
 #include "cuactor/runtime/device_state.hpp"
 #include "cuactor/runtime/gpu_ref.hpp"
 
 namespace cuactor::graph {
 
-using cuda::CaptureMode;
-using cuda::CaptureStatus;
+using gpu::CaptureMode;
+using gpu::CaptureStatus;
 
 /// The device incarnation a graph was captured in: a graph whose generation is no longer the
 /// device's current one refers to memory of a dead context and must not be launched.
@@ -208,8 +208,8 @@ class CapturedGraph {
   friend class CaptureSession;
   CapturedGraph() = default;
 
-  cuda::Graph graph_;
-  cuda::GraphExec exec_;
+  gpu::Graph graph_;
+  gpu::GraphExec exec_;
   std::shared_ptr<CapturePool> pool_;
   GenerationStamp stamp_;
   std::vector<std::shared_ptr<runtime::DeviceAllocation>> reads_;

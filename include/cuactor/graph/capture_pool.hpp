@@ -9,7 +9,7 @@
 #include <mutex>
 
 #include "cuactor/core/expected.hpp"
-#include "cuactor/cuda/memory.hpp"
+#include "cuactor/gpu/memory.hpp"
 #include "cuactor/graph/keep_alive.hpp"
 #include "cuactor/runtime/gpu_ref.hpp"
 
@@ -37,7 +37,7 @@ class CapturePool {
   /// memory it owns. Registering an owner twice keeps it once. Returns true when it was new.
   Result<bool> keep_alive(std::shared_ptr<void> owner, const void* address, std::size_t bytes);
   /// Takes ownership of `buffer` and keeps it alive as long as the pool; returns its address.
-  Result<void*> adopt(cuda::DeviceBuffer buffer);
+  Result<void*> adopt(gpu::DeviceBuffer buffer);
   /// Keeps the allocation behind `ref` alive (what capture does automatically for captured
   /// operations); `stale_handle` when the handle is no longer valid.
   template <class T>

@@ -12,8 +12,8 @@
 #include <type_traits>
 
 #include "cuactor/core/expected.hpp"
-#include "cuactor/cuda/event.hpp"
-#include "cuactor/cuda/memory.hpp"
+#include "cuactor/gpu/event.hpp"
+#include "cuactor/gpu/memory.hpp"
 
 namespace cuactor::graph {
 
@@ -50,8 +50,8 @@ class DeviceScalarStorage {
   std::size_t bytes_ = 0;
   std::size_t stride_ = 0;
   void* device_ptr_ = nullptr;
-  cuda::PinnedBuffer staging_;
-  std::array<cuda::Event, kSlots> copied_;
+  gpu::PinnedBuffer staging_;
+  std::array<gpu::Event, kSlots> copied_;
   std::array<bool, kSlots> pending_{};
   std::size_t next_ = 0;
 };

@@ -23,7 +23,7 @@ namespace cuactor::jit {
 
 /// What a cache entry holds.
 enum class ArtifactKind : std::uint32_t {
-  cubin = 1,          ///< SASS for one architecture (NVRTC or nvcc), loaded with cuda::Library.
+  cubin = 1,          ///< SASS for one architecture (NVRTC or nvcc), loaded with gpu::Library.
   ptx = 2,            ///< PTX text, JIT-compiled by the driver at load (driver version is in the key).
   shared_object = 3,  ///< An ELF shared object (nvcc back end) exposing the kernels' instance ABI.
 };

@@ -13,7 +13,7 @@
 
 #include "cuactor/core/arch.hpp"
 #include "cuactor/core/expected.hpp"
-#include "cuactor/cuda/module.hpp"
+#include "cuactor/gpu/module.hpp"
 #include "cuactor/jit/disk_cache.hpp"
 #include "cuactor/jit/nvcc.hpp"
 #include "cuactor/jit/nvrtc.hpp"
@@ -55,13 +55,13 @@ struct InstanceRequest {
   [[nodiscard]] std::string identity() const;
 };
 
-/// A kernel module compiled by NVRTC and loaded with cuda::Library.
+/// A kernel module compiled by NVRTC and loaded with gpu::Library.
 class JitModule {
  public:
   /// The loaded library.
-  [[nodiscard]] const cuda::Library& library() const noexcept { return library_; }
+  [[nodiscard]] const gpu::Library& library() const noexcept { return library_; }
   /// A kernel by extern "C" name or by a name expression given in the request.
-  Result<cuda::Kernel> kernel(const std::string& name_or_expression) const;
+  Result<gpu::Kernel> kernel(const std::string& name_or_expression) const;
   /// Hex key of the disk-cache entry.
   [[nodiscard]] const std::string& key() const noexcept { return key_; }
   /// True if the code came from the disk cache rather than a fresh compile.
@@ -69,7 +69,7 @@ class JitModule {
 
  private:
   friend class JitEngine;
-  cuda::Library library_;
+  gpu::Library library_;
   std::vector<std::pair<std::string, std::string>> lowered_;
   std::string key_;
   bool from_disk_ = false;

@@ -16,7 +16,7 @@
 #include <string>
 #include <utility>
 
-#include "cuactor/cuda/check.hpp"
+#include "cuactor/gpu/check.hpp"
 #include "cuactor/kernels/gemm_plan.hpp"
 #include "cuactor/runtime/device_actor.hpp"
 

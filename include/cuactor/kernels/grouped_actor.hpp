@@ -14,7 +14,7 @@
 #include <utility>
 #include <vector>
 
-#include "cuactor/cuda/check.hpp"
+#include "cuactor/gpu/check.hpp"
 #include "cuactor/kernels/grouped_gemm.hpp"
 #include "cuactor/kernels/grouped_plan_cache.hpp"
 #include "cuactor/runtime/device_actor.hpp"

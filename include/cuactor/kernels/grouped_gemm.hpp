@@ -31,7 +31,7 @@ struct GroupedGemmSpec {
   DType b = DType::bf16;                      ///< Element of B (equal to a).
   DType d = DType::bf16;                      ///< Element of C and D (bf16, f16, f32; bf16 for e4m3).
   MatrixLayout layout_b = MatrixLayout::col;  ///< col: B[g] is N x K row-major ("TN"); row: K x N.
-  GpuArch arch{9, 0, true};                   ///< Best target of the device (cuda::DeviceProperties::arch).
+  GpuArch arch{9, 0, true};                   ///< Best target of the device (gpu::DeviceProperties::arch).
   int sm_count = 0;                           ///< Multiprocessors of the device (persistent grid size).
   int device = 0;                             ///< Device ordinal the kernel will run on.
   int rows_per_group_hint = 0;                ///< Typical rows (M) per group; <= 64 picks the small-M SKU, 0 = unknown.

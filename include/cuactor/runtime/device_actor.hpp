@@ -64,8 +64,8 @@
 #include <vector>
 
 #include "cuactor/core/expected.hpp"
-#include "cuactor/cuda/memory.hpp"
-#include "cuactor/cuda/module.hpp"
+#include "cuactor/gpu/memory.hpp"
+#include "cuactor/gpu/module.hpp"
 #include "cuactor/runtime/device_state.hpp"
 #include "cuactor/runtime/gpu_ref.hpp"
 
@@ -101,7 +101,7 @@ struct ActorOptions {
   BreakerOptions breaker;
   bool recover_in_process = true;  ///< Attempt reset + canary after a poisoning; false opens the circuit.
   EscalationHook on_escalation;    ///< Fired once each time the circuit opens.
-  int stream_priority = 0;         ///< Priority of the actor's stream (see cuda::Stream::create).
+  int stream_priority = 0;         ///< Priority of the actor's stream (see gpu::Stream::create).
 };
 
 /// A snapshot of a device actor ([R9]).
@@ -184,7 +184,7 @@ class OpContext {
   /// cuBLAS handle owned by the actor, already bound to stream().
   [[nodiscard]] cublasHandle_t cublas() const noexcept;
   /// The device's stream-ordered memory pool.
-  [[nodiscard]] const cuda::MemPool& pool() const noexcept;
+  [[nodiscard]] const gpu::MemPool& pool() const noexcept;
   /// The device state (generation, accepting_ops).
   [[nodiscard]] const std::shared_ptr<DeviceState>& state() const noexcept;
   /// Current generation.
@@ -567,7 +567,7 @@ class DeviceActor {
   /// Copies min(src->size(), dst bytes) bytes from pinned host memory to `dst` asynchronously; the pinned buffer
   /// stays alive until the copy finished. Replies with dst.
   template <class T, class Token>
-  auto copy_to_device(GpuRef<T> dst, std::shared_ptr<const cuda::PinnedBuffer> src, Token&& token) {
+  auto copy_to_device(GpuRef<T> dst, std::shared_ptr<const gpu::PinnedBuffer> src, Token&& token) {
     return detail::initiate<GpuRef<T>>(
         core_, detail::OpKind::stream, "copy_to_device(pinned)", {}, Writes{dst},
         [dst, src](OpContext& ctx) -> Result<GpuRef<T>> {
@@ -597,10 +597,10 @@ class DeviceActor {
   /// Copies `src` into pinned host memory `dst` asynchronously (min of both sizes); replies with dst once
   /// the data has arrived.
   template <class T, class Token>
-  auto copy_to_host(GpuRef<T> src, std::shared_ptr<cuda::PinnedBuffer> dst, Token&& token) {
-    return detail::initiate<std::shared_ptr<cuda::PinnedBuffer>>(
+  auto copy_to_host(GpuRef<T> src, std::shared_ptr<gpu::PinnedBuffer> dst, Token&& token) {
+    return detail::initiate<std::shared_ptr<gpu::PinnedBuffer>>(
         core_, detail::OpKind::stream, "copy_to_host(pinned)", Reads{src}, {},
-        [src, dst](OpContext& ctx) -> Result<std::shared_ptr<cuda::PinnedBuffer>> {
+        [src, dst](OpContext& ctx) -> Result<std::shared_ptr<gpu::PinnedBuffer>> {
           if (!dst) return fail(errc::invalid_argument, "copy_to_host: null pinned buffer");
           CUACTOR_TRY(copy_checked(ctx, dst->data(), dst->size(), src.allocation()->data(),
                                    std::min(src.size_bytes(), dst->size()), "copy_to_host(pinned)"));
@@ -625,7 +625,7 @@ class DeviceActor {
   /// and sizes are checked against the kernel. `library` (may be null) is kept alive until completion;
   /// otherwise the caller keeps the kernel's Library alive.
   template <class Token>
-  auto launch(std::shared_ptr<const cuda::Library> library, cuda::Kernel kernel, LaunchShape shape, KernelArgs args,
+  auto launch(std::shared_ptr<const gpu::Library> library, gpu::Kernel kernel, LaunchShape shape, KernelArgs args,
               Token&& token) {
     Reads r;
     Writes w;
@@ -674,7 +674,7 @@ class DeviceActor {
   explicit DeviceActor(std::shared_ptr<detail::ActorCore> core) : core_(std::move(core)) {}
   static Status copy_checked(OpContext& ctx, void* dst, std::size_t dst_bytes, const void* src, std::size_t bytes,
                              std::string_view what);
-  static Status launch_kernel(OpContext& ctx, const cuda::Kernel& kernel, const LaunchShape& shape, KernelArgs& args);
+  static Status launch_kernel(OpContext& ctx, const gpu::Kernel& kernel, const LaunchShape& shape, KernelArgs& args);
 
   std::shared_ptr<detail::ActorCore> core_;
 };

@@ -1,10 +1,10 @@
 // A downstream project: links cuactor::cuactor found through find_package(cuactor).
 #include <cstdio>
 #include <cuactor/core/arch.hpp>
-#include <cuactor/cuda/device.hpp>
+#include <cuactor/gpu/device.hpp>
 
 int main() {
   const auto arch = cuactor::best_target_for(9, 0).name();
-  std::printf("devices: %d, best target for cc 9.0: %s\n", cuactor::cuda::device_count(), arch.c_str());
+  std::printf("devices: %d, best target for cc 9.0: %s\n", cuactor::gpu::device_count(), arch.c_str());
   return arch == "sm_90a" ? 0 : 1;
 }

@@ -1,17 +1,17 @@
-#include "cuactor/cuda/module.hpp"
+#include "cuactor/gpu/module.hpp"
 
 #include <gtest/gtest.h>
 
 #include <vector>
 
-#include "cuactor/cuda/memory.hpp"
-#include "cuactor/cuda/stream.hpp"
+#include "cuactor/gpu/memory.hpp"
+#include "cuactor/gpu/stream.hpp"
 #include "support/gpu_test.hpp"
 
-namespace cuactor::cuda {
+namespace cuactor::gpu {
 namespace {
 
-using ModuleTest = cuactor::testing::GpuTest;
+using ModuleTest = cuactor::test_support::GpuTest;
 
 TEST_F(ModuleTest, LoadsPtxAndLaunchesWithCheckedArguments) {
   CUACTOR_ASSERT_OK_AND_ASSIGN(lib, Library::load_file(CUACTOR_TEST_PTX));
@@ -67,4 +67,4 @@ TEST_F(ModuleTest, MissingKernelIsNamed) {
 }
 
 }  // namespace
-}  // namespace cuactor::cuda
+}  // namespace cuactor::gpu

@@ -1,13 +1,13 @@
-#include "cuactor/cuda/device.hpp"
+#include "cuactor/gpu/device.hpp"
 
 #include <gtest/gtest.h>
 
 #include "support/gpu_test.hpp"
 
-namespace cuactor::cuda {
+namespace cuactor::gpu {
 namespace {
 
-using DeviceTest = cuactor::testing::GpuTest;
+using DeviceTest = cuactor::test_support::GpuTest;
 
 TEST_F(DeviceTest, PropertiesAreReal) {
   ASSERT_GT(device_count(), 0);
@@ -47,4 +47,4 @@ TEST_F(DeviceTest, ScopedDeviceRestoresPrevious) {
 }
 
 }  // namespace
-}  // namespace cuactor::cuda
+}  // namespace cuactor::gpu

@@ -1,4 +1,4 @@
-#include "cuactor/cuda/graph.hpp"
+#include "cuactor/gpu/graph.hpp"
 
 #include <gtest/gtest.h>
 
@@ -7,14 +7,14 @@
 #include <thread>
 #include <vector>
 
-#include "cuactor/cuda/memory.hpp"
-#include "cuactor/cuda/stream.hpp"
+#include "cuactor/gpu/memory.hpp"
+#include "cuactor/gpu/stream.hpp"
 #include "support/gpu_test.hpp"
 
-namespace cuactor::cuda {
+namespace cuactor::gpu {
 namespace {
 
-using CudaGraphTest = cuactor::testing::GpuTest;
+using CudaGraphTest = cuactor::test_support::GpuTest;
 
 /// Captures "fill `bytes` of `dst` with `value`" (and, with `twice`, a second fill) on `stream`.
 Result<Graph> capture_fill(cudaStream_t stream, void* dst, int value, std::size_t bytes, bool twice) {
@@ -140,4 +140,4 @@ TEST_F(CudaGraphTest, GraphDotExport) {
 }
 
 }  // namespace
-}  // namespace cuactor::cuda
+}  // namespace cuactor::gpu

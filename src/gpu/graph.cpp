@@ -1,12 +1,12 @@
-#include "cuactor/cuda/graph.hpp"
+#include "cuactor/gpu/graph.hpp"
 
 #include <fmt/format.h>
 
 #include <utility>
 
-#include "cuactor/cuda/check.hpp"
+#include "cuactor/gpu/check.hpp"
 
-namespace cuactor::cuda {
+namespace cuactor::gpu {
 
 cudaStreamCaptureMode to_cuda(CaptureMode mode) noexcept {
   switch (mode) {
@@ -242,4 +242,4 @@ Status UserObject::move_into(const Graph& graph) {
   return ok();
 }
 
-}  // namespace cuactor::cuda
+}  // namespace cuactor::gpu

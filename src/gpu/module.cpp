@@ -1,4 +1,4 @@
-#include "cuactor/cuda/module.hpp"
+#include "cuactor/gpu/module.hpp"
 
 #include <fmt/format.h>
 
@@ -7,10 +7,10 @@
 #include <utility>
 
 #include "cuactor/core/driver_api.hpp"
-#include "cuactor/cuda/check.hpp"
-#include "cuactor/cuda/device.hpp"
+#include "cuactor/gpu/check.hpp"
+#include "cuactor/gpu/device.hpp"
 
-namespace cuactor::cuda {
+namespace cuactor::gpu {
 namespace {
 
 // The driver API needs the runtime's primary context to exist and be current.
@@ -112,4 +112,4 @@ Status launch(const Kernel& kernel, const LaunchConfig& config, std::span<void* 
                fmt::format("cuLaunchKernel('{}')", kernel.name()));
 }
 
-}  // namespace cuactor::cuda
+}  // namespace cuactor::gpu

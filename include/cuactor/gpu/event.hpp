@@ -6,7 +6,7 @@
 
 #include "cuactor/core/expected.hpp"
 
-namespace cuactor::cuda {
+namespace cuactor::gpu {
 
 /// Move-only owner of a CUDA event. Non-timing events (the default) are cheaper to record and wait
 /// on; use `timing` only to measure elapsed time.
@@ -45,4 +45,4 @@ class Event {
   Kind kind_ = Kind::sync_only;
 };
 
-}  // namespace cuactor::cuda
+}  // namespace cuactor::gpu

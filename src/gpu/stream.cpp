@@ -1,13 +1,13 @@
-#include "cuactor/cuda/stream.hpp"
+#include "cuactor/gpu/stream.hpp"
 
 #include <fmt/format.h>
 
 #include <utility>
 
-#include "cuactor/cuda/check.hpp"
-#include "cuactor/cuda/device.hpp"
+#include "cuactor/gpu/check.hpp"
+#include "cuactor/gpu/device.hpp"
 
-namespace cuactor::cuda {
+namespace cuactor::gpu {
 
 Result<PriorityRange> stream_priority_range() {
   PriorityRange r;
@@ -61,4 +61,4 @@ Result<bool> Stream::is_capturing() const {
   return st != cudaStreamCaptureStatusNone;
 }
 
-}  // namespace cuactor::cuda
+}  // namespace cuactor::gpu

@@ -10,7 +10,7 @@
 
 #include "cuactor/core/expected.hpp"
 
-namespace cuactor::cuda {
+namespace cuactor::gpu {
 
 /// How a capture interacts with potentially unsafe CUDA calls (cudaMalloc, synchronisation, ...)
 /// made while it runs; the caller chooses it per capture.
@@ -158,4 +158,4 @@ class UserObject {
   cudaUserObject_t object_ = nullptr;
 };
 
-}  // namespace cuactor::cuda
+}  // namespace cuactor::gpu

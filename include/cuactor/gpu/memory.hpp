@@ -10,7 +10,7 @@
 
 #include "cuactor/core/expected.hpp"
 
-namespace cuactor::cuda {
+namespace cuactor::gpu {
 
 /// A stream-ordered memory pool of one device. Either owns a pool it created or refers to the
 /// device's default pool (which CUDA owns).
@@ -118,4 +118,4 @@ Status copy_async(void* dst, const void* src, std::size_t bytes, cudaStream_t st
 /// Asynchronous byte fill on `stream`.
 Status memset_async(void* dst, int value, std::size_t bytes, cudaStream_t stream);
 
-}  // namespace cuactor::cuda
+}  // namespace cuactor::gpu

@@ -1,17 +1,17 @@
-#include "cuactor/cuda/memory.hpp"
+#include "cuactor/gpu/memory.hpp"
 
 #include <gtest/gtest.h>
 
 #include <random>
 #include <vector>
 
-#include "cuactor/cuda/stream.hpp"
+#include "cuactor/gpu/stream.hpp"
 #include "support/gpu_test.hpp"
 
-namespace cuactor::cuda {
+namespace cuactor::gpu {
 namespace {
 
-using MemoryTest = cuactor::testing::GpuTest;
+using MemoryTest = cuactor::test_support::GpuTest;
 
 TEST_F(MemoryTest, RoundTripThroughOwnPool) {
   CUACTOR_ASSERT_OK_AND_ASSIGN(stream, Stream::create(0));
@@ -72,4 +72,4 @@ TEST_F(MemoryTest, PinnedBufferMovesAndSpans) {
 }
 
 }  // namespace
-}  // namespace cuactor::cuda
+}  // namespace cuactor::gpu

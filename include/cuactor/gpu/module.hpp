@@ -13,7 +13,7 @@
 
 #include "cuactor/core/expected.hpp"
 
-namespace cuactor::cuda {
+namespace cuactor::gpu {
 
 /// Offset and size of one kernel parameter as the compiled kernel expects it.
 struct ParamInfo {
@@ -89,4 +89,4 @@ Status launch(const Kernel& kernel, const LaunchConfig& config, const Args&... a
                 std::span<const std::size_t>(sizes, sizeof...(Args)));
 }
 
-}  // namespace cuactor::cuda
+}  // namespace cuactor::gpu

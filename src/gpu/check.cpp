@@ -1,8 +1,8 @@
-#include "cuactor/cuda/check.hpp"
+#include "cuactor/gpu/check.hpp"
 
 #include <string>
 
-namespace cuactor::cuda {
+namespace cuactor::gpu {
 namespace {
 
 template <class Code>
@@ -29,4 +29,4 @@ Error make_error(cublasStatus_t e, std::string_view what) {
   return make(cublas_category(), e, what);
 }
 
-}  // namespace cuactor::cuda
+}  // namespace cuactor::gpu

@@ -1,14 +1,14 @@
-#include "cuactor/cuda/memory.hpp"
+#include "cuactor/gpu/memory.hpp"
 
 #include <fmt/format.h>
 
 #include <cstdint>
 #include <utility>
 
-#include "cuactor/cuda/check.hpp"
-#include "cuactor/cuda/device.hpp"
+#include "cuactor/gpu/check.hpp"
+#include "cuactor/gpu/device.hpp"
 
-namespace cuactor::cuda {
+namespace cuactor::gpu {
 
 Result<MemPool> MemPool::create(int ordinal, std::size_t release_threshold) {
   CUACTOR_TRY(check_ordinal(ordinal));
@@ -146,4 +146,4 @@ Status memset_async(void* dst, int value, std::size_t bytes, cudaStream_t stream
   return check(cudaMemsetAsync(dst, value, bytes, stream), fmt::format("cudaMemsetAsync({} bytes)", bytes));
 }
 
-}  // namespace cuactor::cuda
+}  // namespace cuactor::gpu

@@ -1,14 +1,14 @@
 #include <gtest/gtest.h>
 
-#include "cuactor/cuda/event.hpp"
-#include "cuactor/cuda/memory.hpp"
-#include "cuactor/cuda/stream.hpp"
+#include "cuactor/gpu/event.hpp"
+#include "cuactor/gpu/memory.hpp"
+#include "cuactor/gpu/stream.hpp"
 #include "support/gpu_test.hpp"
 
-namespace cuactor::cuda {
+namespace cuactor::gpu {
 namespace {
 
-using StreamTest = cuactor::testing::GpuTest;
+using StreamTest = cuactor::test_support::GpuTest;
 
 TEST_F(StreamTest, CreatesWithPriorities) {
   CUACTOR_ASSERT_OK_AND_ASSIGN(range, stream_priority_range());
@@ -71,4 +71,4 @@ TEST_F(StreamTest, EventsOrderStreamsAndTime) {
 }
 
 }  // namespace
-}  // namespace cuactor::cuda
+}  // namespace cuactor::gpu

@@ -11,7 +11,7 @@
 
 #include "cuactor/core/expected.hpp"
 
-namespace cuactor::cuda {
+namespace cuactor::gpu {
 
 /// An Error in the CUDA runtime category whose message is "<what>: <cudaErrorName>: <text>".
 Error make_error(cudaError_t e, std::string_view what);
@@ -43,7 +43,7 @@ inline Status check(cublasStatus_t e, std::string_view what) {
   return fail(make_error(e, what));
 }
 
-}  // namespace cuactor::cuda
+}  // namespace cuactor::gpu
 
 /// Runs a CUDA/driver/NVRTC/cuBLAS call; on failure returns its Error (message = the call's text).
-#define CUACTOR_CUDA_TRY(call) CUACTOR_TRY(::cuactor::cuda::check((call), #call))
+#define CUACTOR_CUDA_TRY(call) CUACTOR_TRY(::cuactor::gpu::check((call), #call))

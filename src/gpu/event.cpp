@@ -1,10 +1,10 @@
-#include "cuactor/cuda/event.hpp"
+#include "cuactor/gpu/event.hpp"
 
 #include <utility>
 
-#include "cuactor/cuda/check.hpp"
+#include "cuactor/gpu/check.hpp"
 
-namespace cuactor::cuda {
+namespace cuactor::gpu {
 
 Result<Event> Event::create(Kind kind) {
   Event e;
@@ -54,4 +54,4 @@ Result<float> Event::elapsed_ms(const Event& start, const Event& stop) {
   return ms;
 }
 
-}  // namespace cuactor::cuda
+}  // namespace cuactor::gpu

@@ -1,11 +1,11 @@
-#include "cuactor/cuda/device.hpp"
+#include "cuactor/gpu/device.hpp"
 
 #include <cuda_runtime_api.h>
 #include <fmt/format.h>
 
-#include "cuactor/cuda/check.hpp"
+#include "cuactor/gpu/check.hpp"
 
-namespace cuactor::cuda {
+namespace cuactor::gpu {
 
 int device_count() noexcept {
   int n = 0;
@@ -86,4 +86,4 @@ ScopedDevice::~ScopedDevice() {
   if (previous_ >= 0) (void)cudaSetDevice(previous_);
 }
 
-}  // namespace cuactor::cuda
+}  // namespace cuactor::gpu

@@ -1,10 +1,10 @@
 #include <gtest/gtest.h>
 
-#include "cuactor/cuda/device.hpp"
-#include "cuactor/cuda/memory.hpp"
-#include "cuactor/cuda/module.hpp"
+#include "cuactor/gpu/device.hpp"
+#include "cuactor/gpu/memory.hpp"
+#include "cuactor/gpu/module.hpp"
 
-namespace cuactor::cuda {
+namespace cuactor::gpu {
 namespace {
 
 TEST(DeviceOrdinal, NonexistentOrdinalIsNoDeviceNamingIt) {
@@ -36,4 +36,4 @@ TEST(Launch, RejectsEmptyKernel) {
 }
 
 }  // namespace
-}  // namespace cuactor::cuda
+}  // namespace cuactor::gpu

@@ -6,7 +6,7 @@
 
 #include "cuactor/core/expected.hpp"
 
-namespace cuactor::cuda {
+namespace cuactor::gpu {
 
 /// Range of stream priorities on the current device; lower numbers are higher priority.
 struct PriorityRange {
@@ -49,4 +49,4 @@ class Stream {
   int priority_ = 0;
 };
 
-}  // namespace cuactor::cuda
+}  // namespace cuactor::gpu

@@ -8,7 +8,7 @@
 #include "cuactor/core/arch.hpp"
 #include "cuactor/core/expected.hpp"
 
-namespace cuactor::cuda {
+namespace cuactor::gpu {
 
 /// Static facts about one device, read once from the driver.
 struct DeviceProperties {
@@ -68,4 +68,4 @@ class ScopedDevice {
 /// Checks that `ordinal` names an existing device (errc::no_device naming the ordinal and count).
 Status check_ordinal(int ordinal);
 
-}  // namespace cuactor::cuda
+}  // namespace cuactor::gpu
