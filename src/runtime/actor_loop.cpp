@@ -6,6 +6,7 @@
 #include <future>
 
 #include "cuactor/core/log.hpp"
+#include "cuactor/core/nvtx.hpp"
 #include "cuactor/gpu/check.hpp"
 #include "cuactor/gpu/device.hpp"
 
@@ -49,6 +50,7 @@ void ActorLoop::post(std::shared_ptr<OpRecord> op) {
       rejection = Error(errc::queue_full, fmt::format("device {}: request '{}' rejected: mailbox full ({} queued)",
                                                       ordinal_, op->name, mailbox_.capacity()));
     } else {
+      op->span = nvtx::Span::start(op->name.data(), op->id);  // names are literals: NUL-terminated
       queued_.store(mailbox_.size(), std::memory_order_release);
       if (sleeping_) wake_.notify_one();
       return;
@@ -235,6 +237,7 @@ void ActorLoop::process(std::vector<std::shared_ptr<OpRecord>>& batch) {
       continue;
     }
     Status st = ok();
+    nvtx::Range range(op->name.data(), op->id);  // enqueueing on the actor's thread
     if (op->kind == OpKind::immediate) {
       flush(pending);  // e.g. a capture must not swallow earlier completions
       // Captures begin and end here: nobody may free or query the stream meanwhile.

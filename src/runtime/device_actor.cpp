@@ -1,7 +1,6 @@
 // DeviceActor: the thin facade over a backend (the in-process ActorLoop for now).
 #include "cuactor/runtime/device_actor.hpp"
 
-#include <cublas_v2.h>
 #include <fmt/format.h>
 
 #include "cuactor/gpu/check.hpp"
@@ -47,46 +46,6 @@ DeviceStats DeviceActor::stats() const {
 }
 void DeviceActor::shutdown() {
   if (backend_) backend_->shutdown();
-}
-
-Status enqueue_gemm(OpContext& ctx, const GemmDesc& d) {
-  if (d.m < 0 || d.n < 0 || d.k < 0)
-    return fail(errc::invalid_argument, fmt::format("gemm: m={}, n={}, k={}: dimensions must be >= 0", d.m, d.n, d.k));
-  auto check_operand = [&](const char* name, const std::shared_ptr<DeviceAllocation>& buf, int rows, int cols,
-                           int ld) -> Status {
-    if (ld < std::max(1, rows))
-      return fail(
-          errc::invalid_argument,
-          fmt::format("gemm: ld{}={} is smaller than the {} rows of op-free {} (column-major)", name, ld, rows, name));
-    const std::size_t needed =
-        cols == 0
-            ? 0
-            : (static_cast<std::size_t>(ld) * static_cast<std::size_t>(cols - 1) + static_cast<std::size_t>(rows));
-    if (needed * d.element_bytes > buf->bytes())
-      return fail(errc::invalid_argument,
-                  fmt::format("gemm: {} needs {} elements ({}x{}, ld={}) but its buffer holds {}", name, needed, rows,
-                              cols, ld, buf->bytes() / d.element_bytes));
-    return ok();
-  };
-  CUACTOR_TRY(check_operand("a", d.a, d.transpose_a ? d.k : d.m, d.transpose_a ? d.m : d.k, d.lda));
-  CUACTOR_TRY(check_operand("b", d.b, d.transpose_b ? d.n : d.k, d.transpose_b ? d.k : d.n, d.ldb));
-  CUACTOR_TRY(check_operand("c", d.c, d.m, d.n, d.ldc));
-  if (d.m == 0 || d.n == 0) return ok();
-  const cublasOperation_t op_a = d.transpose_a ? CUBLAS_OP_T : CUBLAS_OP_N;
-  const cublasOperation_t op_b = d.transpose_b ? CUBLAS_OP_T : CUBLAS_OP_N;
-  const std::string what = fmt::format("cublasGemmEx(m={}, n={}, k={}, device {})", d.m, d.n, d.k, ctx.device());
-  if (d.type == CUDA_R_64F) {
-    const double alpha = d.alpha, beta = d.beta;
-    return gpu::check(
-        cublasGemmEx(ctx.cublas(), op_a, op_b, d.m, d.n, d.k, &alpha, d.a->data(), d.type, d.lda, d.b->data(), d.type,
-                     d.ldb, &beta, d.c->data(), d.type, d.ldc, CUBLAS_COMPUTE_64F, CUBLAS_GEMM_DEFAULT),
-        what);
-  }
-  const float alpha = static_cast<float>(d.alpha), beta = static_cast<float>(d.beta);
-  return gpu::check(
-      cublasGemmEx(ctx.cublas(), op_a, op_b, d.m, d.n, d.k, &alpha, d.a->data(), d.type, d.lda, d.b->data(), d.type,
-                   d.ldb, &beta, d.c->data(), d.type, d.ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
-      what);
 }
 
 }  // namespace cuactor::runtime

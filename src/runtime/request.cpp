@@ -106,6 +106,7 @@ void release_leases(OpRecord& op) noexcept {
 
 void finish(ReplyCounters& counters, std::shared_ptr<OpRecord> op, std::error_code ec) noexcept {
   release_leases(*op);
+  op->span.end();
   (ec ? counters.failed : counters.completed).fetch_add(1, std::memory_order_relaxed);
   auto* raw = op.get();
   raw->complete(std::move(op), ec);

@@ -98,51 +98,6 @@ struct ActorOptions {
   int stream_priority = 0;         ///< Priority of the actor's stream (see gpu::Stream::create).
 };
 
-/// cuBLAS GEMM, column-major as cuBLAS: C = alpha * op(A) * op(B) + beta * C with op(A) m×k, op(B)
-/// k×n, C m×n. T is float, double, __half or __nv_bfloat16 (the last two accumulate in fp32).
-template <class T>
-struct GemmRequest {
-  bool transpose_a = false;        ///< op(A) = A^T.
-  bool transpose_b = false;        ///< op(B) = B^T.
-  int m = 0, n = 0, k = 0;         ///< Problem size.
-  double alpha = 1.0, beta = 0.0;  ///< Scalars (fp32 for float/half/bf16, fp64 for double).
-  GpuRef<T> a;                     ///< A, column-major.
-  int lda = 0;                     ///< Leading dimension of A (>= its rows).
-  GpuRef<T> b;                     ///< B, column-major.
-  int ldb = 0;                     ///< Leading dimension of B.
-  GpuRef<T> c;                     ///< C (read when beta != 0, written).
-  int ldc = 0;                     ///< Leading dimension of C (>= m).
-};
-
-/// Untyped form of GemmRequest used by the actor's .cpp.
-struct GemmDesc {
-  bool transpose_a = false, transpose_b = false;  ///< See GemmRequest; the rest mirrors it untyped.
-  int m = 0, n = 0, k = 0;
-  double alpha = 1.0, beta = 0.0;
-  cudaDataType_t type = CUDA_R_32F;
-  std::size_t element_bytes = 4;
-  std::shared_ptr<DeviceAllocation> a, b, c;
-  int lda = 0, ldb = 0, ldc = 0;
-};
-/// Validates `desc` (shapes, leading dimensions, buffer sizes) and enqueues it with cuBLAS on ctx.
-Status enqueue_gemm(OpContext& ctx, const GemmDesc& desc);
-/// cudaDataType_t of T for GEMM, or nullopt if unsupported.
-template <class T>
-std::optional<cudaDataType_t> gemm_data_type() {
-  if constexpr (std::is_same_v<T, float>)
-    return CUDA_R_32F;
-  else if constexpr (std::is_same_v<T, double>)
-    return CUDA_R_64F;
-  else if constexpr (std::is_same_v<T, __half>)
-    return CUDA_R_16F;
-  else if constexpr (std::is_same_v<T, __nv_bfloat16>)
-    return CUDA_R_16BF;
-  else
-    return std::nullopt;
-}
-
-
-
 /// One actor per device: owns its CUDA context (primary context), stream, memory pool and cuBLAS
 /// handle on a dedicated thread; requests are queued in a bounded FIFO mailbox and answered through
 /// completion tokens (callback, use_future, use_awaitable, deferred, ...) with (std::error_code, R).
@@ -266,23 +221,6 @@ class DeviceActor {
         LaunchCmd{std::move(library), std::move(kernel), shape, std::move(args)},
         [](CommandResult&&) -> Result<std::monostate> { return std::monostate{}; }, std::forward<Token>(token));
   }
-  /// cuBLAS GEMM on the actor's stream (see GemmRequest); replies with C.
-  template <class T, class Token>
-  auto gemm(GemmRequest<T> req, Token&& token) {
-    GemmDesc d{req.transpose_a, req.transpose_b, req.m, req.n, req.k, req.alpha, req.beta,
-               gemm_data_type<T>().value_or(CUDA_R_32F), sizeof(T), req.a.allocation(), req.b.allocation(),
-               req.c.allocation(), req.lda, req.ldb, req.ldc};
-    static_assert(sizeof(T) == 2 || sizeof(T) == 4 || sizeof(T) == 8, "GEMM element type");
-    return submit<GpuRef<T>>(
-        Reads{req.a, req.b}, Writes{req.c},
-        [d, c = req.c](OpContext& ctx) -> Result<GpuRef<T>> {
-          if (!gemm_data_type<T>()) return fail(errc::unsupported, "gemm: element type not supported by cuBLAS path");
-          CUACTOR_TRY(enqueue_gemm(ctx, d));
-          return c;
-        },
-        std::forward<Token>(token));
-  }
-
   /// An actor over `backend` (the in-process loop or an isolated worker's client).
   explicit DeviceActor(std::shared_ptr<detail::ActorBackend> backend) : backend_(std::move(backend)) {}
 

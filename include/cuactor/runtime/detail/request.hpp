@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "cuactor/core/expected.hpp"
+#include "cuactor/core/nvtx.hpp"
 #include "cuactor/runtime/commands.hpp"
 #include "cuactor/runtime/op_context.hpp"
 #include "cuactor/runtime/stats.hpp"
@@ -60,6 +61,7 @@ struct OpRecord {
   std::vector<std::shared_ptr<DeviceAllocation>> writes;
   std::vector<std::shared_ptr<const void>> keep_alive;
   int leases_held = 0;  ///< Number of writes whose op lease is held.
+  nvtx::Span span;      ///< "kind #id" from acceptance to reply, when a profiler is attached ([O1]).
 };
 
 /// Backend of a DeviceActor: the in-process actor loop, or a client of an isolated worker process.
