@@ -36,6 +36,7 @@ Status ActorLoop::start() {
 }
 
 void ActorLoop::post(std::shared_ptr<OpRecord> op) {
+  op->span = nvtx::Span::start(op->name.data(), op->id);  // names are literals: NUL-terminated
   Error rejection;
   {
     std::lock_guard lock(mutex_);
@@ -45,12 +46,11 @@ void ActorLoop::post(std::shared_ptr<OpRecord> op) {
     } else if (supervisor_.state() == CircuitState::open) {
       rejection = Error(errc::circuit_open,
                         fmt::format("device {}: request '{}' rejected: the circuit is open", ordinal_, op->name));
-    } else if (!mailbox_.push(op)) {
+    } else if (!mailbox_.push(op)) {  // moves `op` away on success
       rejected_full_.fetch_add(1, std::memory_order_relaxed);
       rejection = Error(errc::queue_full, fmt::format("device {}: request '{}' rejected: mailbox full ({} queued)",
                                                       ordinal_, op->name, mailbox_.capacity()));
     } else {
-      op->span = nvtx::Span::start(op->name.data(), op->id);  // names are literals: NUL-terminated
       queued_.store(mailbox_.size(), std::memory_order_release);
       if (sleeping_) wake_.notify_one();
       return;

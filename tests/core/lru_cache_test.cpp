@@ -116,6 +116,19 @@ TEST(LruCache, SynchronousFailureIsNotCached) {
   EXPECT_EQ(calls.load(), 1);
 }
 
+TEST(LruCache, FailureInAFullCacheEvictsNothing) {
+  LruCache<int, int> cache(2);
+  std::atomic<int> calls{0};
+  EXPECT_EQ(*cache.get_or_create(1, counted(calls, 10)), 10);
+  EXPECT_EQ(*cache.get_or_create(2, counted(calls, 20)), 20);
+  EXPECT_FALSE(cache.get_or_create(3, []() -> Result<int> { return fail(errc::invalid_argument, "k=-1"); }));
+  EXPECT_EQ(cache.size(), 2u);
+  EXPECT_EQ(*cache.get_or_create(1, counted(calls, 11)), 10);  // both good entries survived
+  EXPECT_EQ(*cache.get_or_create(2, counted(calls, 21)), 20);
+  EXPECT_EQ(calls.load(), 2);
+  EXPECT_EQ(cache.stats().evictions, 0u);
+}
+
 TEST(LruCache, ConcurrentDistinctKeysEachCreateOnce) {
   constexpr int kThreads = 8, kKeys = 32;
   LruCache<int, int> cache(kKeys);

@@ -70,12 +70,18 @@ class LruCache {
       fresh = Future::pending();
       core_->lru.emplace_front(key, fresh);
       core_->index.emplace(key, core_->lru.begin());
-      core_->evict_over_capacity();
     }
     // Registered before `start` runs so that waiters chained later see the entry already dropped.
+    // Eviction waits for success: a computation that fails must not have pushed out a good entry.
     fresh.then([weak = std::weak_ptr<Core>(core_), key](const typename Future::Value& v) {
-      if (v.has_value()) return;
-      if (auto core = weak.lock()) core->drop_failed(key);
+      auto core = weak.lock();
+      if (!core) return;
+      if (v.has_value()) {
+        std::lock_guard lock(core->mutex);
+        core->evict_over_capacity();
+      } else {
+        core->drop_failed(key);
+      }
     });
     start(fresh);
     return fresh;
@@ -115,7 +121,7 @@ class LruCache {
     s.capacity = core_->capacity;
     return s;
   }
-  /// Entries held now.
+  /// Entries held now (at most the capacity plus the computations still running).
   [[nodiscard]] std::size_t size() const { return stats().size; }
   /// Most entries held at once.
   [[nodiscard]] std::size_t capacity() const noexcept { return core_->capacity; }
