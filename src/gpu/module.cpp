@@ -109,7 +109,7 @@ Status launch(const Kernel& kernel, const LaunchConfig& config, std::span<void* 
   return check(api.launch_kernel(reinterpret_cast<CUfunction>(kernel.get()), config.grid.x, config.grid.y,
                                  config.grid.z, config.block.x, config.block.y, config.block.z, config.shared_bytes,
                                  reinterpret_cast<CUstream>(config.stream), const_cast<void**>(args.data()), nullptr),
-               fmt::format("cuLaunchKernel('{}')", kernel.name()));
+               [&] { return fmt::format("cuLaunchKernel('{}')", kernel.name()); });
 }
 
 }  // namespace cuactor::gpu

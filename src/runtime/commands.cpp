@@ -3,6 +3,8 @@
 
 #include <fmt/format.h>
 
+#include <boost/container/small_vector.hpp>
+
 #include <cstring>
 
 #include "cuactor/gpu/check.hpp"
@@ -20,7 +22,7 @@ Status copy_checked(OpContext& ctx, void* dst, std::size_t dst_bytes, const void
                 fmt::format("{}: {} bytes do not fit the {}-byte destination", what, bytes, dst_bytes));
   if (bytes == 0) return ok();
   return gpu::check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, ctx.stream()),
-                    fmt::format("{}: cudaMemcpyAsync({} bytes)", what, bytes));
+                    [&] { return fmt::format("{}: cudaMemcpyAsync({} bytes)", what, bytes); });
 }
 
 Result<CommandResult> run(const AllocateCmd& cmd, OpContext& ctx) {
@@ -59,9 +61,10 @@ Result<CommandResult> run(const LaunchCmd& cmd, OpContext& ctx) {
   const auto& storage = cmd.args.storage();
   const auto& slots = cmd.args.slots();
   // The packed arguments with the buffers' device addresses filled in.
-  std::vector<std::byte> packed(storage);
-  std::vector<void*> pointers(slots.size());
-  std::vector<std::size_t> sizes(slots.size());
+  // Small inline buffers: a launch is a hot path, and typical kernels take a handful of arguments.
+  boost::container::small_vector<std::byte, 256> packed(storage.begin(), storage.end());
+  boost::container::small_vector<void*, 16> pointers(slots.size());
+  boost::container::small_vector<std::size_t, 16> sizes(slots.size());
   for (std::size_t i = 0; i < slots.size(); ++i) {
     const auto& slot = slots[i];
     if (slot.buffer >= 0) {
@@ -89,7 +92,7 @@ Status enqueue_fill(void* dst, std::size_t count, const void* value, std::size_t
     return fail(errc::unsupported,
                 fmt::format("fill: element size {} bytes; supported: 1, 2, 4, 8, 16", element_bytes));
   return gpu::check(kernels::launch_fill(dst, count, value, element_bytes, stream),
-                    fmt::format("fill({} elements of {} bytes)", count, element_bytes));
+                    [&] { return fmt::format("fill({} elements of {} bytes)", count, element_bytes); });
 }
 
 void KernelArgs::push_buffer(std::shared_ptr<DeviceAllocation> allocation, bool written) {

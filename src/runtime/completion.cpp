@@ -135,7 +135,7 @@ Status Completion::submit(std::vector<std::shared_ptr<OpRecord>>& ops) {
       }
       batch.event = free_events_.back();
       CUACTOR_TRY(gpu::check(cudaEventRecord(batch.event, stream),
-                             fmt::format("cudaEventRecord(device {} completion)", ordinal_)));
+                             [&] { return fmt::format("cudaEventRecord(device {} completion)", ordinal_); }));
       free_events_.pop_back();
     }
     const std::size_t n = ops.size();

@@ -198,6 +198,8 @@ TEST_F(CublasGemmGpu, InPlaceAccumulateWhenCIsD) {
   ops.a = upload(a);
   ops.b = upload(b);
   ops.d = ops.c = upload(cin);
+  ops.alpha = c.alpha;
+  ops.beta = c.beta;
   auto [ec, d] = wait_reply(async_cublas_gemm(*actor_, c.shape, ops, asio::use_future));
   ASSERT_FALSE(ec) << ec.message();
   EXPECT_LT(relative_norm_error(download(d), reference(c, a, b, cin)), 1e-5);

@@ -7,7 +7,10 @@
 #include <cuda_runtime_api.h>
 #include <nvrtc.h>
 
+#include <concepts>
+#include <string>
 #include <string_view>
+#include <type_traits>
 
 #include "cuactor/core/expected.hpp"
 
@@ -41,6 +44,22 @@ inline Status check(nvrtcResult e, std::string_view what) {
 inline Status check(cublasStatus_t e, std::string_view what) {
   if (e == CUBLAS_STATUS_SUCCESS) return ok();
   return fail(make_error(e, what));
+}
+
+/// True when `e` reports success (one overload per status type).
+constexpr bool succeeded(cudaError_t e) noexcept { return e == cudaSuccess; }
+constexpr bool succeeded(CUresult e) noexcept { return e == CUDA_SUCCESS; }
+constexpr bool succeeded(nvrtcResult e) noexcept { return e == NVRTC_SUCCESS; }
+constexpr bool succeeded(cublasStatus_t e) noexcept { return e == CUBLAS_STATUS_SUCCESS; }
+
+/// As check(e, what), with the description built by `describe()` only on failure: for calls on a
+/// hot path (every launch, copy or completion), where formatting a message per call costs more
+/// than the call's own host overhead.
+template <class Code, class Describe>
+  requires std::is_invocable_r_v<std::string, Describe&>
+Status check(Code e, Describe&& describe) {
+  if (succeeded(e)) return ok();
+  return fail(make_error(e, describe()));
 }
 
 }  // namespace cuactor::gpu
