@@ -44,22 +44,28 @@ Result<T> run_on_actor(runtime::DeviceActor& actor, std::string_view what, Fn fn
 }
 
 /// Takes ownership of what a recorded actor operation uses: its GpuRefs (read or written) and its
-/// keep-alive objects go into the capture's pool.
-void take_recorded_op(ActorCaptureState& state, cudaStream_t stream, runtime::CapturedOp&& op) {
+/// keep-alive objects go into the pool of the session this capture holds (runs on the actor's
+/// thread, like every other use of the session; no stream-keyed lookup).
+void take_recorded_op(ActorCaptureState& state, runtime::CapturedOp&& op) {
   auto note = [&](const Status& s) {
     if (s) return;
     std::lock_guard lock(state.mutex);
     if (!state.listener_error) state.listener_error = s.error();
   };
+  CaptureSession* session = state.session.get();
+  if (!session || !session->active()) {
+    note(fail(errc::internal, "a recorded operation arrived after the actor capture ended"));
+    return;
+  }
   auto keep = [&](const std::shared_ptr<runtime::DeviceAllocation>& a, BufferUse use) {
-    auto r = keep_alive_if_capturing(stream, a, use);
+    auto r = session->keep_alive_allocation(a, use);
     note(r ? ok() : Status(fail(r.error())));
   };
   for (const auto& a : op.reads) keep(a, BufferUse::read);
   for (const auto& a : op.writes) keep(a, BufferUse::write);
   for (auto& object : op.keep_alive) {
     if (!object) continue;
-    auto r = keep_alive_if_capturing(stream, std::const_pointer_cast<void>(std::move(object)), nullptr, 0);
+    auto r = session->keep_alive(std::const_pointer_cast<void>(std::move(object)), nullptr, 0);
     note(r ? ok() : Status(fail(r.error())));
   }
 }
@@ -75,10 +81,9 @@ Result<ActorCapture> ActorCapture::begin(runtime::DeviceActor& actor, CaptureMod
         if (!session) return fail(session.error());
         CUACTOR_TRY(session->bind_device_state(ctx.state()));
         state->session = std::make_unique<CaptureSession>(std::move(*session));
-        const cudaStream_t stream = ctx.stream();
         std::weak_ptr<ActorCaptureState> weak = state;
-        ctx.set_capture_listener([weak, stream](runtime::CapturedOp&& op) {
-          if (auto s = weak.lock()) take_recorded_op(*s, stream, std::move(op));
+        ctx.set_capture_listener([weak](runtime::CapturedOp&& op) {
+          if (auto s = weak.lock()) take_recorded_op(*s, std::move(op));
         });
         return true;
       });

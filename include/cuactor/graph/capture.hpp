@@ -96,6 +96,9 @@ class CaptureSession {
     if (!ref.allocation()) return fail(errc::invalid_argument, "CaptureSession::keep_alive: empty GpuRef");
     return keep_alive_allocation(ref.allocation(), use);
   }
+  /// keep_alive(ref, use) for an allocation without its typed GpuRef (e.g. the buffers an actor
+  /// operation recorded into this capture).
+  Result<bool> keep_alive_allocation(const std::shared_ptr<runtime::DeviceAllocation>& allocation, BufferUse use);
   /// Device memory from the session's pool (safe during capture in every mode, see CapturePool).
   Result<void*> allocate(std::size_t bytes);
   /// Binds the capture to `state`'s current generation: launching the graph after the device's
@@ -115,7 +118,6 @@ class CaptureSession {
  private:
   friend class CapturedGraph;
   explicit CaptureSession(std::shared_ptr<detail::CaptureCore> core) : core_(std::move(core)) {}
-  Result<bool> keep_alive_allocation(const std::shared_ptr<runtime::DeviceAllocation>& allocation, BufferUse use);
   /// Ends the capture: the raw graph, its pool (user object already retained) and its generation.
   struct Ended;
   Result<Ended> finish(std::shared_ptr<CapturePool> into);
