@@ -226,11 +226,11 @@ TEST(IsolatedShm, SliceChecksBoundsWithoutOverflow) {
 
 // ---- processes ---------------------------------------------------------------------------------
 
-std::unique_ptr<WorkerProcess> spawn_peer(std::vector<std::string> args, std::size_t shm = 0) {
+std::unique_ptr<WorkerProcess> spawn_peer(std::vector<std::string> args, const SharedRegion* shm = nullptr) {
   SpawnOptions o;
   o.executable = ISOLATED_PEER;
   o.args = std::move(args);
-  o.shm_bytes = shm;
+  o.shm = shm;
   auto w = WorkerProcess::spawn(o);
   EXPECT_TRUE(w.has_value()) << w.error().to_string();
   return w ? std::move(*w) : nullptr;
@@ -333,7 +333,9 @@ TEST(IsolatedProcess, ChildInheritsOnlyItsOwnDescriptors) {
   // A descriptor without close-on-exec would leak; ours all have it.
   auto extra = SharedRegion::create("unrelated", 4096);
   ASSERT_TRUE(extra.has_value());
-  auto w = spawn_peer({"fds"}, 4096);
+  auto shm = SharedRegion::create("cuactor-worker-shm", 4096);
+  ASSERT_TRUE(shm.has_value());
+  auto w = spawn_peer({"fds"}, &*shm);
   ASSERT_TRUE(w);
   ASSERT_TRUE(w->channel().send(MsgKind::echo, 1, {}).has_value());
   auto m = w->channel().receive();
@@ -356,10 +358,12 @@ TEST(IsolatedProcess, ChildInheritsOnlyItsOwnDescriptors) {
 }
 
 TEST(IsolatedProcess, SharedMemoryIsVisibleBothWays) {
-  auto w = spawn_peer({"shm"}, 1 << 20);
+  auto shm = SharedRegion::create("cuactor-worker-shm", 1 << 20);
+  ASSERT_TRUE(shm.has_value());
+  auto w = spawn_peer({"shm"}, &*shm);
   ASSERT_TRUE(w);
   hello_value(*w);
-  auto region = w->shm().slice(4096, 1000);
+  auto region = shm->slice(4096, 1000);
   ASSERT_TRUE(region.has_value());
   std::fill(region->begin(), region->end(), std::byte{3});
   Writer q;

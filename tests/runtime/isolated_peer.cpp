@@ -10,6 +10,10 @@
 ///   fds         replies to the first message with its open descriptors (number, link target)
 ///   shm         replies to each message (u64 offset, u64 length) with the byte sum of that range and
 ///               then overwrites the range with 0x5a
+///   serve       speaks the worker protocol as WorkerLink expects it: HelloMsg, then ReplyMsg replies:
+///               echo -> the payload as result; stats (u32 ms) -> sleeps that long, empty result;
+///               fill -> an invalid_argument error; launch -> a poisoned message, then exit 4;
+///               allocate -> dies at once (exit 9, no message); free (id 0) -> no reply
 ///   middle      spawns `hang` as its own child, waits for its hello, sends its own hello whose
 ///               payload is the grandchild's pid, and exits at once
 #include <dirent.h>
@@ -20,6 +24,7 @@
 #include <string>
 #include <thread>
 
+#include "runtime/isolated/messages.hpp"
 #include "runtime/isolated/protocol.hpp"
 #include "runtime/isolated/spawn.hpp"
 
@@ -96,6 +101,48 @@ int shm(iso::Channel& ch, iso::SharedRegion& region) {
   }
 }
 
+int reply(iso::Channel& ch, std::uint64_t id, iso::ReplyMsg r) {
+  return ch.send(iso::MsgKind::reply, id, iso::encode_payload(r)) ? 0 : 1;
+}
+
+int serve(iso::Channel& ch, const iso::SharedRegion& region) {
+  iso::HelloMsg hello;
+  hello.device = 0;
+  hello.pid = static_cast<std::uint64_t>(::getpid());
+  hello.shm_bytes = region.size();
+  if (!ch.send(iso::MsgKind::hello, 0, iso::encode_payload(hello))) return 2;
+  for (;;) {
+    auto m = ch.receive();
+    if (!m) return m.error() == cuactor::errc::protocol_error ? 3 : 0;
+    iso::ReplyMsg r;
+    switch (m->kind) {
+      case iso::MsgKind::shutdown:
+        return 0;
+      case iso::MsgKind::free:
+        continue;
+      case iso::MsgKind::allocate:
+        ::_exit(9);
+      case iso::MsgKind::stats: {
+        iso::Reader in(m->payload, "sleep");
+        const auto ms = in.get<std::uint32_t>("ms");
+        std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+        break;
+      }
+      case iso::MsgKind::fill:
+        r.error = cuactor::Error(cuactor::errc::invalid_argument, "peer refuses fill #" + std::to_string(m->id));
+        break;
+      case iso::MsgKind::launch: {
+        iso::PoisonedMsg p{cuactor::Error(cuactor::errc::context_poisoned, "peer pretends an illegal address")};
+        (void)ch.send(iso::MsgKind::poisoned, 0, iso::encode_payload(p));
+        ::_exit(4);
+      }
+      default:
+        r.result = m->payload;
+    }
+    if (reply(ch, m->id, std::move(r)) != 0) return 0;
+  }
+}
+
 int middle(iso::Channel& ch) {
   iso::SpawnOptions o;
   o.executable = "/proc/self/exe";
@@ -121,6 +168,7 @@ int main(int argc, char** argv) {
   const std::string mode = end->rest.empty() ? "echo" : end->rest.front();
   if (mode == "fds") return list_fds(ch);
   if (mode == "middle") return middle(ch);
+  if (mode == "serve") return serve(ch, end->shm);
   if (send_hello(ch, static_cast<std::uint64_t>(::getpid())) != 0) return 2;
   if (mode == "echo") return echo(ch);
   if (mode == "shm") return shm(ch, end->shm);

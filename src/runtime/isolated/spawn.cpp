@@ -89,11 +89,8 @@ Result<std::unique_ptr<WorkerProcess>> WorkerProcess::spawn(const SpawnOptions& 
 
   std::unique_ptr<WorkerProcess> w(new WorkerProcess());
   FdGuard shm_src(-1);
-  if (options.shm_bytes > 0) {
-    auto shm = SharedRegion::create("cuactor-worker-shm", options.shm_bytes);
-    if (!shm) return fail(shm.error());
-    w->shm_ = std::move(*shm);
-    auto c = high_copy(w->shm_.fd());
+  if (options.shm && options.shm->fd() >= 0) {
+    auto c = high_copy(options.shm->fd());
     if (!c) return fail(c.error());
     shm_src.reset(*c);
   }
@@ -102,7 +99,7 @@ Result<std::unique_ptr<WorkerProcess>> WorkerProcess::spawn(const SpawnOptions& 
                                 std::to_string(::getpid())};
   if (shm_src.get() >= 0) {
     args.insert(args.end(),
-                {"--shm-fd", std::to_string(kChildShmFd), "--shm-bytes", std::to_string(options.shm_bytes)});
+                {"--shm-fd", std::to_string(kChildShmFd), "--shm-bytes", std::to_string(options.shm->size())});
   }
   args.insert(args.end(), options.args.begin(), options.args.end());
   std::vector<char*> argv;

@@ -37,7 +37,7 @@ inline constexpr int kChildShmFd = 4;
 struct SpawnOptions {
   std::string executable;                          ///< Path of the worker executable.
   std::vector<std::string> args;                   ///< Extra arguments after the standard ones (e.g. "--device", "0").
-  std::size_t shm_bytes = 0;                       ///< Size of the shared region to create and pass (0: none).
+  const SharedRegion* shm = nullptr;               ///< Shared region to pass (not owned; outlives many workers).
   std::uint32_t max_payload = kDefaultMaxPayload;  ///< Bound of received payloads on the parent's end.
 };
 
@@ -45,11 +45,12 @@ struct SpawnOptions {
 /// running executable (where it is installed next to the `cuactor` tool and applications).
 std::string default_worker_path();
 
-/// A spawned worker process, owned by the parent: the channel to it, the shared region and the pid.
+/// A spawned worker process, owned by the parent: the channel to it and the pid.
 /// Destruction ends it (close channel, grace period, SIGKILL) and reaps it: never a zombie.
 class WorkerProcess {
  public:
   /// Spawns `options.executable --channel-fd 3 --parent-pid <pid> [--shm-fd 4 --shm-bytes N] args...`.
+  /// Call from a thread that lives as long as the worker should (see the file comment).
   static Result<std::unique_ptr<WorkerProcess>> spawn(const SpawnOptions& options);
   ~WorkerProcess();
   WorkerProcess(const WorkerProcess&) = delete;
@@ -59,8 +60,6 @@ class WorkerProcess {
   [[nodiscard]] pid_t pid() const noexcept { return pid_; }
   /// The parent's end of the channel.
   [[nodiscard]] Channel& channel() noexcept { return *channel_; }
-  /// The shared region (empty when shm_bytes was 0).
-  [[nodiscard]] SharedRegion& shm() noexcept { return shm_; }
 
   /// Reaps the child if it has exited; returns its wait status then, nullopt while it runs.
   std::optional<int> poll_exit() noexcept;
@@ -79,7 +78,6 @@ class WorkerProcess {
 
   pid_t pid_ = -1;
   std::unique_ptr<Channel> channel_;
-  SharedRegion shm_;
   std::optional<int> status_;
 };
 
