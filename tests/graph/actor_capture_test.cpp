@@ -2,6 +2,7 @@
 // are recorded, their GpuRefs auto-registered in the pool, and the graph is bound to the generation.
 #include "cuactor/graph/actor_capture.hpp"
 
+#include <cublas_v2.h>
 #include <gtest/gtest.h>
 
 #include <boost/asio/use_future.hpp>
@@ -10,6 +11,7 @@
 #include <tuple>
 #include <vector>
 
+#include "cuactor/gpu/check.hpp"
 #include "cuactor/gpu/memory.hpp"
 #include "cuactor/gpu/stream.hpp"
 #include "support/gpu_test.hpp"
@@ -54,17 +56,17 @@ TEST_F(GraphActorTest, GraphActorOpsAreRecordedAutoRegisteredAndReplayed) {
 
   CUACTOR_ASSERT_OK_AND_ASSIGN(capture, ActorCapture::begin(actor, CaptureMode::global));
   ASSERT_TRUE(capture.active());
-  runtime::GemmRequest<float> req;
-  req.m = m;
-  req.n = n;
-  req.k = k;
-  req.a = a;
-  req.lda = m;
-  req.b = b;
-  req.ldb = k;
-  req.c = c;
-  req.ldc = m;
-  auto [eg, gemm_c] = wait(actor.gemm(req, asio::use_future));  // replies once recorded
+  // A cuBLAS call through the actor's extension point: recorded like any other operation.
+  auto [eg, gemm_c] = wait(actor.submit<runtime::GpuRef<float>>(
+      runtime::Reads{a, b}, runtime::Writes{c},
+      [a, b, c](runtime::OpContext& ctx) -> Result<runtime::GpuRef<float>> {
+        const float one = 1.0f, zero = 0.0f;
+        CUACTOR_TRY(gpu::check(cublasSgemm(ctx.cublas(), CUBLAS_OP_N, CUBLAS_OP_N, m, n, k, &one, *a.raw_device_ptr(),
+                                           m, *b.raw_device_ptr(), k, &zero, *c.raw_device_ptr(), m),
+                               "cublasSgemm"));
+        return c;
+      },
+      asio::use_future));  // replies once recorded
   ASSERT_FALSE(eg) << eg.message();
   CUACTOR_ASSERT_OK_AND_ASSIGN(graph, capture.end_capture());
   EXPECT_FALSE(capture.active());

@@ -38,7 +38,7 @@ Result<Bytes> call(WorkerLink& link, MsgKind kind, Bytes payload, std::uint64_t 
   r.generation = generation;
   r.deadline = deadline;
   r.name = kind_name(static_cast<std::uint16_t>(kind));
-  r.done = [promise](Result<Bytes> o) { promise->set_value(std::move(o)); };
+  r.done = [promise](Result<Bytes> o, std::uint64_t) { promise->set_value(std::move(o)); };
   link.post(std::move(r));
   if (future.wait_for(120s) != std::future_status::ready)
     return fail(errc::timeout, "test: no answer within 120 s (a hang)");

@@ -82,7 +82,7 @@ TEST(IsolatedMessages, ErrorsKeepTheirCategoryAcrossTheWire) {
 class Answers {
  public:
   ReplyHandler handler(int tag) {
-    return [this, tag](Outcome o) {
+    return [this, tag](Outcome o, std::uint64_t) {
       std::lock_guard lock(mutex_);
       calls_[tag].push_back(std::move(o));
       cv_.notify_all();
@@ -242,12 +242,12 @@ TEST(IsolatedLink, QueuedRequestsAreReplayedInOrderAndStaleOnesRefused) {
   std::vector<int> order;
   Answers a;
   auto tracked = [&](int tag) {
-    return [&, tag, h = a.handler(tag)](Outcome o) {
+    return [&, tag, h = a.handler(tag)](Outcome o, std::uint64_t gen) {
       {
         std::lock_guard lock(order_mutex);
         order.push_back(tag);
       }
-      h(std::move(o));
+      h(std::move(o), gen);
     };
   };
   (*link)->post(request(MsgKind::stats, sleep_ms(5000), tracked(1)));                          // in flight
@@ -333,7 +333,7 @@ TEST(IsolatedLink, ConcurrentRequestsAcrossKillsAreAnsweredExactlyOnce) {
     threads.emplace_back([&, t] {
       for (int i = 0; i < kPerThread; ++i) {
         const int tag = t * kPerThread + i;
-        (*link)->post(request(MsgKind::echo, {std::byte{1}}, [&, tag](Outcome o) {
+        (*link)->post(request(MsgKind::echo, {std::byte{1}}, [&, tag](Outcome o, std::uint64_t) {
           ++calls[tag];
           ++(o ? ok : failed);
         }));

@@ -13,6 +13,7 @@
 #include <utility>
 
 #include "cuactor/core/log.hpp"
+#include "cuactor/runtime/detail/request.hpp"
 
 namespace cuactor::runtime::isolated {
 namespace {
@@ -33,7 +34,7 @@ struct Completion {
 
 void run_all(std::vector<Completion>& completions) {
   for (auto& c : completions)
-    if (c.done) c.done(std::move(c.outcome));
+    if (c.done) c.done(std::move(c.outcome), 0);
   completions.clear();
 }
 
@@ -129,7 +130,7 @@ struct WorkerLink::Impl {
         queue.push_back(std::move(r));
     }
     if (reject) {
-      if (r.done) r.done(cuda::std::unexpected<Error>(std::move(*reject)));
+      if (r.done) r.done(cuda::std::unexpected<Error>(std::move(*reject)), 0);
       return;
     }
     pump();
@@ -143,7 +144,8 @@ struct WorkerLink::Impl {
     supervisor_cv.notify_all();
   }
 
-  void read_loop(std::shared_ptr<WorkerProcess> w, std::uint64_t of_incarnation) {
+  void read_loop(std::shared_ptr<WorkerProcess> w, std::uint64_t of_incarnation, std::uint64_t generation) {
+    const detail::InternalThreadScope internal;  // replies must not run user handlers inline here
     for (;;) {
       auto m = w->channel().receive();
       if (!m) return report_loss(of_incarnation, m.error());
@@ -176,9 +178,9 @@ struct WorkerLink::Impl {
             Error(errc::protocol_error, fmt::format("worker answered request #{}, which is not in flight", m->id)));
       }
       if (reply->error)
-        done->request.done(cuda::std::unexpected<Error>(std::move(*reply->error)));
+        done->request.done(cuda::std::unexpected<Error>(std::move(*reply->error)), generation);
       else
-        done->request.done(std::move(reply->result));
+        done->request.done(std::move(reply->result), generation);
       pump();
     }
   }
@@ -225,10 +227,10 @@ struct WorkerLink::Impl {
       worker = w;
       hello = said;
       ++incarnation;
-      state->advance_generation();
+      const auto generation = state->advance_generation();
       state->set_accepting_ops(true);
       ready = true;
-      reader = std::thread([this, w, inc = incarnation] { read_loop(w, inc); });
+      reader = std::thread([this, w, inc = incarnation, generation] { read_loop(w, inc, generation); });
     }
     pump();
   }
@@ -281,6 +283,7 @@ struct WorkerLink::Impl {
 
   /// The supervisor thread: watches deadlines and losses, replaces lost workers.
   void supervise() {
+    const detail::InternalThreadScope internal;
     std::unique_lock lock(mutex);
     for (;;) {
       if (stopping && !ready) return;

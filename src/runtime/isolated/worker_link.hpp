@@ -17,7 +17,8 @@
 ///   become stale) and again when the new worker is ready; the breaker counts the loss, and once it
 ///   trips every request is answered `circuit_open` and the escalation hook fires.
 /// - Workers are spawned on the link's supervisor thread (their parent-death signal is tied to it).
-/// - Handlers run on the link's threads or the posting thread, never under a lock: they must not block.
+/// - Handlers run on the link's threads (marked internal: see detail::on_internal_thread()) or the
+///   posting thread, never under a lock: they must not block.
 #pragma once
 
 #include <chrono>
@@ -39,8 +40,10 @@
 
 namespace cuactor::runtime::isolated {
 
-/// Called with a request's outcome: the reply's result bytes, or the error.
-using ReplyHandler = std::function<void(Result<std::vector<std::byte>>)>;
+/// Called with a request's outcome (the reply's result bytes, or the error) and the generation of the
+/// worker that answered (0 when the link decided the outcome): handles minted from a reply carry that
+/// generation, never a newer one.
+using ReplyHandler = std::function<void(Result<std::vector<std::byte>>, std::uint64_t worker_generation)>;
 
 /// One request to the worker.
 struct LinkRequest {
