@@ -58,27 +58,29 @@ Status DeviceAllocation::access(int used_device) const {
 }
 
 Status DeviceAllocation::record_write(cudaStream_t stream) {
-  if (remote_id_ != 0) return fail(errc::unsupported, describe() + ": write events of a worker's buffer stay in the worker");
+  if (remote_id_ != 0)
+    return fail(errc::unsupported, describe() + ": write events of a worker's buffer stay in the worker");
   std::lock_guard lock(write_mutex_);
   if (!write_event_) {
     auto scoped = gpu::ScopedDevice::make(device_);
     if (!scoped) return fail(scoped.error());
     CUACTOR_TRY(gpu::check(cudaEventCreateWithFlags(&write_event_, cudaEventDisableTiming),
-                            fmt::format("cudaEventCreateWithFlags(write event of {})", describe())));
+                           fmt::format("cudaEventCreateWithFlags(write event of {})", describe())));
   }
-  CUACTOR_TRY(gpu::check(cudaEventRecord(write_event_, stream),
-                          fmt::format("cudaEventRecord(write event of {})", describe())));
+  CUACTOR_TRY(
+      gpu::check(cudaEventRecord(write_event_, stream), fmt::format("cudaEventRecord(write event of {})", describe())));
   write_stream_ = stream;
   has_write_ = true;
   return ok();
 }
 
 Status DeviceAllocation::wait_for_last_write(cudaStream_t stream) const {
-  if (remote_id_ != 0) return fail(errc::unsupported, describe() + ": a worker's buffer cannot be ordered on a stream of this process");
+  if (remote_id_ != 0)
+    return fail(errc::unsupported, describe() + ": a worker's buffer cannot be ordered on a stream of this process");
   std::lock_guard lock(write_mutex_);
   if (!has_write_ || write_stream_ == stream) return ok();
   return gpu::check(cudaStreamWaitEvent(stream, write_event_, 0),
-                     fmt::format("cudaStreamWaitEvent(last write of {})", describe()));
+                    fmt::format("cudaStreamWaitEvent(last write of {})", describe()));
 }
 
 std::optional<cudaStream_t> DeviceAllocation::last_write_stream() const {

@@ -16,8 +16,8 @@ std::atomic<std::uint64_t> g_next_image{1};
 bool is_binary(std::span<const std::byte> b) {
   const bool elf = b.size() >= 4 && b[0] == std::byte{0x7f} && b[1] == std::byte{'E'} && b[2] == std::byte{'L'} &&
                    b[3] == std::byte{'F'};
-  const bool fatbin = b.size() >= 4 && b[0] == std::byte{0x50} && b[1] == std::byte{0xed} &&
-                      b[2] == std::byte{0x55} && b[3] == std::byte{0xba};
+  const bool fatbin = b.size() >= 4 && b[0] == std::byte{0x50} && b[1] == std::byte{0xed} && b[2] == std::byte{0x55} &&
+                      b[3] == std::byte{0xba};
   return elf || fatbin;
 }
 

@@ -14,6 +14,11 @@
 ///               echo -> the payload as result; stats (u32 ms) -> sleeps that long, empty result;
 ///               fill -> an invalid_argument error; launch -> a poisoned message, then exit 4;
 ///               allocate -> dies at once (exit 9, no message); free (id 0) -> no reply
+///   sim         a CPU simulation of cuactor-worker for the isolated backend's tests: buffers are host
+///               vectors; allocate/free/copies (through the shared region)/fill/load_module/stats work;
+///               launch runs kernels by name: "poison" -> poisoned message and exit 4, "hang" -> never
+///               answers, "die" -> exit 9, "slow" -> sleeps (first argument, u32 ms) then succeeds,
+///               "add" -> adds the u32 value argument to the first u32 of the buffer argument
 ///   middle      spawns `hang` as its own child, waits for its hello, sends its own hello whose
 ///               payload is the grandchild's pid, and exits at once
 #include <dirent.h>
@@ -21,6 +26,8 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
+#include <map>
 #include <string>
 #include <thread>
 
@@ -143,6 +150,133 @@ int serve(iso::Channel& ch, const iso::SharedRegion& region) {
   }
 }
 
+cuactor::Error sim_error(cuactor::errc code, std::string message) {
+  return cuactor::Error(code, "sim: " + std::move(message));
+}
+
+int sim(iso::Channel& ch, const iso::SharedRegion& region) {
+  constexpr std::uint64_t total = 1ull << 30;
+  iso::HelloMsg hello;
+  hello.device = 0;
+  hello.pid = static_cast<std::uint64_t>(::getpid());
+  hello.shm_bytes = region.size();
+  hello.total_bytes = total;
+  if (!ch.send(iso::MsgKind::hello, 0, iso::encode_payload(hello))) return 2;
+  std::map<std::uint64_t, std::vector<std::byte>> buffers;
+  std::uint64_t next = 1, modules = 0, used = 0;
+  for (;;) {
+    auto m = ch.receive();
+    if (!m) return m.error() == cuactor::errc::protocol_error ? 3 : 0;
+    iso::ReplyMsg r;
+    auto find = [&](std::uint64_t id, std::uint64_t offset, std::uint64_t bytes) -> std::vector<std::byte>* {
+      auto it = buffers.find(id);
+      if (it == buffers.end() || offset > it->second.size() || bytes > it->second.size() - offset) {
+        r.error = sim_error(cuactor::errc::invalid_argument, "no buffer " + std::to_string(id) + " with that range");
+        return nullptr;
+      }
+      return &it->second;
+    };
+    switch (m->kind) {
+      case iso::MsgKind::shutdown:
+        return 0;
+      case iso::MsgKind::free: {
+        auto f = iso::FreeMsg::decode(m->payload);
+        if (f && buffers.count(f->buffer)) {
+          used -= buffers[f->buffer].size();
+          buffers.erase(f->buffer);
+        }
+        continue;
+      }
+      case iso::MsgKind::allocate: {
+        auto a = iso::AllocateMsg::decode(m->payload);
+        if (!a) return 3;
+        if (a->bytes > total - used) {
+          r.error = sim_error(cuactor::errc::out_of_memory, std::to_string(a->bytes) + " bytes");
+          break;
+        }
+        buffers[next].resize(a->bytes);
+        used += a->bytes;
+        r.result = iso::encode_payload(iso::BufferReply{next++, a->bytes});
+        break;
+      }
+      case iso::MsgKind::copy_to_device:
+      case iso::MsgKind::copy_to_host: {
+        auto c = iso::CopyMsg::decode(m->payload);
+        if (!c) return 3;
+        auto* b = find(c->buffer, c->buffer_offset, c->bytes);
+        auto range = region.slice(c->shm_offset, c->bytes);
+        if (!b) break;
+        if (!range) {
+          r.error = range.error();
+          break;
+        }
+        if (m->kind == iso::MsgKind::copy_to_device)
+          std::copy(range->begin(), range->end(), b->begin() + static_cast<std::ptrdiff_t>(c->buffer_offset));
+        else
+          std::copy_n(b->begin() + static_cast<std::ptrdiff_t>(c->buffer_offset), c->bytes, range->begin());
+        break;
+      }
+      case iso::MsgKind::fill: {
+        auto f = iso::FillMsg::decode(m->payload);
+        if (!f) return 3;
+        const auto n = f->pattern.size();
+        auto* b = find(f->buffer, f->buffer_offset, f->count * n);
+        if (!b) break;
+        for (std::uint64_t i = 0; i < f->count; ++i)
+          std::copy(f->pattern.begin(), f->pattern.end(),
+                    b->begin() + static_cast<std::ptrdiff_t>(f->buffer_offset + i * n));
+        break;
+      }
+      case iso::MsgKind::load_module:
+        r.result = iso::encode_payload(iso::ModuleReply{++modules});
+        break;
+      case iso::MsgKind::launch: {
+        auto l = iso::LaunchMsg::decode(m->payload);
+        if (!l) return 3;
+        if (l->kernel == "poison") {
+          iso::PoisonedMsg p{cuactor::Error(cuactor::errc::context_poisoned, "sim: illegal address")};
+          (void)ch.send(iso::MsgKind::poisoned, 0, iso::encode_payload(p));
+          ::_exit(4);
+        }
+        if (l->kernel == "die") ::_exit(9);
+        if (l->kernel == "hang") sleep_forever();
+        if (l->module == 0 || l->module > modules) {
+          r.error = sim_error(cuactor::errc::invalid_argument, "no module " + std::to_string(l->module));
+          break;
+        }
+        std::uint32_t value = 0;
+        std::vector<std::byte>* target = nullptr;
+        for (const auto& a : l->args) {
+          if (a.kind == iso::LaunchArg::Kind::value && a.value.size() == 4) std::memcpy(&value, a.value.data(), 4);
+          if (a.kind != iso::LaunchArg::Kind::value && !(target = find(a.buffer, a.buffer_offset, 0))) break;
+        }
+        if (r.error) break;
+        if (l->kernel == "slow") std::this_thread::sleep_for(std::chrono::milliseconds(value));
+        if (l->kernel == "add" && target && target->size() >= 4) {
+          std::uint32_t x = 0;
+          std::memcpy(&x, target->data(), 4);
+          x += value;
+          std::memcpy(target->data(), &x, 4);
+        }
+        break;
+      }
+      case iso::MsgKind::stats: {
+        iso::StatsReply s;
+        s.total_bytes = total;
+        s.free_bytes = total - used;
+        s.buffers = buffers.size();
+        s.buffer_bytes = used;
+        s.modules = modules;
+        r.result = iso::encode_payload(s);
+        break;
+      }
+      default:
+        r.result = m->payload;
+    }
+    if (reply(ch, m->id, std::move(r)) != 0) return 0;
+  }
+}
+
 int middle(iso::Channel& ch) {
   iso::SpawnOptions o;
   o.executable = "/proc/self/exe";
@@ -169,6 +303,7 @@ int main(int argc, char** argv) {
   if (mode == "fds") return list_fds(ch);
   if (mode == "middle") return middle(ch);
   if (mode == "serve") return serve(ch, end->shm);
+  if (mode == "sim") return sim(ch, end->shm);
   if (send_hello(ch, static_cast<std::uint64_t>(::getpid())) != 0) return 2;
   if (mode == "echo") return echo(ch);
   if (mode == "shm") return shm(ch, end->shm);

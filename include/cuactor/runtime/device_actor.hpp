@@ -78,9 +78,9 @@ using EscalationHook = std::function<void(int device, const Error& cause)>;
 /// growing sleeps, and blocks when the device is idle.
 struct PollerOptions {
   CompletionMode mode = CompletionMode::sequence_word;  ///< event_query is used where stream memory ops are missing.
-  std::chrono::microseconds spin{100};         ///< Busy-poll this long after the last progress.
-  std::chrono::microseconds max_backoff{200};  ///< Longest sleep between polls of a long-running batch.
-  std::chrono::microseconds idle_spin{50};     ///< Keep polling this long after the device went idle.
+  std::chrono::microseconds spin{100};                  ///< Busy-poll this long after the last progress.
+  std::chrono::microseconds max_backoff{200};           ///< Longest sleep between polls of a long-running batch.
+  std::chrono::microseconds idle_spin{50};              ///< Keep polling this long after the device went idle.
 };
 
 /// Where a device's context lives ([R10]).
@@ -107,9 +107,9 @@ struct ActorOptions {
   // when it trips. Host closures (submit, execute) answer `unsupported` in that mode.
   Isolation isolation = Isolation::in_process;  ///< worker: the context lives in a child process.
   std::string worker_path;  ///< cuactor-worker executable; empty: $CUACTOR_WORKER, else next to this program.
-  std::chrono::milliseconds request_deadline{120000};  ///< A request unanswered this long kills the worker.
+  std::chrono::milliseconds request_deadline{120000};     ///< A request unanswered this long kills the worker.
   std::chrono::milliseconds worker_start_timeout{60000};  ///< A new worker must be ready within this.
-  std::size_t shared_bytes = std::size_t{64} << 20;  ///< Shared region for copies (larger copies are chunked).
+  std::size_t shared_bytes = std::size_t{64} << 20;       ///< Shared region for copies (larger copies are chunked).
 };
 
 /// One actor per device: owns its CUDA context (primary context), stream, memory pool and cuBLAS

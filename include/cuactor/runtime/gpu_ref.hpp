@@ -176,8 +176,9 @@ class GpuRef {
   Result<T*> raw_device_ptr() const {
     CUACTOR_TRY(access());
     if (allocation_->remote_id() != 0)
-      return fail(errc::unsupported, allocation_->describe() + " lives in an isolated worker process: no device "
-                                                               "address in this process (isolated mode)");
+      return fail(errc::unsupported, allocation_->describe() +
+                                         " lives in an isolated worker process: no device "
+                                         "address in this process (isolated mode)");
     return static_cast<T*>(allocation_->data());
   }
   /// Generation the handle was minted in (0 for an empty handle).

@@ -72,7 +72,8 @@ IsolatedBackend::IsolatedBackend(int ordinal, std::shared_ptr<DeviceState> state
 Result<std::shared_ptr<IsolatedBackend>> IsolatedBackend::start(int ordinal, const ActorOptions& options,
                                                                 std::vector<std::string> worker_args) {
   constexpr std::size_t min_shared = std::size_t{64} << 10;
-  if (ordinal < 0) return fail(errc::invalid_argument, fmt::format("isolated device: ordinal {} must be >= 0", ordinal));
+  if (ordinal < 0)
+    return fail(errc::invalid_argument, fmt::format("isolated device: ordinal {} must be >= 0", ordinal));
   if (options.shared_bytes < min_shared)
     return fail(errc::invalid_argument, fmt::format("isolated device {}: shared_bytes={} must be >= {} (64 KiB)",
                                                     ordinal, options.shared_bytes, min_shared));
@@ -84,7 +85,8 @@ Result<std::shared_ptr<IsolatedBackend>> IsolatedBackend::start(int ordinal, con
   auto backend = std::make_shared<IsolatedBackend>(ordinal, state, options.mailbox_capacity);
   LinkOptions lo;
   lo.executable = options.worker_path;
-  lo.args = worker_args.empty() ? std::vector<std::string>{"--device", std::to_string(ordinal)} : std::move(worker_args);
+  lo.args =
+      worker_args.empty() ? std::vector<std::string>{"--device", std::to_string(ordinal)} : std::move(worker_args);
   lo.shm_bytes = options.shared_bytes;
   lo.queue_capacity = options.mailbox_capacity;
   lo.max_in_flight = options.max_in_flight;
@@ -162,11 +164,13 @@ void IsolatedBackend::post(std::shared_ptr<detail::OpRecord> op) {
   if (!rejection) {
     std::lock_guard lock(mutex_);
     if (stopping_)
-      rejection = Error(errc::device_shutting_down,
-                        fmt::format("device {}: request '{}' rejected: the actor is shutting down", ordinal_, op->name));
+      rejection =
+          Error(errc::device_shutting_down,
+                fmt::format("device {}: request '{}' rejected: the actor is shutting down", ordinal_, op->name));
     else if (queue_.size() >= queue_capacity_)
-      rejection = Error(errc::queue_full, fmt::format("device {}: request '{}' rejected: {} requests wait (capacity {})",
-                                                      ordinal_, op->name, queue_.size(), queue_capacity_));
+      rejection =
+          Error(errc::queue_full, fmt::format("device {}: request '{}' rejected: {} requests wait (capacity {})",
+                                              ordinal_, op->name, queue_.size(), queue_capacity_));
     else {
       op->span = nvtx::Span::start(op->name.data(), op->id);
       auto job = std::make_shared<Job>();
@@ -212,7 +216,7 @@ LinkRequest IsolatedBackend::request_for(const std::shared_ptr<Job>& job, MsgKin
   r.generation = generation;
   r.name = std::string(job->op->name);
   r.done = [self = shared_from_this(), job, on_ok = std::move(on_ok), shm_range](Result<Bytes> out,
-                                                                                std::uint64_t served) mutable {
+                                                                                 std::uint64_t served) mutable {
     std::optional<Error> error;
     if (!out)
       error = std::move(out.error());
@@ -299,8 +303,8 @@ bool IsolatedBackend::advance(const std::shared_ptr<Job>& job, std::vector<Send>
                                  [this, job, bytes](Bytes& out, std::uint64_t served) -> Status {
                                    auto b = BufferReply::decode(out);
                                    if (!b) return fail(b.error());
-                                   job->result = std::make_shared<DeviceAllocation>(
-                                       RemoteBuffer{b->buffer}, bytes, state_, served, owner_for(served));
+                                   job->result = std::make_shared<DeviceAllocation>(RemoteBuffer{b->buffer}, bytes,
+                                                                                    state_, served, owner_for(served));
                                    return ok();
                                  })});
     return finish_if_idle();
@@ -424,9 +428,9 @@ DeviceStats IsolatedBackend::stats() const {
   {
     std::lock_guard lock(mutex_);
     s.queue_depth = queue_.size() + link.queued;
-    s.circuit = link.circuit_open                            ? CircuitState::open
+    s.circuit = link.circuit_open                   ? CircuitState::open
                 : link.worker_pid < 0 && !stopping_ ? CircuitState::recovering
-                                                             : CircuitState::closed;
+                                                    : CircuitState::closed;
   }
   s.in_flight = link.in_flight;
   s.generation = link.generation;
@@ -467,8 +471,9 @@ void IsolatedBackend::shutdown() noexcept {
     stopping_ = true;
     for (auto& job : queue_) {
       if (!job->error)
-        job->error = Error(errc::device_shutting_down,
-                           fmt::format("device {}: request '{}' not sent: the actor shut down", ordinal_, job->op->name));
+        job->error =
+            Error(errc::device_shutting_down,
+                  fmt::format("device {}: request '{}' not sent: the actor shut down", ordinal_, job->op->name));
       job->all_posted = true;  // what was sent answers it; nothing more is sent
       if (job->outstanding == 0 && !job->answered) {
         job->answered = true;
