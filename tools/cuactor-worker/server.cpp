@@ -1,5 +1,6 @@
 #include "server.hpp"
 
+#include <cuda_runtime_api.h>
 #include <fmt/format.h>
 
 #include <optional>
@@ -237,6 +238,21 @@ void Server::launch(std::uint64_t id, const iso::LaunchMsg& m) {
 }
 
 void Server::stats(std::uint64_t id) {
+  // Once the frees enqueued so far have completed (a marker operation behind them), hand the pool's
+  // unused memory back to the device, so that free memory shows what the client's buffers hold.
+  submit_status(
+      actor_, {}, {}, [](OpContext&) -> Status { return ok(); },
+      [this, id](Status) {
+        actor_.execute<std::monostate>(
+            [](OpContext& ctx) -> Result<std::monostate> {
+              if (cudaMemPoolTrimTo(ctx.pool().get(), 0) != cudaSuccess) (void)cudaGetLastError();
+              return std::monostate{};
+            },
+            [this, id](std::error_code, std::monostate) { send_stats(id); });
+      });
+}
+
+void Server::send_stats(std::uint64_t id) {
   const auto s = actor_.stats();
   iso::StatsReply r;
   r.free_bytes = s.free_bytes;

@@ -47,6 +47,7 @@ class Server {
   void load_module(std::uint64_t id, runtime::isolated::LoadModuleMsg& m);
   void launch(std::uint64_t id, const runtime::isolated::LaunchMsg& m);
   void stats(std::uint64_t id);
+  void send_stats(std::uint64_t id);
 
   runtime::DeviceActor& actor_;
   runtime::isolated::Channel& channel_;
