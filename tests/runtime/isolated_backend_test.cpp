@@ -19,6 +19,7 @@
 #include <thread>
 
 #include "cuactor/runtime/device_actor.hpp"
+#include "runtime/isolated/host_copy.hpp"
 #include "runtime/isolated/shm_ring.hpp"
 
 namespace cuactor::runtime::isolated {
@@ -85,6 +86,15 @@ TEST(IsolatedShmRing, HandsOutRangesInOrderAndTakesThemBackInAnyOrder) {
   EXPECT_FALSE(ring.take(20).has_value());
   EXPECT_FALSE(ring.take(0).has_value());
   EXPECT_FALSE(ring.take(101).has_value());
+}
+
+TEST(IsolatedHostCopy, CopiesEveryByteWhetherSplitOrNot) {
+  for (std::size_t n : {std::size_t{0}, std::size_t{1}, std::size_t{4097}, (std::size_t{20} << 20) + 13}) {
+    std::vector<std::byte> from(n), to(n);
+    for (std::size_t i = 0; i < n; ++i) from[i] = static_cast<std::byte>(i * 131 + 7);
+    host_copy(to.data(), from.data(), n);
+    EXPECT_TRUE(to == from) << n << " bytes";
+  }
 }
 
 TEST(IsolatedBackend, MapsCommandsToWorkerMessagesAndChunksLargeCopies) {

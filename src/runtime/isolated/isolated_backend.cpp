@@ -7,6 +7,7 @@
 #include <future>
 
 #include "cuactor/core/log.hpp"
+#include "runtime/isolated/host_copy.hpp"
 
 namespace cuactor::runtime::isolated {
 
@@ -274,7 +275,7 @@ void IsolatedBackend::pump() {
     }
     lock.unlock();
     for (auto& s : sends) {
-      if (s.stage_bytes > 0) std::memcpy(s.stage_to, s.stage_from, s.stage_bytes);  // the one host copy
+      if (s.stage_bytes > 0) host_copy(s.stage_to, s.stage_from, s.stage_bytes);  // the one host copy
       link_->post(std::move(s.request));
     }
     for (auto& job : done) answer(job);
@@ -333,7 +334,7 @@ bool IsolatedBackend::advance(const std::shared_ptr<Job>& job, std::vector<Send>
       const auto offset = ring_.take(n);
       if (!offset) return false;
       auto copy_out = [to = dst + job->posted, from = shm + *offset, n](Bytes&, std::uint64_t) -> Status {
-        std::memcpy(to, from, n);  // the one host copy
+        host_copy(to, from, n);  // the one host copy
         return ok();
       };
       sends.push_back({request_for(job, MsgKind::copy_to_host,

@@ -154,7 +154,7 @@ struct WorkerLink::Impl {
         if (!p) return report_loss(of_incarnation, p.error());
         return report_loss(of_incarnation, Error(errc::context_poisoned,
                                                  fmt::format("worker {} of device {} reported a poisoned context: {}",
-                                                             w->pid(), state->device_id(), p->cause.to_string())));
+                                                             w->pid(), state->device_id(), p->cause.message())));
       }
       if (m->kind != MsgKind::reply) {
         return report_loss(of_incarnation,
