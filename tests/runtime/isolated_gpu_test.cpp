@@ -2,10 +2,8 @@
 /// Isolated mode drills on a real device ([R8]-[R10]): the real cuactor-worker behind WorkerLink.
 /// Copies through the page-locked shared region, a launch of a registered module, and the faults:
 /// illegal address, kill -9 in the middle of a long kernel, a kernel that never ends (deadline), OOM
-/// (the request fails, the worker stays), client exit (the worker is gone within a second).
+/// (the request fails, the worker stays).
 #include <signal.h>
-#include <sys/prctl.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -211,39 +209,7 @@ TEST_F(IsolatedGpu, OutOfMemoryFailsTheRequestAndTheWorkerStays) {
   expect_recovered();
 }
 
-// Run by ClientExitEndsTheWorker in a child process: starts a worker, prints its pid, exits at once.
-TEST(IsolatedGpuChild, DISABLED_StartAndExit) {
-  LinkOptions o;
-  o.executable = CUACTOR_WORKER_EXE;
-  auto link = WorkerLink::start(std::make_shared<DeviceState>(0), o);
-  if (!link) std::_Exit(1);
-  std::printf("worker-pid %lld\n", static_cast<long long>((*link)->stats().worker_pid));
-  std::fflush(stdout);
-  std::_Exit(0);  // no destructor: only the worker's parent-death signal may end it
-}
-
-TEST_F(IsolatedGpu, ClientExitEndsTheWorkerWithinASecond) {
-  ASSERT_EQ(::prctl(PR_SET_CHILD_SUBREAPER, 1), 0);  // the orphaned worker comes to us, to be reaped
-  char self[4096] = {};
-  ASSERT_GT(::readlink("/proc/self/exe", self, sizeof self - 1), 0);
-  const std::string cmd = std::string("exec '") + self +
-                          "' --gtest_also_run_disabled_tests --gtest_filter=IsolatedGpuChild.DISABLED_StartAndExit";
-  FILE* p = ::popen(cmd.c_str(), "r");
-  ASSERT_NE(p, nullptr);
-  long long pid = -1;
-  char line[512];
-  while (std::fgets(line, sizeof line, p))
-    if (std::sscanf(line, "worker-pid %lld", &pid) == 1) break;
-  const auto t0 = std::chrono::steady_clock::now();
-  ::pclose(p);
-  ASSERT_GT(pid, 0);
-  int st = 0;
-  pid_t r = 0;
-  while ((r = ::waitpid(static_cast<pid_t>(pid), &st, WNOHANG)) == 0 && std::chrono::steady_clock::now() - t0 < 1s)
-    std::this_thread::sleep_for(1ms);
-  if (r == 0) ::kill(static_cast<pid_t>(pid), SIGKILL), ::waitpid(static_cast<pid_t>(pid), &st, 0);
-  EXPECT_EQ(r, static_cast<pid_t>(pid)) << "the worker outlived its client by more than a second";
-}
+// The client-exit drill runs through the public API: isolated_actor_gpu_test.cpp.
 
 }  // namespace
 }  // namespace cuactor::runtime::isolated

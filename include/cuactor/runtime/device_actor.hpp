@@ -226,33 +226,32 @@ class DeviceActor {
   template <class Token>
   auto launch(std::shared_ptr<const gpu::Library> library, gpu::Kernel kernel, LaunchShape shape, KernelArgs args,
               Token&& token) {
-    Reads r;
-    Writes w;
-    for (const auto& [allocation, written] : args.buffers())
-      written ? (void)w.add(allocation) : (void)r.add(allocation);
-    return detail::initiate_command<std::monostate>(
-        backend_, "launch", std::move(r), std::move(w),
-        LaunchCmd{std::move(library), std::move(kernel), shape, std::move(args)},
-        [](CommandResult&&) -> Result<std::monostate> { return std::monostate{}; }, std::forward<Token>(token));
+    return launch_request(LaunchCmd{std::move(library), std::move(kernel), shape, std::move(args)},
+                          std::forward<Token>(token));
   }
   /// Launches kernel `kernel` of `module` (loaded once per process or worker) with `args`: the form of
   /// launch that isolated mode supports, with the same argument checks as the other overload.
   template <class Token>
   auto launch(std::shared_ptr<const ModuleImage> module, std::string kernel, LaunchShape shape, KernelArgs args,
               Token&& token) {
-    Reads r;
-    Writes w;
-    for (const auto& [allocation, written] : args.buffers())
-      written ? (void)w.add(allocation) : (void)r.add(allocation);
-    return detail::initiate_command<std::monostate>(
-        backend_, "launch", std::move(r), std::move(w),
-        LaunchModuleCmd{std::move(module), std::move(kernel), shape, std::move(args)},
-        [](CommandResult&&) -> Result<std::monostate> { return std::monostate{}; }, std::forward<Token>(token));
+    return launch_request(LaunchModuleCmd{std::move(module), std::move(kernel), shape, std::move(args)},
+                          std::forward<Token>(token));
   }
   /// An actor over `backend` (the in-process loop or an isolated worker's client).
   explicit DeviceActor(std::shared_ptr<detail::ActorBackend> backend) : backend_(std::move(backend)) {}
 
  private:
+  /// A launch command (LaunchCmd or LaunchModuleCmd): its buffer arguments are read, or read and written.
+  template <class Launch, class Token>
+  auto launch_request(Launch command, Token&& token) {
+    Reads r;
+    Writes w;
+    for (const auto& [allocation, written] : command.args.buffers())
+      written ? (void)w.add(allocation) : (void)r.add(allocation);
+    return detail::initiate_command<std::monostate>(
+        backend_, "launch", std::move(r), std::move(w), Command(std::move(command)),
+        [](CommandResult&&) -> Result<std::monostate> { return std::monostate{}; }, std::forward<Token>(token));
+  }
   template <class T, class Token>
   auto copy_in(GpuRef<T> dst, HostSource src, std::string_view name, Token&& token) {
     return detail::initiate_command<GpuRef<T>>(
