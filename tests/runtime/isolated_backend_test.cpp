@@ -115,6 +115,11 @@ TEST(IsolatedBackend, MapsCommandsToWorkerMessagesAndChunksLargeCopies) {
   ASSERT_FALSE(ec3) << ec3.message();
   EXPECT_EQ(back, data);
 
+  // The shared-vector overload: no staging copy at the call.
+  auto shared = std::make_shared<const std::vector<std::uint32_t>>(ref.size(), 0x5au);
+  ASSERT_FALSE(std::get<0>(wait(actor.copy_to_device(ref, shared, asio::use_future))));
+  EXPECT_EQ(std::get<1>(wait(actor.copy_to_host(ref, asio::use_future))), *shared);
+
   auto [ec4, filled] = wait(actor.fill(ref, 0xabcdu, asio::use_future));
   ASSERT_FALSE(ec4) << ec4.message();
   auto [ec5, back2] = wait(actor.copy_to_host(ref, asio::use_future));

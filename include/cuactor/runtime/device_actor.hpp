@@ -177,6 +177,15 @@ class DeviceActor {
     HostSource source{staged, staged->data(), staged->size() * sizeof(T), false};
     return copy_in(std::move(dst), std::move(source), "copy_to_device", std::forward<Token>(token));
   }
+  /// Copies a shared host vector to `dst` without copying it at the call: `src` is kept alive and must
+  /// not change until the reply. In isolated mode this is the copy with one host memcpy (into the
+  /// shared region) on top of the device copy. Replies with dst.
+  template <class T, class Token>
+  requires std::is_trivially_copyable_v<T>
+  auto copy_to_device(GpuRef<T> dst, std::shared_ptr<const std::vector<T>> src, Token&& token) {
+    HostSource source{src, src ? src->data() : nullptr, src ? src->size() * sizeof(T) : 0, false};
+    return copy_in(std::move(dst), std::move(source), "copy_to_device", std::forward<Token>(token));
+  }
   /// Copies a host vector to `dst` (pageable; copied at the call). Replies with dst.
   template <class T, class Token>
   requires std::is_trivially_copyable_v<T>
