@@ -4,7 +4,7 @@ install(TARGETS cuactor ${layers} EXPORT cuactorTargets
   ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
   LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
   RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
-install(TARGETS cuactor_cli RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+install(TARGETS cuactor_cli cuactor_worker RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 install(DIRECTORY include/cuactor DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 install(EXPORT cuactorTargets NAMESPACE cuactor:: DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/cuactor)
 configure_package_config_file(cmake/cuactorConfig.cmake.in

@@ -2,19 +2,22 @@
 // kernel launched on a raw stream and synchronised (interleaved in one benchmark, so both see the same
 // clocks), sustained throughput of small operations, and the CPU the actor burns while idle.
 // Targets (issue 9): p50 <= 1.25x raw launch + synchronize, p99 <= 2x; >= 250,000 ops/s with 1 and 4
-// submitting threads; idle actor < 1% of one core.
+// submitting threads; idle actor < 1% of one core. Isolated mode (issue 10): a tiny fill round trip
+// <= 2x the in-process actor's; a 64 MiB host -> device copy >= 80% of the in-process pinned copy.
 #include <benchmark/benchmark.h>
+#include <sys/resource.h>
 
 #include <algorithm>
 #include <atomic>
 #include <boost/asio/use_future.hpp>
 #include <chrono>
 #include <optional>
-#include <sys/resource.h>
+#include <span>
 #include <thread>
 #include <vector>
 
 #include "cuactor/gpu/device.hpp"
+#include "cuactor/gpu/memory.hpp"
 #include "cuactor/gpu/stream.hpp"
 #include "cuactor/runtime/device_actor.hpp"
 
@@ -240,6 +243,93 @@ void BM_ActorThroughput(benchmark::State& state) {
   state.SetItemsProcessed(total_ops);
 }
 BENCHMARK(BM_ActorThroughput)->Arg(1)->Arg(4)->Iterations(3)->UseRealTime()->Unit(benchmark::kMillisecond);
+
+/// The isolated device of the benchmarks below (a cuactor-worker process), or null without a device.
+DeviceActor* isolated_actor() {
+  static std::optional<DeviceActor> a = []() -> std::optional<DeviceActor> {
+    cuactor::runtime::ActorOptions o;
+    o.isolation = cuactor::runtime::Isolation::worker;
+    o.worker_path = CUACTOR_WORKER_EXE;
+    auto actor = DeviceActor::create(0, o);
+    if (!actor) return std::nullopt;
+    return std::move(*actor);
+  }();
+  return a ? &*a : nullptr;
+}
+
+/// Waits for the reply of `initiate(handler)` by spinning, and returns the round trip in microseconds.
+template <class Initiate>
+double spin_round_trip(Initiate initiate) {
+  std::atomic<bool> done{false};
+  const auto t0 = Clock::now();
+  initiate([&done](std::error_code, auto&&...) { done.store(true, std::memory_order_release); });
+  while (!done.load(std::memory_order_acquire)) {
+  }
+  return std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
+}
+
+/// Isolated mode ([R10], issue 10): a tiny fill through the worker vs the same fill through the
+/// in-process actor, interleaved. Target: isolated p50 <= 2x in-process.
+void BM_IsolatedVsInProcessRoundTrip(benchmark::State& state) {
+  Fixture* f = fixture();
+  DeviceActor* iso = isolated_actor();
+  if (!f || !iso) {
+    state.SkipWithError("no CUDA device (or no cuactor-worker)");
+    return;
+  }
+  auto [ec, iso_scratch] = iso->allocate<int>(1024, boost::asio::use_future).get();
+  if (ec) {
+    state.SkipWithError("isolated allocate failed");
+    return;
+  }
+  std::vector<double> in_process, isolated;
+  for (auto _ : state) {
+    in_process.push_back(spin_round_trip([&](auto h) { f->actor.fill(f->scratch, 1, std::move(h)); }));
+    isolated.push_back(spin_round_trip([&](auto h) { iso->fill(iso_scratch, 1, std::move(h)); }));
+  }
+  std::sort(in_process.begin(), in_process.end());
+  std::sort(isolated.begin(), isolated.end());
+  auto p = [](const std::vector<double>& v, double q) {
+    return v[std::min(v.size() - 1, static_cast<std::size_t>(q * static_cast<double>(v.size())))];
+  };
+  state.counters["inproc_p50_us"] = p(in_process, 0.5);
+  state.counters["isolated_p50_us"] = p(isolated, 0.5);
+  state.counters["isolated_p99_us"] = p(isolated, 0.99);
+  state.counters["ratio_p50"] = p(isolated, 0.5) / p(in_process, 0.5);
+  state.counters["ratio_p99"] = p(isolated, 0.99) / p(in_process, 0.99);
+}
+BENCHMARK(BM_IsolatedVsInProcessRoundTrip)->Iterations(5000)->UseRealTime();
+
+/// A 64 MiB host -> device copy: isolated (pageable source, staged through the shared region) vs the
+/// in-process actor from pinned memory, interleaved. Target: isolated >= 80% of the pinned bandwidth.
+void BM_IsolatedCopy64MiB(benchmark::State& state) {
+  Fixture* f = fixture();
+  DeviceActor* iso = isolated_actor();
+  if (!f || !iso) {
+    state.SkipWithError("no CUDA device (or no cuactor-worker)");
+    return;
+  }
+  constexpr std::size_t bytes = std::size_t{64} << 20;
+  auto [ec1, iso_dst] = iso->allocate<std::byte>(bytes, boost::asio::use_future).get();
+  auto [ec2, dst] = f->actor.allocate<std::byte>(bytes, boost::asio::use_future).get();
+  auto pinned = cuactor::gpu::PinnedBuffer::allocate(bytes);
+  if (ec1 || ec2 || !pinned) {
+    state.SkipWithError("allocation failed");
+    return;
+  }
+  auto src = std::make_shared<const cuactor::gpu::PinnedBuffer>(std::move(*pinned));
+  auto pageable = std::make_shared<const std::vector<std::byte>>(bytes, std::byte{1});  // shared: not staged
+  double in_process_s = 0, isolated_s = 0;
+  for (auto _ : state) {
+    in_process_s += spin_round_trip([&](auto h) { f->actor.copy_to_device(dst, src, std::move(h)); }) * 1e-6;
+    isolated_s += spin_round_trip([&](auto h) { iso->copy_to_device(iso_dst, pageable, std::move(h)); }) * 1e-6;
+  }
+  const double n = static_cast<double>(state.iterations()) * static_cast<double>(bytes) / 1e9;
+  state.counters["inproc_pinned_GBps"] = n / in_process_s;
+  state.counters["isolated_GBps"] = n / isolated_s;
+  state.counters["ratio"] = in_process_s / isolated_s;
+}
+BENCHMARK(BM_IsolatedCopy64MiB)->Iterations(20)->UseRealTime()->Unit(benchmark::kMillisecond);
 
 }  // namespace
 

@@ -51,6 +51,10 @@ class CuactorCategory final : public std::error_category {
         return "cancelled";
       case errc::internal:
         return "internal error";
+      case errc::worker_lost:
+        return "worker lost";
+      case errc::protocol_error:
+        return "protocol error";
     }
     return "unknown cuactor error " + std::to_string(v);
   }
@@ -189,7 +193,7 @@ FailureClass classify(std::error_code ec) noexcept {
                                                                    : FailureClass::request;
   if (ec.category() == cuda_driver_category())
     return is_sticky_driver(static_cast<CUresult>(ec.value())) ? FailureClass::context_poisoned : FailureClass::request;
-  if (ec == errc::context_poisoned) return FailureClass::context_poisoned;
+  if (ec == errc::context_poisoned || ec == errc::worker_lost) return FailureClass::context_poisoned;
   return FailureClass::request;
 }
 

@@ -14,7 +14,6 @@
 namespace cuactor::runtime {
 namespace {
 
-
 Status copy_checked(OpContext& ctx, void* dst, std::size_t dst_bytes, const void* src, std::size_t bytes,
                     std::string_view what) {
   if (bytes > dst_bytes)
@@ -43,16 +42,16 @@ Result<CommandResult> run(const CopyToDeviceCmd& cmd, OpContext& ctx) {
 Result<CommandResult> run(const CopyToHostCmd& cmd, OpContext& ctx) {
   const char* what = cmd.dst.pinned ? "copy_to_host(pinned)" : "copy_to_host";
   if (!cmd.dst.owner) return fail(errc::invalid_argument, fmt::format("{}: null host buffer", what));
-  CUACTOR_TRY(copy_checked(ctx, cmd.dst.data, cmd.dst.bytes, cmd.src->data(), std::min(cmd.src->bytes(), cmd.dst.bytes),
-                           what));
+  CUACTOR_TRY(
+      copy_checked(ctx, cmd.dst.data, cmd.dst.bytes, cmd.src->data(), std::min(cmd.src->bytes(), cmd.dst.bytes), what));
   ctx.keep_alive(cmd.dst.owner);
   return CommandResult{};
 }
 
 Result<CommandResult> run(const FillCmd& cmd, OpContext& ctx) {
   if (cmd.count > cmd.dst->bytes() / std::max<std::size_t>(cmd.element_bytes, 1))
-    return fail(errc::invalid_argument, fmt::format("fill: {} elements of {} bytes exceed the {}-byte buffer", cmd.count,
-                                                    cmd.element_bytes, cmd.dst->bytes()));
+    return fail(errc::invalid_argument, fmt::format("fill: {} elements of {} bytes exceed the {}-byte buffer",
+                                                    cmd.count, cmd.element_bytes, cmd.dst->bytes()));
   CUACTOR_TRY(enqueue_fill(cmd.dst->data(), cmd.count, cmd.pattern.data(), cmd.element_bytes, ctx.stream()));
   return CommandResult{};
 }
@@ -79,6 +78,15 @@ Result<CommandResult> run(const LaunchCmd& cmd, OpContext& ctx) {
   CUACTOR_TRY(gpu::launch(cmd.kernel, config, std::span<void* const>(pointers), std::span<const std::size_t>(sizes)));
   if (cmd.library) ctx.keep_alive(cmd.library);
   return CommandResult{};
+}
+
+Result<CommandResult> run(const LaunchModuleCmd& cmd, OpContext& ctx) {
+  if (!cmd.module) return fail(errc::invalid_argument, fmt::format("launch {}: null module image", cmd.kernel));
+  auto library = cmd.module->library();
+  if (!library) return fail(library.error());
+  auto kernel = (*library)->kernel(cmd.kernel);
+  if (!kernel) return fail(kernel.error());
+  return run(LaunchCmd{*library, std::move(*kernel), cmd.shape, cmd.args}, ctx);
 }
 
 }  // namespace

@@ -1,4 +1,4 @@
-// DeviceActor: the thin facade over a backend (the in-process ActorLoop for now).
+// DeviceActor: the thin facade over a backend (the in-process ActorLoop, or an isolated worker's client).
 #include "cuactor/runtime/device_actor.hpp"
 
 #include <fmt/format.h>
@@ -6,6 +6,7 @@
 #include "cuactor/gpu/check.hpp"
 #include "cuactor/gpu/device.hpp"
 #include "runtime/actor_loop.hpp"
+#include "runtime/isolated/isolated_backend.hpp"
 
 namespace cuactor::runtime {
 
@@ -17,6 +18,12 @@ Result<DeviceActor> DeviceActor::create(int ordinal, ActorOptions options) {
   if (options.breaker.max_poisonings < 0)
     return fail(errc::invalid_argument,
                 fmt::format("DeviceActor: breaker.max_poisonings={} must be >= 0", options.breaker.max_poisonings));
+  if (options.isolation == Isolation::worker) {
+    // The client never touches the device: the worker checks the ordinal (a bad one fails its start).
+    auto backend = isolated::IsolatedBackend::start(ordinal, options);
+    if (!backend) return fail(backend.error());
+    return DeviceActor(std::move(*backend));
+  }
   CUACTOR_TRY(gpu::check_ordinal(ordinal));
   auto loop = std::make_shared<detail::ActorLoop>(ordinal, std::move(options));
   CUACTOR_TRY(loop->start());

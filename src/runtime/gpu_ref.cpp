@@ -18,7 +18,22 @@ DeviceAllocation::DeviceAllocation(void* ptr, std::size_t bytes, const std::shar
       state_(state),
       owner_(std::move(owner)) {}
 
+DeviceAllocation::DeviceAllocation(RemoteBuffer remote, std::size_t bytes, const std::shared_ptr<DeviceState>& state,
+                                   std::uint64_t generation, std::shared_ptr<AllocationOwner> owner)
+    : ptr_(nullptr),
+      remote_id_(remote.id),
+      bytes_(bytes),
+      device_(state ? state->device_id() : -1),
+      generation_(generation),
+      state_(state),
+      owner_(std::move(owner)) {}
+
 DeviceAllocation::~DeviceAllocation() {
+  if (remote_id_ != 0) {
+    // The worker that held the buffer may be gone (then so is the buffer).
+    if (owner_ && !context_lost()) owner_->deallocate_remote(remote_id_, bytes_);
+    return;
+  }
   // After a reset the event and the address belong to a dead context: abandon them.
   if (context_lost()) return;
   // The free is ordered on the owner's stream after the last recorded write on any stream.
@@ -43,12 +58,14 @@ Status DeviceAllocation::access(int used_device) const {
 }
 
 Status DeviceAllocation::record_write(cudaStream_t stream) {
+  if (remote_id_ != 0)
+    return fail(errc::unsupported, describe() + ": write events of a worker's buffer stay in the worker");
   std::lock_guard lock(write_mutex_);
   if (!write_event_) {
     auto scoped = gpu::ScopedDevice::make(device_);
     if (!scoped) return fail(scoped.error());
     CUACTOR_TRY(gpu::check(cudaEventCreateWithFlags(&write_event_, cudaEventDisableTiming),
-                            fmt::format("cudaEventCreateWithFlags(write event of {})", describe())));
+                           fmt::format("cudaEventCreateWithFlags(write event of {})", describe())));
   }
   CUACTOR_TRY(gpu::check(cudaEventRecord(write_event_, stream),
                           [&] { return fmt::format("cudaEventRecord(write event of {})", describe()); }));
@@ -58,6 +75,8 @@ Status DeviceAllocation::record_write(cudaStream_t stream) {
 }
 
 Status DeviceAllocation::wait_for_last_write(cudaStream_t stream) const {
+  if (remote_id_ != 0)
+    return fail(errc::unsupported, describe() + ": a worker's buffer cannot be ordered on a stream of this process");
   std::lock_guard lock(write_mutex_);
   if (!has_write_ || write_stream_ == stream) return ok();
   return gpu::check(cudaStreamWaitEvent(stream, write_event_, 0),
@@ -99,6 +118,9 @@ void DeviceAllocation::release_exclusive_lease() noexcept {
 }
 
 std::string DeviceAllocation::describe() const {
+  if (remote_id_ != 0)
+    return fmt::format("worker buffer #{}({} bytes, device {}, generation {})", remote_id_, bytes_, device_,
+                       generation_);
   return fmt::format("buffer {}({} bytes, device {}, generation {})", ptr_, bytes_, device_, generation_);
 }
 

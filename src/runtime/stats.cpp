@@ -44,6 +44,7 @@ std::string to_json(const DeviceStats& s) {
   j["poisonings"] = s.poisonings;
   j["rejected_full"] = s.rejected_full;
   j["worker_restarts"] = s.worker_restarts;
+  j["worker_pid"] = s.worker_pid;
   return j.dump();
 }
 

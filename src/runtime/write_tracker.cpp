@@ -7,11 +7,23 @@
 #include "cuactor/runtime/detail/request.hpp"
 
 namespace cuactor::runtime::detail {
+namespace {
+
+/// A buffer of an isolated worker has no address in this process.
+Status local_only(const OpRecord& op, const DeviceAllocation& a) {
+  if (a.remote_id() == 0) return ok();
+  return fail(errc::invalid_argument,
+              fmt::format("request '{}': {} lives in an isolated worker; use it with that worker's actor", op.name,
+                          a.describe()));
+}
+
+}  // namespace
 
 Status WriteTracker::prepare(OpRecord& op, cudaStream_t stream, bool capturing) {
   for (const auto& a : op.reads) {
     if (!a) return fail(errc::invalid_argument, fmt::format("request '{}': empty GpuRef among its reads", op.name));
     CUACTOR_TRY(a->access(ordinal_));
+    CUACTOR_TRY(local_only(op, *a));
     if (a->lease_count() < 0)
       return fail(errc::invalid_argument,
                   fmt::format("request '{}': {} is leased for writing outside the actor", op.name, a->describe()));
@@ -19,6 +31,7 @@ Status WriteTracker::prepare(OpRecord& op, cudaStream_t stream, bool capturing) 
   for (const auto& a : op.writes) {
     if (!a) return fail(errc::invalid_argument, fmt::format("request '{}': empty GpuRef among its writes", op.name));
     CUACTOR_TRY(a->access(ordinal_));
+    CUACTOR_TRY(local_only(op, *a));
     CUACTOR_TRY(a->acquire_op_lease());
     ++op.leases_held;
   }

@@ -37,6 +37,8 @@ TEST(Error, ClassifiesStickyErrorsAsPoisoning) {
   EXPECT_EQ(classify({cudaErrorInvalidValue, cuda_runtime_category()}), FailureClass::request);
   EXPECT_EQ(classify(errc::invalid_argument), FailureClass::request);
   EXPECT_EQ(classify(errc::context_poisoned), FailureClass::context_poisoned);
+  EXPECT_EQ(classify(errc::worker_lost), FailureClass::context_poisoned);
+  EXPECT_EQ(classify(errc::protocol_error), FailureClass::request);
 }
 
 TEST(Error, ToStringCarriesMessageAndCode) {

@@ -13,6 +13,8 @@ void add_demo_command(CLI::App& app);
 void add_bench_gemm_command(CLI::App& app);
 /// `cuactor bench grouped`: grouped GEMM vs a cuBLAS loop and cublasGemmGroupedBatchedEx (MoE shapes).
 void add_bench_grouped_command(CLI::App& app);
+/// `cuactor soak --isolated --faults N [--threads T]`: fault cycles under load on an isolated device.
+void add_soak_command(CLI::App& app);
 /// `cuactor jit warm|list|verify|clear|bench`: offline cache warming, cache inspection, JIT timings.
 void add_jit_command(CLI::App& app);
 

@@ -10,6 +10,7 @@ int main(int argc, char** argv) {
   cuactor::cli::add_bench_gemm_command(app);
   cuactor::cli::add_bench_grouped_command(app);
   cuactor::cli::add_jit_command(app);
+  cuactor::cli::add_soak_command(app);
   CLI11_PARSE(app, argc, argv);
   return 0;
 }

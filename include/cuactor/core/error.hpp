@@ -28,6 +28,8 @@ enum class errc : int {
   timeout,               ///< An operation did not finish in its allotted time.
   cancelled,             ///< The operation was cancelled before it ran.
   internal,              ///< A broken invariant inside cuactor (a bug).
+  worker_lost,           ///< The isolated worker process died, was killed or missed its deadline ([R10]).
+  protocol_error,        ///< A malformed, truncated, oversized or wrong-version message on a worker channel.
 };
 
 /// Category of cuactor's own codes (name "cuactor").
@@ -52,7 +54,8 @@ enum class FailureClass {
 };
 
 /// Classifies an error code of any cuactor category: sticky CUDA errors (illegal address, launch
-/// failure, ECC, ...) poison the context; everything else fails the request only.
+/// failure, ECC, ...) and a lost worker process poison the context; everything else fails the request
+/// only.
 FailureClass classify(std::error_code ec) noexcept;
 
 /// An error code plus a human-readable message naming the value and the rule that was broken.

@@ -19,6 +19,7 @@
 #include "cuactor/core/expected.hpp"
 #include "cuactor/gpu/module.hpp"
 #include "cuactor/runtime/gpu_ref.hpp"
+#include "cuactor/runtime/module_image.hpp"
 
 namespace cuactor::runtime {
 
@@ -138,8 +139,17 @@ struct LaunchCmd {
   KernelArgs args;
 };
 
+/// Launches kernel `kernel` of `module` with `args` in `shape`: the launch every backend runs, an
+/// isolated worker included (LaunchCmd holds a kernel loaded in this process, which a worker cannot use).
+struct LaunchModuleCmd {
+  std::shared_ptr<const ModuleImage> module;
+  std::string kernel;
+  LaunchShape shape;
+  KernelArgs args;
+};
+
 /// One built-in operation.
-using Command = std::variant<AllocateCmd, CopyToDeviceCmd, CopyToHostCmd, FillCmd, LaunchCmd>;
+using Command = std::variant<AllocateCmd, CopyToDeviceCmd, CopyToHostCmd, FillCmd, LaunchCmd, LaunchModuleCmd>;
 /// What a command produces: nothing, or the new allocation (AllocateCmd).
 using CommandResult = std::variant<std::monostate, std::shared_ptr<DeviceAllocation>>;
 

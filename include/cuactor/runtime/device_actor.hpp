@@ -78,9 +78,15 @@ using EscalationHook = std::function<void(int device, const Error& cause)>;
 /// growing sleeps, and blocks when the device is idle.
 struct PollerOptions {
   CompletionMode mode = CompletionMode::sequence_word;  ///< event_query is used where stream memory ops are missing.
-  std::chrono::microseconds spin{100};         ///< Busy-poll this long after the last progress.
-  std::chrono::microseconds max_backoff{200};  ///< Longest sleep between polls of a long-running batch.
-  std::chrono::microseconds idle_spin{50};     ///< Keep polling this long after the device went idle.
+  std::chrono::microseconds spin{100};                  ///< Busy-poll this long after the last progress.
+  std::chrono::microseconds max_backoff{200};           ///< Longest sleep between polls of a long-running batch.
+  std::chrono::microseconds idle_spin{50};              ///< Keep polling this long after the device went idle.
+};
+
+/// Where a device's context lives ([R10]).
+enum class Isolation {
+  in_process,  ///< In this process, on the actor's thread (fastest; a poisoned context ends the device).
+  worker,      ///< In a supervised `cuactor-worker` child process that is replaced when it faults.
 };
 
 /// Configuration of a DeviceActor.
@@ -96,6 +102,14 @@ struct ActorOptions {
   bool recover_in_process = true;  ///< Attempt reset + canary after a poisoning; false opens the circuit.
   EscalationHook on_escalation;    ///< Fired once each time the circuit opens.
   int stream_priority = 0;         ///< Priority of the actor's stream (see gpu::Stream::create).
+
+  // Isolated mode ([R10]); the breaker above counts worker losses there and `on_escalation` fires
+  // when it trips. Host closures (submit, execute) answer `unsupported` in that mode.
+  Isolation isolation = Isolation::in_process;  ///< worker: the context lives in a child process.
+  std::string worker_path;  ///< cuactor-worker executable; empty: $CUACTOR_WORKER, else next to this program.
+  std::chrono::milliseconds request_deadline{120000};     ///< A request unanswered this long kills the worker.
+  std::chrono::milliseconds worker_start_timeout{60000};  ///< A new worker must be ready within this.
+  std::size_t shared_bytes = std::size_t{64} << 20;       ///< Shared region for copies (larger copies are chunked).
 };
 
 /// One actor per device: owns its CUDA context (primary context), stream, memory pool and cuBLAS
@@ -163,6 +177,15 @@ class DeviceActor {
     HostSource source{staged, staged->data(), staged->size() * sizeof(T), false};
     return copy_in(std::move(dst), std::move(source), "copy_to_device", std::forward<Token>(token));
   }
+  /// Copies a shared host vector to `dst` without copying it at the call: `src` is kept alive and must
+  /// not change until the reply. In isolated mode this is the copy with one host memcpy (into the
+  /// shared region) on top of the device copy. Replies with dst.
+  template <class T, class Token>
+  requires std::is_trivially_copyable_v<T>
+  auto copy_to_device(GpuRef<T> dst, std::shared_ptr<const std::vector<T>> src, Token&& token) {
+    HostSource source{src, src ? src->data() : nullptr, src ? src->size() * sizeof(T) : 0, false};
+    return copy_in(std::move(dst), std::move(source), "copy_to_device", std::forward<Token>(token));
+  }
   /// Copies a host vector to `dst` (pageable; copied at the call). Replies with dst.
   template <class T, class Token>
   requires std::is_trivially_copyable_v<T>
@@ -212,19 +235,32 @@ class DeviceActor {
   template <class Token>
   auto launch(std::shared_ptr<const gpu::Library> library, gpu::Kernel kernel, LaunchShape shape, KernelArgs args,
               Token&& token) {
-    Reads r;
-    Writes w;
-    for (const auto& [allocation, written] : args.buffers())
-      written ? (void)w.add(allocation) : (void)r.add(allocation);
-    return detail::initiate_command<std::monostate>(
-        backend_, "launch", std::move(r), std::move(w),
-        LaunchCmd{std::move(library), std::move(kernel), shape, std::move(args)},
-        [](CommandResult&&) -> Result<std::monostate> { return std::monostate{}; }, std::forward<Token>(token));
+    return launch_request(LaunchCmd{std::move(library), std::move(kernel), shape, std::move(args)},
+                          std::forward<Token>(token));
+  }
+  /// Launches kernel `kernel` of `module` (loaded once per process or worker) with `args`: the form of
+  /// launch that isolated mode supports, with the same argument checks as the other overload.
+  template <class Token>
+  auto launch(std::shared_ptr<const ModuleImage> module, std::string kernel, LaunchShape shape, KernelArgs args,
+              Token&& token) {
+    return launch_request(LaunchModuleCmd{std::move(module), std::move(kernel), shape, std::move(args)},
+                          std::forward<Token>(token));
   }
   /// An actor over `backend` (the in-process loop or an isolated worker's client).
   explicit DeviceActor(std::shared_ptr<detail::ActorBackend> backend) : backend_(std::move(backend)) {}
 
  private:
+  /// A launch command (LaunchCmd or LaunchModuleCmd): its buffer arguments are read, or read and written.
+  template <class Launch, class Token>
+  auto launch_request(Launch command, Token&& token) {
+    Reads r;
+    Writes w;
+    for (const auto& [allocation, written] : command.args.buffers())
+      written ? (void)w.add(allocation) : (void)r.add(allocation);
+    return detail::initiate_command<std::monostate>(
+        backend_, "launch", std::move(r), std::move(w), Command(std::move(command)),
+        [](CommandResult&&) -> Result<std::monostate> { return std::monostate{}; }, std::forward<Token>(token));
+  }
   template <class T, class Token>
   auto copy_in(GpuRef<T> dst, HostSource src, std::string_view name, Token&& token) {
     return detail::initiate_command<GpuRef<T>>(

@@ -31,6 +31,17 @@ class AllocationOwner {
   /// True once the context this memory lived in was reset: its pointers and events are gone and
   /// must never be freed (the addresses may already belong to a newer allocation).
   [[nodiscard]] virtual bool context_lost() const noexcept = 0;
+  /// Frees buffer `id` of an isolated worker ([R10]); only owners of remote memory implement it.
+  /// Never called once context_lost() (the worker that held the buffer is gone).
+  virtual void deallocate_remote(std::uint64_t id, std::size_t bytes) noexcept {
+    (void)id;
+    (void)bytes;
+  }
+};
+
+/// Names a buffer that lives in an isolated worker process ([R10]): the worker's id for it.
+struct RemoteBuffer {
+  std::uint64_t id = 0;
 };
 
 /// One device allocation shared by every GpuRef that views it: the pointer, its size, the device and
@@ -41,14 +52,21 @@ class DeviceAllocation {
   /// allocator) minted at `state`'s current generation.
   DeviceAllocation(void* ptr, std::size_t bytes, const std::shared_ptr<DeviceState>& state,
                    std::shared_ptr<AllocationOwner> owner);
+  /// Wraps buffer `remote` of an isolated worker, minted at `generation` (the generation of the worker
+  /// that allocated it, which may already be older than `state`'s); `owner` frees it in that worker.
+  DeviceAllocation(RemoteBuffer remote, std::size_t bytes, const std::shared_ptr<DeviceState>& state,
+                   std::uint64_t generation, std::shared_ptr<AllocationOwner> owner);
   DeviceAllocation(const DeviceAllocation&) = delete;
   DeviceAllocation& operator=(const DeviceAllocation&) = delete;
   /// Frees the memory through its owner unless its context was lost (then it is abandoned: never
   /// free what a reset context may have handed out again).
   ~DeviceAllocation();
 
-  /// The device address, unchecked (use GpuRef::raw_device_ptr() from outside the runtime).
+  /// The device address, unchecked (use GpuRef::raw_device_ptr() from outside the runtime); null for
+  /// a remote buffer.
   [[nodiscard]] void* data() const noexcept { return ptr_; }
+  /// The worker's id of a remote buffer (isolated mode), 0 for memory of this process.
+  [[nodiscard]] std::uint64_t remote_id() const noexcept { return remote_id_; }
   /// Size in bytes.
   [[nodiscard]] std::size_t bytes() const noexcept { return bytes_; }
   /// Generation the allocation was minted in.
@@ -90,6 +108,7 @@ class DeviceAllocation {
   [[nodiscard]] bool context_lost() const noexcept { return owner_ && owner_->context_lost(); }
 
   void* ptr_;
+  std::uint64_t remote_id_ = 0;
   std::size_t bytes_;
   int device_;
   std::uint64_t generation_;
@@ -153,8 +172,13 @@ class GpuRef {
     return allocation_->access(used_device);
   }
   /// The validated device address, for FFI; the caller keeps this GpuRef alive while it is used.
+  /// `unsupported` for a buffer of an isolated worker: its address means nothing in this process.
   Result<T*> raw_device_ptr() const {
     CUACTOR_TRY(access());
+    if (allocation_->remote_id() != 0)
+      return fail(errc::unsupported, allocation_->describe() +
+                                         " lives in an isolated worker process: no device "
+                                         "address in this process (isolated mode)");
     return static_cast<T*>(allocation_->data());
   }
   /// Generation the handle was minted in (0 for an empty handle).

@@ -39,11 +39,12 @@ struct DeviceStats {
   CircuitState circuit = CircuitState::closed;  ///< Circuit breaker state.
   bool accepting_ops = false;                   ///< DeviceState::accepting_ops().
   CompletionMode completion = CompletionMode::sequence_word;  ///< How completions are detected.
-  std::uint64_t completed = 0;                  ///< Requests answered with success.
-  std::uint64_t failed = 0;                     ///< Requests answered with an error (any code).
-  std::uint64_t poisonings = 0;                 ///< Poisonings detected since start.
-  std::uint64_t rejected_full = 0;              ///< Requests answered `queue_full`.
-  std::uint64_t worker_restarts = 0;            ///< Worker processes replaced (isolated mode).
+  std::uint64_t completed = 0;                                ///< Requests answered with success.
+  std::uint64_t failed = 0;                                   ///< Requests answered with an error (any code).
+  std::uint64_t poisonings = 0;                               ///< Poisonings detected since start.
+  std::uint64_t rejected_full = 0;                            ///< Requests answered `queue_full`.
+  std::uint64_t worker_restarts = 0;                          ///< Worker processes replaced (isolated mode).
+  std::int64_t worker_pid = -1;  ///< Current worker process (isolated mode), -1 while none runs.
 };
 
 /// The snapshot as one JSON object (keys as the field names; circuit and completion as strings).

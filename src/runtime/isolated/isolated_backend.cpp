@@ -1,0 +1,491 @@
+#include "runtime/isolated/isolated_backend.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstring>
+#include <future>
+
+#include "cuactor/core/log.hpp"
+#include "runtime/isolated/host_copy.hpp"
+
+namespace cuactor::runtime::isolated {
+
+/// One request of the actor on its way through the worker.
+struct IsolatedBackend::Job {
+  std::shared_ptr<detail::OpRecord> op;
+  std::size_t total = 0;   ///< Bytes of a copy.
+  std::size_t posted = 0;  ///< Bytes of a copy handed to requests so far.
+  int outstanding = 0;     ///< Link requests made, not answered.
+  bool started = false;    ///< A request was made (it can no longer be cancelled).
+  bool all_posted = false;
+  bool answered = false;
+  std::optional<Error> error;  ///< The first error of any of its requests.
+  CommandResult result;        ///< allocate's allocation.
+};
+
+namespace {
+
+using Bytes = std::vector<std::byte>;
+
+/// Frees buffers of one worker generation in that worker; memory of a lost worker went with it.
+class RemoteOwner final : public AllocationOwner {
+ public:
+  RemoteOwner(std::weak_ptr<WorkerLink> link, std::weak_ptr<DeviceState> state, std::uint64_t generation)
+      : link_(std::move(link)), state_(std::move(state)), generation_(generation) {}
+
+  void deallocate(void*, std::size_t, cudaEvent_t) noexcept override {}  // no memory of this process
+  [[nodiscard]] bool context_lost() const noexcept override {
+    const auto s = state_.lock();
+    return !s || s->generation() != generation_;
+  }
+  void deallocate_remote(std::uint64_t id, std::size_t) noexcept override {
+    const auto link = link_.lock();
+    if (!link) return;
+    try {
+      LinkRequest r;
+      r.kind = MsgKind::free;
+      r.payload = encode_payload(FreeMsg{id});
+      r.generation = generation_;  // refused (silently) if the worker was replaced meanwhile
+      r.name = "free";
+      link->post(std::move(r));
+    } catch (const std::exception& e) {
+      log(LogLevel::error, fmt::format("isolated free of buffer #{} failed: {}", id, e.what()));
+    }
+  }
+  [[nodiscard]] std::uint64_t generation() const noexcept { return generation_; }
+
+ private:
+  std::weak_ptr<WorkerLink> link_;
+  std::weak_ptr<DeviceState> state_;
+  std::uint64_t generation_;
+};
+
+bool valid_fill_element(std::size_t bytes) {
+  return bytes == 1 || bytes == 2 || bytes == 4 || bytes == 8 || bytes == 16;
+}
+
+}  // namespace
+
+IsolatedBackend::IsolatedBackend(int ordinal, std::shared_ptr<DeviceState> state, std::size_t queue_capacity)
+    : ordinal_(ordinal), state_(std::move(state)), queue_capacity_(queue_capacity) {}
+
+Result<std::shared_ptr<IsolatedBackend>> IsolatedBackend::start(int ordinal, const ActorOptions& options,
+                                                                std::vector<std::string> worker_args) {
+  constexpr std::size_t min_shared = std::size_t{64} << 10;
+  if (ordinal < 0)
+    return fail(errc::invalid_argument, fmt::format("isolated device: ordinal {} must be >= 0", ordinal));
+  if (options.shared_bytes < min_shared)
+    return fail(errc::invalid_argument, fmt::format("isolated device {}: shared_bytes={} must be >= {} (64 KiB)",
+                                                    ordinal, options.shared_bytes, min_shared));
+  if (options.request_deadline.count() <= 0 || options.worker_start_timeout.count() <= 0)
+    return fail(errc::invalid_argument,
+                fmt::format("isolated device {}: request_deadline={} ms and worker_start_timeout={} ms must be > 0",
+                            ordinal, options.request_deadline.count(), options.worker_start_timeout.count()));
+  auto state = std::make_shared<DeviceState>(ordinal);
+  auto backend = std::make_shared<IsolatedBackend>(ordinal, state, options.mailbox_capacity);
+  LinkOptions lo;
+  lo.executable = options.worker_path;
+  lo.args =
+      worker_args.empty() ? std::vector<std::string>{"--device", std::to_string(ordinal)} : std::move(worker_args);
+  lo.shm_bytes = options.shared_bytes;
+  lo.queue_capacity = options.mailbox_capacity;
+  lo.max_in_flight = options.max_in_flight;
+  lo.deadline = options.request_deadline;
+  lo.start_timeout = options.worker_start_timeout;
+  lo.max_losses = options.breaker.max_poisonings;
+  lo.window = options.breaker.window;
+  if (options.on_escalation)
+    lo.on_escalation = [hook = options.on_escalation, ordinal](const Error& cause) { hook(ordinal, cause); };
+  auto link = WorkerLink::start(state, std::move(lo));
+  if (!link) return fail(link.error());
+  backend->link_ = std::move(*link);
+  backend->ring_ = ShmRing(backend->link_->shm().size());
+  backend->chunk_ = std::max<std::size_t>(backend->link_->shm().size() / 4, 1);
+  return backend;
+}
+
+IsolatedBackend::~IsolatedBackend() {
+  shutdown();
+}
+
+std::optional<Error> IsolatedBackend::check(const detail::OpRecord& op) const {
+  const Command* command = op.command();
+  if (!command)
+    return Error(errc::unsupported,
+                 fmt::format("request '{}' #{}: host closures (submit, execute) run only in-process; device {} is "
+                             "isolated (ActorOptions::isolation = worker)",
+                             op.name, op.id, ordinal_));
+  if (std::holds_alternative<LaunchCmd>(*command))
+    return Error(errc::unsupported,
+                 fmt::format("launch #{}: a gpu::Kernel loaded in this process cannot run in device {}'s isolated "
+                             "worker; launch from a ModuleImage (DeviceActor::launch(module, name, ...))",
+                             op.id, ordinal_));
+  for (const auto* list : {&op.reads, &op.writes}) {
+    for (const auto& a : *list) {
+      if (!a) return Error(errc::invalid_argument, fmt::format("request '{}' #{}: empty GpuRef", op.name, op.id));
+      if (a->remote_id() == 0 || a->state() != state_)
+        return Error(errc::invalid_argument, fmt::format("request '{}' #{}: {} does not belong to isolated device {}",
+                                                         op.name, op.id, a->describe(), ordinal_));
+      if (Status s = a->access(ordinal_); !s) return s.error();
+    }
+  }
+  if (const auto* c = std::get_if<CopyToDeviceCmd>(command)) {
+    if (!c->src.owner || (!c->src.data && c->src.bytes > 0))
+      return Error(errc::invalid_argument, fmt::format("{} #{}: null host buffer", op.name, op.id));
+    if (c->src.bytes > c->dst->bytes())
+      return Error(errc::invalid_argument, fmt::format("{} #{}: {} bytes do not fit the {}-byte destination", op.name,
+                                                       op.id, c->src.bytes, c->dst->bytes()));
+  } else if (const auto* h = std::get_if<CopyToHostCmd>(command)) {
+    if (!h->dst.owner || (!h->dst.data && h->dst.bytes > 0))
+      return Error(errc::invalid_argument, fmt::format("{} #{}: null host buffer", op.name, op.id));
+  } else if (const auto* f = std::get_if<FillCmd>(command)) {
+    if (!valid_fill_element(f->element_bytes))
+      return Error(errc::unsupported,
+                   fmt::format("fill #{}: element size {} bytes; supported: 1, 2, 4, 8, 16", op.id, f->element_bytes));
+    if (f->count > f->dst->bytes() / f->element_bytes)
+      return Error(errc::invalid_argument, fmt::format("fill #{}: {} elements of {} bytes exceed the {}-byte buffer",
+                                                       op.id, f->count, f->element_bytes, f->dst->bytes()));
+  } else if (const auto* l = std::get_if<LaunchModuleCmd>(command)) {
+    if (!l->module) return Error(errc::invalid_argument, fmt::format("launch #{}: null module image", op.id));
+    if (l->kernel.empty()) return Error(errc::invalid_argument, fmt::format("launch #{}: empty kernel name", op.id));
+    if (l->args.slots().size() > kMaxLaunchArgs)
+      return Error(errc::invalid_argument, fmt::format("launch {} #{}: {} arguments; at most {}", l->kernel, op.id,
+                                                       l->args.slots().size(), kMaxLaunchArgs));
+    for (const auto& slot : l->args.slots())
+      if (slot.size > kMaxArgBytes)
+        return Error(errc::invalid_argument, fmt::format("launch {} #{}: a {}-byte argument; at most {} bytes",
+                                                         l->kernel, op.id, slot.size, kMaxArgBytes));
+  }
+  return std::nullopt;
+}
+
+void IsolatedBackend::post(std::shared_ptr<detail::OpRecord> op) {
+  std::optional<Error> rejection = check(*op);
+  if (!rejection) {
+    std::lock_guard lock(mutex_);
+    if (stopping_)
+      rejection =
+          Error(errc::device_shutting_down,
+                fmt::format("device {}: request '{}' rejected: the actor is shutting down", ordinal_, op->name));
+    else if (queue_.size() >= queue_capacity_)
+      rejection =
+          Error(errc::queue_full, fmt::format("device {}: request '{}' rejected: {} requests wait (capacity {})",
+                                              ordinal_, op->name, queue_.size(), queue_capacity_));
+    else {
+      op->span = nvtx::Span::start(op->name.data(), op->id);
+      auto job = std::make_shared<Job>();
+      job->op = std::move(op);
+      queue_.push_back(std::move(job));
+    }
+  }
+  if (rejection) return detail::finish_error_later(counters_, std::move(op), std::move(*rejection));
+  pump();
+}
+
+void IsolatedBackend::cancel(std::uint64_t id) noexcept {
+  std::shared_ptr<Job> job;
+  {
+    std::lock_guard lock(mutex_);
+    auto it = std::find_if(queue_.begin(), queue_.end(),
+                           [id](const std::shared_ptr<Job>& j) { return j->op->id == id && !j->started; });
+    if (it == queue_.end()) return;
+    job = std::move(*it);
+    queue_.erase(it);
+    job->answered = true;
+  }
+  detail::finish_error_later(counters_, std::move(job->op),
+                             Error(errc::cancelled, fmt::format("request #{} cancelled before it was sent", id)));
+}
+
+std::shared_ptr<AllocationOwner> IsolatedBackend::owner_for(std::uint64_t generation) {
+  std::lock_guard lock(mutex_);
+  auto* current = static_cast<RemoteOwner*>(owner_.get());
+  if (!current || current->generation() != generation)
+    owner_ = std::make_shared<RemoteOwner>(link_, state_, generation);
+  return owner_;
+}
+
+LinkRequest IsolatedBackend::request_for(const std::shared_ptr<Job>& job, MsgKind kind, Bytes payload,
+                                         std::uint64_t generation, std::function<Status(Bytes&, std::uint64_t)> on_ok,
+                                         std::optional<std::size_t> shm_range) {
+  ++job->outstanding;
+  job->started = true;
+  LinkRequest r;
+  r.kind = kind;
+  r.payload = std::move(payload);
+  r.generation = generation;
+  r.name = std::string(job->op->name);
+  r.done = [self = shared_from_this(), job, on_ok = std::move(on_ok), shm_range](Result<Bytes> out,
+                                                                                 std::uint64_t served) mutable {
+    std::optional<Error> error;
+    if (!out)
+      error = std::move(out.error());
+    else if (on_ok)
+      if (Status s = on_ok(*out, served); !s) error = std::move(s.error());
+    bool answer_now = false;
+    {
+      std::lock_guard lock(self->mutex_);
+      if (shm_range) self->ring_.release(*shm_range);
+      --job->outstanding;
+      if (error && !job->error) job->error = std::move(error);
+      if (job->all_posted && job->outstanding == 0 && !job->answered) answer_now = job->answered = true;
+    }
+    if (answer_now) self->answer(job);
+    self->pump();
+  };
+  return r;
+}
+
+void IsolatedBackend::answer(const std::shared_ptr<Job>& job) {
+  auto op = std::move(job->op);
+  std::optional<Error> error = std::move(job->error);
+  if (!error)
+    if (Status s = op->set_result(std::move(job->result)); !s) error = std::move(s.error());
+  if (error && (error->code() == errc::worker_lost || error->code() == errc::context_poisoned))
+    error = Error(error->code(), fmt::format("device {} (isolated): {}", ordinal_, error->message()));
+  if (detail::on_internal_thread()) {
+    if (error)
+      detail::finish_error(*counters_, std::move(op), *error);
+    else
+      detail::finish(*counters_, std::move(op), {});
+    return;
+  }
+  // Never answer inside the caller's own call (its handler may run inline on this thread).
+  if (error) return detail::finish_error_later(counters_, std::move(op), std::move(*error));
+  detail::completion_pool_executor().execute(
+      [counters = counters_, op = std::move(op)]() mutable { detail::finish(*counters, std::move(op), {}); });
+}
+
+void IsolatedBackend::pump() {
+  std::unique_lock lock(mutex_);
+  if (draining_) {
+    again_ = true;
+    return;
+  }
+  draining_ = true;
+  do {
+    again_ = false;
+    std::vector<Send> sends;
+    std::vector<std::shared_ptr<Job>> done;
+    while (!queue_.empty()) {
+      auto job = queue_.front();
+      if (!advance(job, sends, done)) break;
+      if (job->all_posted) queue_.pop_front();
+    }
+    lock.unlock();
+    for (auto& s : sends) {
+      if (s.stage_bytes > 0) host_copy(s.stage_to, s.stage_from, s.stage_bytes);  // the one host copy
+      link_->post(std::move(s.request));
+    }
+    for (auto& job : done) answer(job);
+    lock.lock();
+  } while (again_);
+  draining_ = false;
+}
+
+bool IsolatedBackend::advance(const std::shared_ptr<Job>& job, std::vector<Send>& sends,
+                              std::vector<std::shared_ptr<Job>>& done) {
+  auto finish_if_idle = [&] {
+    job->all_posted = true;
+    if (job->outstanding == 0 && !job->answered) {
+      job->answered = true;
+      done.push_back(job);
+    }
+    return true;
+  };
+  if (job->error) return finish_if_idle();
+  const Command& command = *job->op->command();
+  std::byte* shm = link_->shm().data();
+
+  if (const auto* c = std::get_if<AllocateCmd>(&command)) {
+    const std::size_t bytes = c->bytes;
+    sends.push_back({request_for(job, MsgKind::allocate, encode_payload(AllocateMsg{bytes}), 0,
+                                 [this, job, bytes](Bytes& out, std::uint64_t served) -> Status {
+                                   auto b = BufferReply::decode(out);
+                                   if (!b) return fail(b.error());
+                                   job->result = std::make_shared<DeviceAllocation>(RemoteBuffer{b->buffer}, bytes,
+                                                                                    state_, served, owner_for(served));
+                                   return ok();
+                                 })});
+    return finish_if_idle();
+  }
+  if (const auto* c = std::get_if<CopyToDeviceCmd>(&command)) {
+    job->total = c->src.bytes;
+    const auto* src = static_cast<const std::byte*>(c->src.data);
+    while (job->posted < job->total) {
+      const std::size_t n = std::min(job->total - job->posted, chunk_);
+      const auto offset = ring_.take(n);
+      if (!offset) return false;  // the region is full: wait for earlier chunks
+      Send s{request_for(job, MsgKind::copy_to_device,
+                         encode_payload(CopyMsg{c->dst->remote_id(), job->posted, *offset, n}), c->dst->generation(),
+                         nullptr, *offset),
+             shm + *offset, src + job->posted, n};
+      sends.push_back(std::move(s));
+      job->posted += n;
+    }
+    return finish_if_idle();
+  }
+  if (const auto* c = std::get_if<CopyToHostCmd>(&command)) {
+    job->total = std::min(c->src->bytes(), c->dst.bytes);
+    auto* dst = static_cast<std::byte*>(c->dst.data);
+    while (job->posted < job->total) {
+      const std::size_t n = std::min(job->total - job->posted, chunk_);
+      const auto offset = ring_.take(n);
+      if (!offset) return false;
+      auto copy_out = [to = dst + job->posted, from = shm + *offset, n](Bytes&, std::uint64_t) -> Status {
+        host_copy(to, from, n);  // the one host copy
+        return ok();
+      };
+      sends.push_back({request_for(job, MsgKind::copy_to_host,
+                                   encode_payload(CopyMsg{c->src->remote_id(), job->posted, *offset, n}),
+                                   c->src->generation(), std::move(copy_out), *offset)});
+      job->posted += n;
+    }
+    return finish_if_idle();
+  }
+  if (const auto* c = std::get_if<FillCmd>(&command)) {
+    FillMsg m;
+    m.buffer = c->dst->remote_id();
+    m.count = c->count;
+    m.pattern.assign(c->pattern.begin(), c->pattern.begin() + c->element_bytes);
+    sends.push_back({request_for(job, MsgKind::fill, encode_payload(m), c->dst->generation())});
+    return finish_if_idle();
+  }
+  if (const auto* c = std::get_if<LaunchModuleCmd>(&command)) return advance_launch(job, *c, sends);
+  job->error = Error(errc::internal, fmt::format("request '{}': no isolated form of this command", job->op->name));
+  return true;
+}
+
+bool IsolatedBackend::advance_launch(const std::shared_ptr<Job>& job, const LaunchModuleCmd& cmd,
+                                     std::vector<Send>& sends) {
+  const std::uint64_t image = cmd.module->id();
+  auto& loaded = modules_[image];
+  if (loaded.loading) return false;
+  if (loaded.generation != state_->generation()) {
+    // First use in this worker: load the image, hold the launch (and what follows) until it is there.
+    loaded.loading = true;
+    LinkRequest r;
+    r.kind = MsgKind::load_module;
+    const auto bytes = cmd.module->bytes();
+    r.payload = encode_payload(LoadModuleMsg{Bytes(bytes.begin(), bytes.end())});
+    r.name = "load_module";
+    r.done = [self = shared_from_this(), image](Result<Bytes> out, std::uint64_t served) {
+      {
+        std::lock_guard lock(self->mutex_);
+        auto& m = self->modules_[image];
+        m.loading = false;
+        std::optional<Error> error;
+        if (out) {
+          if (auto d = ModuleReply::decode(*out)) {
+            m.module = d->module;
+            m.generation = served;
+          } else {
+            error = d.error();
+          }
+        } else if (out.error() != errc::worker_lost && out.error() != errc::context_poisoned) {
+          error = out.error();  // a lost worker is not the image's fault: load again into the next one
+        }
+        if (error && !self->queue_.empty() && !self->queue_.front()->error) self->queue_.front()->error = *error;
+      }
+      self->pump();
+    };
+    sends.push_back({std::move(r)});
+    return false;
+  }
+  LaunchMsg m;
+  m.module = loaded.module;
+  m.kernel = cmd.kernel;
+  m.grid = {cmd.shape.grid.x, cmd.shape.grid.y, cmd.shape.grid.z};
+  m.block = {cmd.shape.block.x, cmd.shape.block.y, cmd.shape.block.z};
+  m.shared_bytes = cmd.shape.shared_bytes;
+  const auto& storage = cmd.args.storage();
+  for (const auto& slot : cmd.args.slots()) {
+    LaunchArg a;
+    if (slot.buffer >= 0) {
+      const auto& [allocation, written] = cmd.args.buffers()[static_cast<std::size_t>(slot.buffer)];
+      if (Status s = allocation->access(ordinal_); !s) {
+        job->error = s.error();
+        return true;
+      }
+      a.kind = written ? LaunchArg::Kind::buffer_rw : LaunchArg::Kind::buffer_ro;
+      a.buffer = allocation->remote_id();
+    } else {
+      const auto* begin = storage.data() + slot.offset;
+      a.value.assign(begin, begin + slot.size);
+    }
+    m.args.push_back(std::move(a));
+  }
+  sends.push_back({request_for(job, MsgKind::launch, encode_payload(m), loaded.generation)});
+  job->all_posted = true;
+  return true;
+}
+
+DeviceStats IsolatedBackend::stats() const {
+  DeviceStats s;
+  s.device = ordinal_;
+  s.isolated = true;
+  const auto link = link_->stats();
+  {
+    std::lock_guard lock(mutex_);
+    s.queue_depth = queue_.size() + link.queued;
+    s.circuit = link.circuit_open                   ? CircuitState::open
+                : link.worker_pid < 0 && !stopping_ ? CircuitState::recovering
+                                                    : CircuitState::closed;
+  }
+  s.in_flight = link.in_flight;
+  s.generation = link.generation;
+  s.accepting_ops = state_->accepting_ops();
+  s.completed = counters_->completed.load(std::memory_order_relaxed);
+  s.failed = counters_->failed.load(std::memory_order_relaxed);
+  s.poisonings = link.losses;
+  s.worker_restarts = link.restarts;
+  s.worker_pid = link.worker_pid;
+  s.total_bytes = link.hello.total_bytes;
+  if (s.circuit != CircuitState::closed || detail::on_internal_thread()) return s;
+  // Device memory: ask the worker (at most a second).
+  auto answer = std::make_shared<std::promise<Result<Bytes>>>();
+  auto future = answer->get_future();
+  LinkRequest r;
+  r.kind = MsgKind::stats;
+  r.name = "stats";
+  r.deadline = std::chrono::milliseconds(10000);
+  r.done = [answer](Result<Bytes> out, std::uint64_t) { answer->set_value(std::move(out)); };
+  link_->post(std::move(r));
+  if (future.wait_for(std::chrono::seconds(1)) != std::future_status::ready) return s;
+  if (auto out = future.get()) {
+    if (auto d = StatsReply::decode(*out)) {
+      s.memory_known = true;
+      s.free_bytes = d->free_bytes;
+      s.total_bytes = d->total_bytes;
+    }
+  }
+  return s;
+}
+
+void IsolatedBackend::shutdown() noexcept {
+  std::vector<std::shared_ptr<Job>> unsent;
+  std::vector<std::shared_ptr<Job>> idle;
+  {
+    std::lock_guard lock(mutex_);
+    if (stopping_) return;
+    stopping_ = true;
+    for (auto& job : queue_) {
+      if (!job->error)
+        job->error =
+            Error(errc::device_shutting_down,
+                  fmt::format("device {}: request '{}' not sent: the actor shut down", ordinal_, job->op->name));
+      job->all_posted = true;  // what was sent answers it; nothing more is sent
+      if (job->outstanding == 0 && !job->answered) {
+        job->answered = true;
+        (job->started ? idle : unsent).push_back(job);
+      }
+    }
+    queue_.clear();
+  }
+  for (auto& job : unsent) answer(job);
+  for (auto& job : idle) answer(job);
+  if (link_) link_->shutdown();  // answers what is in flight
+}
+
+}  // namespace cuactor::runtime::isolated

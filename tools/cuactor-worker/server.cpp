@@ -1,0 +1,272 @@
+#include "server.hpp"
+
+#include <cuda_runtime_api.h>
+#include <fmt/format.h>
+
+#include <optional>
+#include <utility>
+#include <variant>
+
+#include "cuactor/core/log.hpp"
+#include "cuactor/gpu/memory.hpp"
+
+namespace cuactor::worker {
+
+namespace iso = runtime::isolated;
+using runtime::GpuRef;
+using runtime::OpContext;
+
+namespace {
+
+/// Runs `fn(OpContext&) -> Status` as an actor operation and calls `done(Result<void>)` once the work
+/// finished, keeping the function's own error message (the completion only carries the code).
+template <class Fn, class Done>
+void submit_status(runtime::DeviceActor& actor, runtime::Reads reads, runtime::Writes writes, Fn fn, Done done) {
+  auto detail = std::make_shared<std::optional<Error>>();
+  actor.submit<std::monostate>(
+      std::move(reads), std::move(writes),
+      [fn = std::move(fn), detail](OpContext& ctx) -> Result<std::monostate> {
+        if (Status s = fn(ctx); !s) {
+          *detail = s.error();
+          return fail(s.error());
+        }
+        return std::monostate{};
+      },
+      [detail, done = std::move(done)](std::error_code ec, std::monostate) mutable {
+        if (!ec) return done(ok());
+        if (*detail && (*detail)->code() == ec) return done(fail(**detail));
+        done(fail(Error(ec, "the device work of the request failed")));
+      });
+}
+
+}  // namespace
+
+Server::Server(runtime::DeviceActor& actor, iso::Channel& channel, const iso::SharedRegion& shm)
+    : actor_(actor), channel_(channel), shm_(shm) {}
+
+int Server::run() {
+  for (;;) {
+    auto m = channel_.receive();
+    if (!m) {
+      if (m.error() == errc::protocol_error) {
+        log(LogLevel::error, "cuactor-worker: " + m.error().to_string());
+        return 3;
+      }
+      return 0;  // the client closed the channel (or exited)
+    }
+    if (m->kind == iso::MsgKind::shutdown) return 0;
+    dispatch(*m);
+  }
+}
+
+void Server::reply(std::uint64_t id, Result<Bytes> outcome) {
+  if (id == 0) return;  // fire and forget
+  iso::ReplyMsg r;
+  if (outcome) {
+    ++completed_;
+    r.result = std::move(*outcome);
+  } else {
+    ++failed_;
+    // A poisoned context answers through the `poisoned` message and the client (exactly once there).
+    const auto& e = outcome.error();
+    if (classify(e.code()) == FailureClass::context_poisoned || e == errc::circuit_open) return;
+    r.error = e;
+  }
+  (void)channel_.send(iso::MsgKind::reply, id, iso::encode_payload(r));
+}
+
+Result<GpuRef<std::byte>> Server::buffer(std::uint64_t id, std::uint64_t offset, std::uint64_t bytes,
+                                         std::string_view what) const {
+  std::lock_guard lock(mutex_);
+  auto it = buffers_.find(id);
+  if (it == buffers_.end()) return fail(errc::invalid_argument, fmt::format("{}: buffer {} does not exist", what, id));
+  const auto size = it->second.size_bytes();
+  if (offset > size || bytes > size - offset)
+    return fail(errc::invalid_argument,
+                fmt::format("{}: range [{}, +{}) lies outside buffer {} of {} bytes", what, offset, bytes, id, size));
+  return it->second;
+}
+
+void Server::dispatch(iso::Message& m) {
+  const auto id = m.id;
+  auto bad = [&](const Error& e) { reply(id, fail(e)); };
+  switch (m.kind) {
+    case iso::MsgKind::echo:
+      return reply(id, std::move(m.payload));
+    case iso::MsgKind::allocate: {
+      auto d = iso::AllocateMsg::decode(m.payload);
+      return d ? allocate(id, *d) : bad(d.error());
+    }
+    case iso::MsgKind::free: {
+      auto d = iso::FreeMsg::decode(m.payload);
+      if (!d) return bad(d.error());
+      std::lock_guard lock(mutex_);
+      buffers_.erase(d->buffer);  // memory returns in stream order once no operation holds it
+      return;
+    }
+    case iso::MsgKind::copy_to_device:
+    case iso::MsgKind::copy_to_host: {
+      auto d = iso::CopyMsg::decode(m.payload);
+      return d ? copy(id, *d, m.kind == iso::MsgKind::copy_to_device) : bad(d.error());
+    }
+    case iso::MsgKind::fill: {
+      auto d = iso::FillMsg::decode(m.payload);
+      return d ? fill(id, *d) : bad(d.error());
+    }
+    case iso::MsgKind::load_module: {
+      auto d = iso::LoadModuleMsg::decode(m.payload);
+      return d ? load_module(id, *d) : bad(d.error());
+    }
+    case iso::MsgKind::launch: {
+      auto d = iso::LaunchMsg::decode(m.payload);
+      return d ? launch(id, *d) : bad(d.error());
+    }
+    case iso::MsgKind::stats:
+      return stats(id);
+    default:
+      return bad(Error(errc::unsupported, fmt::format("cuactor-worker: {} requests are not supported by this worker",
+                                                      iso::kind_name(static_cast<std::uint16_t>(m.kind)))));
+  }
+}
+
+void Server::allocate(std::uint64_t id, const iso::AllocateMsg& m) {
+  actor_.allocate<std::byte>(m.bytes, [this, id, bytes = m.bytes](std::error_code ec, GpuRef<std::byte> ref) {
+    if (ec) return reply(id, fail(Error(ec, fmt::format("allocate: {} bytes", bytes))));
+    std::uint64_t buffer_id = 0;
+    {
+      std::lock_guard lock(mutex_);
+      buffer_id = next_id_++;
+      buffers_.emplace(buffer_id, std::move(ref));
+    }
+    reply(id, iso::encode_payload(iso::BufferReply{buffer_id, bytes}));
+  });
+}
+
+void Server::copy(std::uint64_t id, const iso::CopyMsg& m, bool to_device) {
+  const char* what = to_device ? "copy_to_device" : "copy_to_host";
+  auto ref = buffer(m.buffer, m.buffer_offset, m.bytes, what);
+  if (!ref) return reply(id, fail(ref.error()));
+  auto host = shm_.slice(m.shm_offset, m.bytes);
+  if (!host) return reply(id, fail(host.error()));
+  runtime::Reads reads;
+  runtime::Writes writes;
+  to_device ? (void)writes.add(*ref) : (void)reads.add(*ref);
+  submit_status(
+      actor_, std::move(reads), std::move(writes),
+      [ref = *ref, host = *host, offset = m.buffer_offset, to_device](OpContext& ctx) -> Status {
+        auto* device = static_cast<std::byte*>(ref.allocation()->data()) + offset;
+        return to_device ? gpu::copy_async(device, host.data(), host.size(), ctx.stream())
+                         : gpu::copy_async(host.data(), device, host.size(), ctx.stream());
+      },
+      [this, id](Status s) { reply(id, s ? Result<Bytes>(Bytes{}) : fail(s.error())); });
+}
+
+void Server::fill(std::uint64_t id, const iso::FillMsg& m) {
+  const auto element = m.pattern.size();
+  if (m.count > SIZE_MAX / element)
+    return reply(id, fail(errc::invalid_argument, fmt::format("fill: {} elements overflow", m.count)));
+  auto ref = buffer(m.buffer, m.buffer_offset, m.count * element, "fill");
+  if (!ref) return reply(id, fail(ref.error()));
+  submit_status(
+      actor_, {}, runtime::Writes{*ref},
+      [ref = *ref, m](OpContext& ctx) -> Status {
+        auto* device = static_cast<std::byte*>(ref.allocation()->data()) + m.buffer_offset;
+        return runtime::enqueue_fill(device, m.count, m.pattern.data(), m.pattern.size(), ctx.stream());
+      },
+      [this, id](Status s) { reply(id, s ? Result<Bytes>(Bytes{}) : fail(s.error())); });
+}
+
+void Server::load_module(std::uint64_t id, iso::LoadModuleMsg& m) {
+  m.image.push_back(std::byte{0});  // PTX must be NUL-terminated; binary images ignore the extra byte
+  auto lib = gpu::Library::load_data(m.image.data());
+  if (!lib) return reply(id, fail(lib.error()));
+  std::uint64_t module_id = 0;
+  {
+    std::lock_guard lock(mutex_);
+    module_id = next_id_++;
+    modules_.emplace(module_id, std::make_shared<const gpu::Library>(std::move(*lib)));
+  }
+  reply(id, iso::encode_payload(iso::ModuleReply{module_id}));
+}
+
+void Server::launch(std::uint64_t id, const iso::LaunchMsg& m) {
+  std::shared_ptr<const gpu::Library> lib;
+  {
+    std::lock_guard lock(mutex_);
+    if (auto it = modules_.find(m.module); it != modules_.end()) lib = it->second;
+  }
+  if (!lib) return reply(id, fail(errc::invalid_argument, fmt::format("launch: module {} does not exist", m.module)));
+  auto kernel = lib->kernel(m.kernel);
+  if (!kernel) return reply(id, fail(kernel.error()));
+  runtime::Reads reads;
+  runtime::Writes writes;
+  std::vector<GpuRef<std::byte>> refs(m.args.size());
+  for (std::size_t i = 0; i < m.args.size(); ++i) {
+    const auto& a = m.args[i];
+    if (a.kind == iso::LaunchArg::Kind::value) continue;
+    auto ref = buffer(a.buffer, a.buffer_offset, 0, fmt::format("launch {} argument {}", m.kernel, i));
+    if (!ref) return reply(id, fail(ref.error()));
+    refs[i] = *ref;
+    a.kind == iso::LaunchArg::Kind::buffer_rw ? (void)writes.add(*ref) : (void)reads.add(*ref);
+  }
+  submit_status(
+      actor_, std::move(reads), std::move(writes),
+      [lib, kernel = *kernel, m, refs](OpContext& ctx) -> Status {
+        std::vector<void*> pointers(m.args.size());  // device addresses of buffer arguments
+        std::vector<void*> args(m.args.size());
+        std::vector<std::size_t> sizes(m.args.size());
+        for (std::size_t i = 0; i < m.args.size(); ++i) {
+          if (m.args[i].kind == iso::LaunchArg::Kind::value) {
+            args[i] = const_cast<std::byte*>(m.args[i].value.data());
+            sizes[i] = m.args[i].value.size();
+          } else {
+            pointers[i] = static_cast<std::byte*>(refs[i].allocation()->data()) + m.args[i].buffer_offset;
+            args[i] = &pointers[i];
+            sizes[i] = sizeof(void*);
+          }
+        }
+        gpu::LaunchConfig cfg;
+        cfg.grid = dim3(m.grid[0], m.grid[1], m.grid[2]);
+        cfg.block = dim3(m.block[0], m.block[1], m.block[2]);
+        cfg.shared_bytes = m.shared_bytes;
+        cfg.stream = ctx.stream();
+        CUACTOR_TRY(gpu::launch(kernel, cfg, args, sizes));
+        ctx.keep_alive(lib);
+        return ok();
+      },
+      [this, id](Status s) { reply(id, s ? Result<Bytes>(Bytes{}) : fail(s.error())); });
+}
+
+void Server::stats(std::uint64_t id) {
+  // Once the frees enqueued so far have completed (a marker operation behind them), hand the pool's
+  // unused memory back to the device, so that free memory shows what the client's buffers hold.
+  submit_status(
+      actor_, {}, {}, [](OpContext&) -> Status { return ok(); },
+      [this, id](Status) {
+        actor_.execute<std::monostate>(
+            [](OpContext& ctx) -> Result<std::monostate> {
+              if (cudaMemPoolTrimTo(ctx.pool().get(), 0) != cudaSuccess) (void)cudaGetLastError();
+              return std::monostate{};
+            },
+            [this, id](std::error_code, std::monostate) { send_stats(id); });
+      });
+}
+
+void Server::send_stats(std::uint64_t id) {
+  const auto s = actor_.stats();
+  iso::StatsReply r;
+  r.free_bytes = s.free_bytes;
+  r.total_bytes = s.total_bytes;
+  r.in_flight = s.in_flight;
+  r.completed = completed_.load();
+  r.failed = failed_.load();
+  {
+    std::lock_guard lock(mutex_);
+    r.buffers = buffers_.size();
+    for (const auto& [bid, ref] : buffers_) r.buffer_bytes += ref.size_bytes();
+    r.modules = modules_.size();
+  }
+  reply(id, iso::encode_payload(r));
+}
+
+}  // namespace cuactor::worker

@@ -1,0 +1,63 @@
+/// @file
+/// The worker side of isolated mode ([R10]): decodes requests from the channel and executes them on
+/// an ordinary in-process DeviceActor that owns the device; buffers and modules live in tables keyed
+/// by the ids the client holds. Replies go back on the channel from whichever thread completes them.
+///
+/// A poisoned context is not recovered here: the actor runs with in-process recovery off, its
+/// escalation sends `poisoned` and the process exits; the client fails what was in flight and starts a
+/// fresh worker ([R8]). Replies that would only say "poisoned" or "circuit open" are not sent, so each
+/// such request fails exactly once, on the client, with `context_poisoned`.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <unordered_map>
+
+#include "cuactor/gpu/module.hpp"
+#include "cuactor/runtime/device_actor.hpp"
+#include "runtime/isolated/channel.hpp"
+#include "runtime/isolated/messages.hpp"
+#include "runtime/isolated/shm.hpp"
+
+namespace cuactor::worker {
+
+/// Executes the requests of one client on one device.
+class Server {
+ public:
+  /// Serves `channel` with `actor`; `shm` is the (page-locked) shared region for bulk data.
+  Server(runtime::DeviceActor& actor, runtime::isolated::Channel& channel, const runtime::isolated::SharedRegion& shm);
+
+  /// Receives and dispatches until the channel closes or a shutdown request arrives; returns the
+  /// process exit status (0: clean, 3: protocol error from the client).
+  int run();
+
+ private:
+  using Bytes = std::vector<std::byte>;
+  void dispatch(runtime::isolated::Message& m);
+  void reply(std::uint64_t id, Result<Bytes> outcome);
+  /// The buffer `id` and the byte range [offset, offset + bytes) inside it, checked.
+  Result<runtime::GpuRef<std::byte>> buffer(std::uint64_t id, std::uint64_t offset, std::uint64_t bytes,
+                                            std::string_view what) const;
+
+  void allocate(std::uint64_t id, const runtime::isolated::AllocateMsg& m);
+  void copy(std::uint64_t id, const runtime::isolated::CopyMsg& m, bool to_device);
+  void fill(std::uint64_t id, const runtime::isolated::FillMsg& m);
+  void load_module(std::uint64_t id, runtime::isolated::LoadModuleMsg& m);
+  void launch(std::uint64_t id, const runtime::isolated::LaunchMsg& m);
+  void stats(std::uint64_t id);
+  void send_stats(std::uint64_t id);
+
+  runtime::DeviceActor& actor_;
+  runtime::isolated::Channel& channel_;
+  const runtime::isolated::SharedRegion& shm_;
+  mutable std::mutex mutex_;
+  std::unordered_map<std::uint64_t, runtime::GpuRef<std::byte>> buffers_;
+  std::unordered_map<std::uint64_t, std::shared_ptr<const gpu::Library>> modules_;
+  std::uint64_t next_id_ = 1;
+  std::atomic<std::uint64_t> completed_{0};
+  std::atomic<std::uint64_t> failed_{0};
+};
+
+}  // namespace cuactor::worker
