@@ -51,6 +51,10 @@ class CuactorCategory final : public std::error_category {
         return "cancelled";
       case errc::internal:
         return "internal error";
+      case errc::untrusted:
+        return "untrusted file";
+      case errc::io_error:
+        return "I/O error";
     }
     return "unknown cuactor error " + std::to_string(v);
   }

@@ -10,9 +10,9 @@
 #include "commands.hpp"
 #include "cuactor/core/paths.hpp"
 #include "cuactor/gpu/device.hpp"
-#include "cuactor/jit/disk_cache.hpp"
 #include "cuactor/jit/nvcc.hpp"
 #include "cuactor/kernels/catalog.hpp"
+#include "json_output.hpp"
 
 namespace cuactor::cli {
 namespace {
@@ -50,13 +50,19 @@ nlohmann::json collect() {
   j["nvrtc"] = nvrtc_ok ? nlohmann::json(fmt::format("{}.{}", major, minor)) : nlohmann::json(nullptr);
   const auto nvcc = jit::find_nvcc();
   j["nvcc"] = nvcc ? nlohmann::json(nvcc->string()) : nlohmann::json(nullptr);
-  j["cache_root"] = cache_root().string();
+  const auto root = cache_root();
+  if (!root) {  // HOME unset and TMPDIR missing: say so instead of a cache location
+    j["cache_root"] = nullptr;
+    j["jit_cache"] = {{"directory", nullptr}, {"error", root.error().message()}};
+    return j;
+  }
+  j["cache_root"] = root->string();
   // Count the JIT cache's entries without creating the directory.
-  const auto jit_dir = jit::default_cache_directory();
+  const auto jit_dir = *root / "jit";
   std::size_t entries = 0, bytes = 0;
   std::error_code ec;
   for (const auto& e : std::filesystem::directory_iterator(jit_dir, ec))
-    if (e.is_regular_file(ec) && e.path().extension() != ".lock") {
+    if (e.is_regular_file(ec) && e.path().extension() == ".cjit") {
       ++entries;
       bytes += static_cast<std::size_t>(e.file_size(ec));
     }
@@ -97,8 +103,12 @@ void print_text(const nlohmann::json& j) {
   std::cout << "\n";
   std::cout << "  NVRTC:        " << (j["nvrtc"].is_null() ? "unavailable" : j["nvrtc"].get<std::string>()) << "\n";
   std::cout << "  nvcc:         " << (j["nvcc"].is_null() ? "not found" : j["nvcc"].get<std::string>()) << "\n";
-  std::cout << "  cache root:   " << j["cache_root"].get<std::string>() << "\n";
   const auto& jc = j["jit_cache"];
+  if (j["cache_root"].is_null()) {
+    std::cout << "  cache root:   none: " << jc["error"].get<std::string>() << "\n";
+    return;
+  }
+  std::cout << "  cache root:   " << j["cache_root"].get<std::string>() << "\n";
   std::cout << fmt::format("  JIT cache:    {} ({} files, {:.1f} MiB)\n", jc["directory"].get<std::string>(),
                            jc["files"].get<std::size_t>(),
                            static_cast<double>(jc["bytes"].get<std::size_t>()) / (1 << 20));
@@ -113,7 +123,7 @@ void add_info_command(CLI::App& app) {
   cmd->callback([] {
     const auto j = collect();
     if (json)
-      std::cout << j.dump(2) << "\n";
+      std::cout << dump_json(j, 2) << "\n";
     else
       print_text(j);
   });

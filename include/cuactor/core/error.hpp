@@ -7,6 +7,8 @@
 #include <string_view>
 #include <system_error>
 
+#include "cuactor/core/cxx20.hpp"
+
 namespace cuactor {
 
 /// cuactor's own error codes. Values are stable; never decide anything by matching messages.
@@ -28,6 +30,8 @@ enum class errc : int {
   timeout,               ///< An operation did not finish in its allotted time.
   cancelled,             ///< The operation was cancelled before it ran.
   internal,              ///< A broken invariant inside cuactor (a bug).
+  untrusted,             ///< A file or directory is not safe to use (owner, mode or type).
+  io_error,              ///< Reading or writing a file failed (missing directory, full disk, ...).
 };
 
 /// Category of cuactor's own codes (name "cuactor").
