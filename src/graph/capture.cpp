@@ -8,6 +8,7 @@
 #include <unordered_map>
 #include <utility>
 
+#include "cuactor/core/nvtx.hpp"
 #include "cuactor/gpu/check.hpp"
 #include "graph/reclaimer.hpp"
 
@@ -158,6 +159,7 @@ struct CaptureSession::Ended {
 };
 
 Result<CaptureSession> CaptureSession::begin(cudaStream_t stream, CaptureMode mode, std::shared_ptr<CapturePool> pool) {
+  const nvtx::Range range("capture.begin");
   if (stream == nullptr)
     return fail(errc::invalid_argument, "begin_capture: stream is null; the legacy default stream cannot capture");
   int device = -1;
@@ -285,6 +287,7 @@ Result<CapturedGraph> CaptureSession::end_capture() {
 }
 
 Result<CapturedGraph> CaptureSession::end_capture_with_pool(std::shared_ptr<CapturePool> pool) {
+  const nvtx::Range range("capture.end");  // ends the capture and instantiates the graph
   auto ended = finish(std::move(pool));
   if (!ended) return fail(ended.error());
   auto exec = gpu::GraphExec::instantiate(ended->graph);
@@ -346,6 +349,7 @@ Status CapturedGraph::check_current() const {
 }
 
 Status CapturedGraph::launch(cudaStream_t stream) {
+  const nvtx::Range range("graph.launch", replays_);
   CUACTOR_TRY(check_current());
   CUACTOR_TRY(exec_.launch(stream));
   ++replays_;
@@ -355,6 +359,7 @@ Status CapturedGraph::launch(cudaStream_t stream) {
 Status CapturedGraph::upload(cudaStream_t stream) {
   CUACTOR_TRY(check_current());
   if (uploaded_) return ok();
+  const nvtx::Range range("graph.upload");
   CUACTOR_TRY(exec_.upload(stream));
   uploaded_ = true;
   return ok();
@@ -369,6 +374,7 @@ Status CapturedGraph::write_dot(const std::string& path, bool verbose) const {
 }
 
 Result<GraphUpdate> CapturedGraph::update_from(CaptureSession&& next) {
+  const nvtx::Range range("graph.update");
   if (!exec_) return fail(errc::invalid_argument, "update_from on an empty CapturedGraph");
   if (next.device() != device_)
     return fail(errc::wrong_device, fmt::format("update_from: graph of device {} cannot take a capture of device {}",

@@ -12,6 +12,7 @@
 
 #include "cuactor/core/log.hpp"
 #include "cuactor/core/no_throw.hpp"
+#include "cuactor/core/nvtx.hpp"
 #include "cuactor/gpu/check.hpp"
 #include "kernels/instance_abi.h"
 
@@ -158,6 +159,7 @@ JitStats JitEngine::stats() const {
 }
 
 Result<CacheLookup> JitEngine::compile_nvrtc(const NvrtcRequest& request, const std::string& what) {
+  const nvtx::Range range([&] { return "jit.compile " + what; });
   const auto start = std::chrono::steady_clock::now();
   report(what, JitStage::disk_lookup, start);
   return disk_.get_or_build(cache_key(request), [&]() -> Result<Artifact> {
@@ -188,6 +190,7 @@ Result<std::pair<Digest, NvccRequest>> JitEngine::prepare(const InstanceRequest&
 }
 
 Result<CacheLookup> JitEngine::compile_instance(const InstanceRequest& request, const std::string& what) {
+  const nvtx::Range range([&] { return "jit.compile " + what; });
   const auto start = std::chrono::steady_clock::now();
   auto prepared = prepare(request);
   if (!prepared) return fail(prepared.error());

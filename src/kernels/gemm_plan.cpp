@@ -6,12 +6,18 @@
 #include <cstdint>
 #include <vector>
 
+#include "cuactor/core/nvtx.hpp"
 #include "cuactor/gpu/check.hpp"
 #include "cuactor/kernels/catalog.hpp"
+#include "gemm_geometry.hpp"
 #include "kernels/instance_abi.h"
 
 namespace cuactor::kernels {
 namespace {
+
+using detail::extents;
+using detail::ld_or_packed;
+using detail::stride_or_packed;
 
 constexpr int kDefaultSmCount = 132;
 
@@ -19,15 +25,6 @@ constexpr int kDefaultSmCount = 132;
 /// contiguous extent.
 std::int64_t alignment_elements(DType t) {
   return 128 / size_bits(t);
-}
-
-/// Extents of an R x C matrix stored in `layout`: the contiguous one and the other.
-struct Extents {
-  std::int64_t contiguous;
-  std::int64_t strided;
-};
-Extents extents(std::int64_t rows, std::int64_t cols, MatrixLayout layout) {
-  return layout == MatrixLayout::row ? Extents{cols, rows} : Extents{rows, cols};
 }
 
 bool sku_computes(const GemmSku& s, const GemmProblem& p) {
@@ -87,15 +84,11 @@ Status check_arch(const GemmProblem& p, GpuArch arch) {
 Status check_operand(std::string_view what, const void* ptr, DType t, std::int64_t rows, std::int64_t cols,
                      MatrixLayout layout, std::int64_t ld, std::int64_t batch, std::int64_t batch_stride) {
   const std::int64_t align = alignment_elements(t);
-  const auto [contiguous, strided] = extents(rows, cols, layout);
-  if (ptr == nullptr) return fail(errc::invalid_argument, fmt::format("GEMM operand {}: pointer is null", what));
+  const std::int64_t contiguous = extents(rows, cols, layout).contiguous;
+  CUACTOR_TRY(detail::check_operand_geometry(what, ptr, rows, cols, layout, ld, batch, batch_stride));
   if (reinterpret_cast<std::uintptr_t>(ptr) % 16 != 0)
     return fail(errc::invalid_argument,
                 fmt::format("GEMM operand {}: pointer {} is not 16-byte aligned", what, fmt::ptr(ptr)));
-  if (ld < contiguous)
-    return fail(errc::invalid_argument,
-                fmt::format("GEMM operand {} ({}x{} {}-major): ld{}={} is less than its contiguous extent {}", what,
-                            rows, cols, name(layout), what, ld, contiguous));
   if (ld % align != 0)
     return fail(errc::invalid_argument,
                 fmt::format("GEMM operand {}: ld{}={} is not a multiple of {} for {}", what, what, ld, align, name(t)));
@@ -103,10 +96,6 @@ Status check_operand(std::string_view what, const void* ptr, DType t, std::int64
     return fail(errc::invalid_argument,
                 fmt::format("GEMM operand {} ({}x{} {}-major): contiguous extent {} is not a multiple of {} for {}",
                             what, rows, cols, name(layout), contiguous, align, name(t)));
-  if (batch > 1 && batch_stride < strided * ld)
-    return fail(errc::invalid_argument,
-                fmt::format("GEMM operand {}: batch stride {} is less than one matrix ({} x ld {}) for batch {}", what,
-                            batch_stride, strided, ld, batch));
   if (batch > 1 && batch_stride % align != 0)
     return fail(errc::invalid_argument, fmt::format("GEMM operand {}: batch stride {} is not a multiple of {} for {}",
                                                     what, batch_stride, align, name(t)));
@@ -115,26 +104,20 @@ Status check_operand(std::string_view what, const void* ptr, DType t, std::int64
 
 /// ABI arguments with packed defaults filled in.
 cuactor_dense_args make_args(const GemmProblem& p, const GemmOperands& o, const GemmPlanOptions& opts) {
-  const auto packed_ld = [](std::int64_t rows, std::int64_t cols, MatrixLayout l, std::int64_t ld) {
-    return ld != 0 ? ld : extents(rows, cols, l).contiguous;
-  };
   cuactor_dense_args a{};
   a.m = static_cast<int>(p.m);
   a.n = static_cast<int>(p.n);
   a.k = static_cast<int>(p.k);
   a.batch = static_cast<int>(p.batch);
-  a.lda = packed_ld(p.m, p.k, p.layout_a, o.lda);
-  a.ldb = packed_ld(p.k, p.n, p.layout_b, o.ldb);
-  a.ldd = packed_ld(p.m, p.n, p.layout_c, o.ldd);
-  a.ldc = o.c != nullptr ? packed_ld(p.m, p.n, p.layout_c, o.ldc) : a.ldd;
-  const auto packed_stride = [](std::int64_t rows, std::int64_t cols, MatrixLayout l, std::int64_t ld,
-                                std::int64_t stride) {
-    return stride != 0 ? stride : extents(rows, cols, l).strided * ld;
-  };
-  a.batch_stride_a = packed_stride(p.m, p.k, p.layout_a, a.lda, o.batch_stride_a);
-  a.batch_stride_b = packed_stride(p.k, p.n, p.layout_b, a.ldb, o.batch_stride_b);
-  a.batch_stride_d = packed_stride(p.m, p.n, p.layout_c, a.ldd, o.batch_stride_d);
-  a.batch_stride_c = o.c != nullptr ? packed_stride(p.m, p.n, p.layout_c, a.ldc, o.batch_stride_c) : a.batch_stride_d;
+  a.lda = ld_or_packed(p.m, p.k, p.layout_a, o.lda);
+  a.ldb = ld_or_packed(p.k, p.n, p.layout_b, o.ldb);
+  a.ldd = ld_or_packed(p.m, p.n, p.layout_c, o.ldd);
+  a.ldc = o.c != nullptr ? ld_or_packed(p.m, p.n, p.layout_c, o.ldc) : a.ldd;
+  a.batch_stride_a = stride_or_packed(p.m, p.k, p.layout_a, a.lda, o.batch_stride_a);
+  a.batch_stride_b = stride_or_packed(p.k, p.n, p.layout_b, a.ldb, o.batch_stride_b);
+  a.batch_stride_d = stride_or_packed(p.m, p.n, p.layout_c, a.ldd, o.batch_stride_d);
+  a.batch_stride_c =
+      o.c != nullptr ? stride_or_packed(p.m, p.n, p.layout_c, a.ldc, o.batch_stride_c) : a.batch_stride_d;
   a.a = o.a;
   a.b = o.b;
   a.c = o.c != nullptr ? o.c : o.d;  // beta == 0 without C: the kernel still needs a valid C descriptor
@@ -164,8 +147,17 @@ std::size_t hash_value(const GemmProblem& p) noexcept {
 }
 
 Result<GemmPlan> GemmPlan::make(const GemmProblem& problem, GpuArch device_arch, const GemmPlanOptions& options) {
+  const nvtx::Range range("gemm.plan");
   CUACTOR_TRY(check_problem(problem));
   CUACTOR_TRY(check_arch(problem, device_arch));
+  // Options are checked before the catalog is searched so that a build without kernels rejects them too.
+  if (options.max_swizzle < 0 || options.max_swizzle > 8 || (options.max_swizzle & (options.max_swizzle - 1)) != 0)
+    return fail(errc::invalid_argument,
+                fmt::format("GemmPlan max_swizzle={} must be 0 (default), 1, 2, 4 or 8", options.max_swizzle));
+  if (options.raster_order < 0 || options.raster_order > 2)
+    return fail(errc::invalid_argument,
+                fmt::format("GemmPlan raster_order={} must be 0 (heuristic), 1 (along M) or 2 (along N)",
+                            options.raster_order));
   const int sm_count = options.sm_count > 0 ? options.sm_count : kDefaultSmCount;
   const CatalogEntry* chosen = nullptr;
   if (options.sku_override) {
@@ -207,13 +199,6 @@ Result<GemmPlan> GemmPlan::make(const GemmProblem& problem, GpuArch device_arch,
                               "selects the compiled families; the JIT can instantiate others)",
                               describe(problem), device_arch.name()));
   }
-  if (options.max_swizzle < 0 || options.max_swizzle > 8 || (options.max_swizzle & (options.max_swizzle - 1)) != 0)
-    return fail(errc::invalid_argument,
-                fmt::format("GemmPlan max_swizzle={} must be 0 (default), 1, 2, 4 or 8", options.max_swizzle));
-  if (options.raster_order < 0 || options.raster_order > 2)
-    return fail(errc::invalid_argument,
-                fmt::format("GemmPlan raster_order={} must be 0 (heuristic), 1 (along M) or 2 (along N)",
-                            options.raster_order));
   GemmPlanOptions resolved = options;
   resolved.sm_count = sm_count;
   const auto args = make_args(problem, GemmOperands{}, resolved);
@@ -237,11 +222,6 @@ Status GemmPlan::validate(const GemmOperands& o) const {
       return fail(errc::internal, "GemmPlan: unreachable empty-problem state");
     return ok();  // nothing to compute
   }
-  const auto ld_or_packed = [](std::int64_t rows, std::int64_t cols, MatrixLayout l, std::int64_t ld) {
-    return ld != 0 ? ld : extents(rows, cols, l).contiguous;
-  };
-  const auto stride_or_packed = [](std::int64_t rows, std::int64_t cols, MatrixLayout l, std::int64_t ld,
-                                   std::int64_t s) { return s != 0 ? s : extents(rows, cols, l).strided * ld; };
   const std::int64_t lda = ld_or_packed(p.m, p.k, p.layout_a, o.lda);
   const std::int64_t ldb = ld_or_packed(p.k, p.n, p.layout_b, o.ldb);
   const std::int64_t ldd = ld_or_packed(p.m, p.n, p.layout_c, o.ldd);
@@ -277,9 +257,8 @@ Status GemmPlan::validate(const GemmOperands& o) const {
   return ok();
 }
 
-Status GemmPlan::check_buffer_sizes(const GemmOperands& o, std::size_t a_bytes, std::size_t b_bytes,
-                                    std::size_t c_bytes, std::size_t d_bytes) const {
-  const auto& p = problem_;
+Status check_gemm_buffer_sizes(const GemmProblem& p, const GemmOperands& o, std::size_t a_bytes, std::size_t b_bytes,
+                               std::size_t c_bytes, std::size_t d_bytes) {
   if (p.m == 0 || p.n == 0) return ok();
   struct Operand {
     const char* what;
@@ -309,6 +288,11 @@ Status GemmPlan::check_buffer_sizes(const GemmOperands& o, std::size_t a_bytes, 
                               x.what, x.rows, x.cols, name(x.layout), ld, p.batch, need, x.bytes));
   }
   return ok();
+}
+
+Status GemmPlan::check_buffer_sizes(const GemmOperands& o, std::size_t a_bytes, std::size_t b_bytes,
+                                    std::size_t c_bytes, std::size_t d_bytes) const {
+  return check_gemm_buffer_sizes(problem_, o, a_bytes, b_bytes, c_bytes, d_bytes);
 }
 
 Status GemmPlan::run(const GemmOperands& operands, void* workspace, std::size_t workspace_bytes,
@@ -351,46 +335,9 @@ std::size_t GemmPlanCache::KeyHash::operator()(const Key& k) const noexcept {
 }
 
 Result<GemmPlan> GemmPlanCache::get(const GemmProblem& problem, GpuArch arch, const GemmPlanOptions& options) {
-  Key key{
+  const Key key{
       problem, arch, options.sm_count, options.device, options.max_swizzle, options.raster_order, options.sku_override};
-  {
-    std::lock_guard lock(mutex_);
-    if (auto it = index_.find(key); it != index_.end()) {
-      lru_.splice(lru_.begin(), lru_, it->second);
-      ++hits_;
-      return it->second->second;
-    }
-    ++misses_;
-  }
-  // Plans are cheap to make (a catalog scan); two threads racing on one key both make it and the
-  // second insert is dropped.
-  auto plan = GemmPlan::make(problem, arch, options);
-  if (!plan) return plan;
-  std::lock_guard lock(mutex_);
-  if (index_.find(key) == index_.end()) {
-    lru_.emplace_front(key, *plan);
-    index_.emplace(std::move(key), lru_.begin());
-    if (lru_.size() > capacity_) {
-      index_.erase(lru_.back().first);
-      lru_.pop_back();
-    }
-  }
-  return plan;
-}
-
-std::size_t GemmPlanCache::size() const {
-  std::lock_guard lock(mutex_);
-  return lru_.size();
-}
-
-std::size_t GemmPlanCache::hits() const {
-  std::lock_guard lock(mutex_);
-  return hits_;
-}
-
-std::size_t GemmPlanCache::misses() const {
-  std::lock_guard lock(mutex_);
-  return misses_;
+  return cache_.get_or_create(key, [&] { return GemmPlan::make(problem, arch, options); });
 }
 
 }  // namespace cuactor::kernels

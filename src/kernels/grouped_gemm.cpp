@@ -5,8 +5,10 @@
 
 #include <algorithm>
 #include <cstring>
+#include <string>
 #include <vector>
 
+#include "cuactor/core/nvtx.hpp"
 #include "cuactor/gpu/check.hpp"
 #include "cuactor/gpu/memory.hpp"
 #include "cuactor/kernels/catalog.hpp"
@@ -22,7 +24,7 @@ struct GroupedMetadata {
   GroupedGemmSpec spec;
   GroupedScalars scalars;
   detail::GroupedLayout layout;
-  gpu::PinnedBuffer image;                       // host-prepared groups: the metadata image
+  gpu::PinnedBuffer image;                        // host-prepared groups: the metadata image
   std::optional<DeviceSizedGroups> device_sized;  // device-sized groups: built on the device
 };
 
@@ -250,6 +252,7 @@ Status check_dtypes(const GroupedGemmSpec& spec) {
 }  // namespace
 
 Result<GroupedGemmPlan> GroupedGemmPlan::create(const GroupedGemmSpec& spec) {
+  const nvtx::Range range("grouped.plan");
   if (spec.sm_count <= 0)
     return fail(errc::invalid_argument,
                 fmt::format("grouped GEMM: sm_count={} must be the device's multiprocessor count", spec.sm_count));
@@ -301,6 +304,7 @@ Status GroupedGemmPlan::check_scalars(const GroupedScalars& s, int group_count) 
 
 Result<PreparedGroupedGemm> GroupedGemmPlan::prepare(std::span<const GroupedProblem> groups,
                                                      const GroupedScalars& scalars) const {
+  const nvtx::Range range([&] { return "grouped.prepare " + std::to_string(groups.size()) + " groups"; });
   if (groups.empty()) return fail(errc::invalid_argument, "group_count=0: a grouped GEMM needs at least one group");
   if (groups.size() > static_cast<std::size_t>(INT32_MAX / 3))
     return fail(errc::invalid_argument, fmt::format("group_count={} is too large", groups.size()));
@@ -328,6 +332,8 @@ Result<PreparedGroupedGemm> GroupedGemmPlan::prepare(std::span<const GroupedProb
 
 Result<PreparedGroupedGemm> GroupedGemmPlan::prepare(const DeviceSizedGroups& groups,
                                                      const GroupedScalars& scalars) const {
+  const nvtx::Range range(
+      [&] { return "grouped.prepare " + std::to_string(groups.group_count) + " device-sized groups"; });
   CUACTOR_TRY(detail::validate_device_sized(groups, spec_, scalars.beta));
   CUACTOR_TRY(check_scalars(scalars, groups.group_count));
   auto scratch = kernel_scratch_bytes();
@@ -364,6 +370,7 @@ const std::int32_t* PreparedGroupedGemm::routing_error_flag(const void* workspac
 }
 
 Status PreparedGroupedGemm::run(cudaStream_t stream, void* workspace, std::size_t workspace_bytes) const {
+  const nvtx::Range range("grouped.run");
   const detail::GroupedLayout& l = meta_->layout;
   if (workspace_bytes < l.total)
     return fail(errc::workspace_too_small,
@@ -411,17 +418,17 @@ Status PreparedGroupedGemm::run(cudaStream_t stream, void* workspace, std::size_
                                           s.scale_b,
                                           error_flag};
     CUACTOR_TRY(gpu::check(detail::launch_build_device_sized_args(p, arrays, stream),
-                            "grouped GEMM: building device-sized arguments"));
+                           "grouped GEMM: building device-sized arguments"));
   } else {
     CUACTOR_TRY(gpu::copy_async(ws, meta_->image.data(), l.upload_bytes, stream));
     if (arrays.alpha != nullptr)
       CUACTOR_TRY(gpu::check(detail::launch_fold_fp8_scales(l.group_count, s.alpha, s.scale_a, s.scale_a_per_group,
-                                                             s.scale_b, arrays.alpha, stream),
-                              "grouped GEMM: folding fp8 scales"));
+                                                            s.scale_b, arrays.alpha, stream),
+                             "grouped GEMM: folding fp8 scales"));
   }
   if (arrays.k0_rows != nullptr)
     CUACTOR_TRY(gpu::check(detail::launch_beta_times_c(spec.d, arrays, l.group_count, s.beta, stream),
-                            "grouped GEMM: D = beta * C for K = 0 groups"));
+                           "grouped GEMM: D = beta * C for K = 0 groups"));
 
   cuactor_grouped_args args{};
   args.group_count = l.group_count;

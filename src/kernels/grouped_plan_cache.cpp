@@ -13,21 +13,11 @@ std::string GroupedPlanCache::key(const GroupedGemmSpec& s) {
 }
 
 Result<std::shared_ptr<const GroupedGemmPlan>> GroupedPlanCache::get(const GroupedGemmSpec& spec) {
-  const std::string k = key(spec);
-  {
-    std::lock_guard lock(mutex_);
-    if (auto it = plans_.find(k); it != plans_.end()) return it->second;
-  }
-  auto plan = GroupedGemmPlan::create(spec);  // host only and cheap; two racing creators agree
-  if (!plan) return fail(plan.error());
-  auto shared = std::make_shared<const GroupedGemmPlan>(std::move(*plan));
-  std::lock_guard lock(mutex_);
-  return plans_.try_emplace(k, std::move(shared)).first->second;
-}
-
-std::size_t GroupedPlanCache::size() const {
-  std::lock_guard lock(mutex_);
-  return plans_.size();
+  return cache_.get_or_create(key(spec), [&]() -> Result<std::shared_ptr<const GroupedGemmPlan>> {
+    auto plan = GroupedGemmPlan::create(spec);
+    if (!plan) return fail(plan.error());
+    return std::make_shared<const GroupedGemmPlan>(std::move(*plan));
+  });
 }
 
 }  // namespace cuactor::kernels

@@ -1,10 +1,12 @@
-// GemmPlan choices and rejections; none of this touches a device (operand checks use fake pointers).
+// GemmPlan choices and rejections, and the cuBLAS back end's rules over the same vocabulary; none of
+// this touches a device (operand checks use fake pointers).
 #include <gtest/gtest.h>
 
 #include <cstdint>
 #include <string>
 
 #include "cuactor/kernels/catalog.hpp"
+#include "cuactor/kernels/cublas_gemm.hpp"
 #include "cuactor/kernels/gemm_plan.hpp"
 #include "support/gpu_test.hpp"
 
@@ -275,6 +277,75 @@ TEST(DensePlan, ProblemHashSeparatesFields) {
   b.layout_b = MatrixLayout::row;
   EXPECT_NE(hash_value(a), hash_value(b));
   EXPECT_EQ(std::hash<GemmProblem>{}(a), hash_value(bf16_problem(1, 2, 3)));
+}
+
+// cuBLAS: the same problem and operands; its own element types, no alignment rules.
+
+GemmProblem f32_problem(std::int64_t m, std::int64_t n, std::int64_t k) {
+  GemmProblem p = bf16_problem(m, n, k);
+  p.a = p.b = p.c = p.d = DType::f32;
+  return p;
+}
+
+GemmOperands unaligned_operands() {
+  GemmOperands o;
+  o.a = fake(4);
+  o.b = fake(0x1000 + 12);
+  o.d = fake_mut(4);
+  return o;
+}
+
+TEST(DenseCublas, AcceptsOddShapesAndUnalignedPointers) {
+  CUACTOR_ASSERT_OK(validate_cublas_gemm(f32_problem(97, 75, 61), unaligned_operands()));
+  GemmProblem p = f32_problem(97, 75, 61);
+  p.a = p.b = DType::bf16;  // 16-bit inputs may write f32
+  CUACTOR_ASSERT_OK(validate_cublas_gemm(p, unaligned_operands()));
+  CUACTOR_ASSERT_OK(validate_cublas_gemm(f32_problem(0, 75, 61), GemmOperands{}));  // nothing to compute
+}
+
+TEST(DenseCublas, RejectsTypesCublasGemmExDoesNotTake) {
+  GemmProblem p = fp8_problem();
+  expect_error(validate_cublas_gemm(p, unaligned_operands()), errc::unsupported, "A=e4m3");
+  p = f32_problem(8, 8, 8);
+  p.b = DType::f16;
+  expect_error(validate_cublas_gemm(p, unaligned_operands()), errc::unsupported, "A=f32 B=f16");
+  p = f32_problem(8, 8, 8);
+  p.c = p.d = DType::f16;  // f32 inputs cannot write f16
+  expect_error(validate_cublas_gemm(p, unaligned_operands()), errc::unsupported, "D=f16");
+  GemmOperands o = unaligned_operands();
+  o.scale_a = static_cast<const float*>(fake());
+  expect_error(validate_cublas_gemm(f32_problem(8, 8, 8), o), errc::unsupported, "scale_a is set");
+}
+
+TEST(DenseCublas, RejectsBadGeometryNamingTheOperand) {
+  const GemmProblem p = f32_problem(64, 48, 32);
+  expect_error(validate_cublas_gemm(f32_problem(-1, 48, 32), unaligned_operands()), errc::invalid_argument, "m=-1");
+  GemmOperands o = unaligned_operands();
+  o.lda = 16;
+  expect_error(validate_cublas_gemm(p, o), errc::invalid_argument, "ldA=16 is less than its contiguous extent 32");
+  o = unaligned_operands();
+  o.b = nullptr;
+  expect_error(validate_cublas_gemm(p, o), errc::invalid_argument, "operand B: pointer is null");
+  o = unaligned_operands();
+  o.beta = 1.0f;
+  expect_error(validate_cublas_gemm(p, o), errc::invalid_argument, "C: pointer is null but beta=1");
+  GemmProblem batched = p;
+  batched.batch = 2;
+  o = unaligned_operands();
+  o.batch_stride_d = 100;
+  expect_error(validate_cublas_gemm(batched, o), errc::invalid_argument, "operand D: batch stride 100");
+  o = unaligned_operands();
+  o.c = o.d;
+  o.ldc = 64;  // in place, but C read at another leading dimension than D is written
+  expect_error(validate_cublas_gemm(p, o), errc::invalid_argument, "alias but ldc=64 ldd=48");
+}
+
+TEST(DenseCublas, BufferSizesNameTheOperand) {
+  const GemmProblem p = f32_problem(64, 48, 32);
+  const GemmOperands o = unaligned_operands();
+  CUACTOR_ASSERT_OK(check_gemm_buffer_sizes(p, o, 64 * 32 * 4, 48 * 32 * 4, 0, 64 * 48 * 4));
+  expect_error(check_gemm_buffer_sizes(p, o, 64 * 32 * 4, 48 * 32 * 4, 0, 40), errc::invalid_argument,
+               "operand D (64x48 row-major, ld 48, batch 1): needs 12288 bytes but the buffer has 40");
 }
 
 }  // namespace

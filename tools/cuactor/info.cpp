@@ -1,6 +1,7 @@
 #include <fmt/format.h>
 #include <nvrtc.h>
 
+#include <boost/asio/use_future.hpp>
 #include <filesystem>
 #include <iostream>
 #include <nlohmann/json.hpp>
@@ -12,12 +13,22 @@
 #include "cuactor/gpu/device.hpp"
 #include "cuactor/jit/nvcc.hpp"
 #include "cuactor/kernels/catalog.hpp"
+#include "cuactor/runtime/device_actor.hpp"
 #include "json_output.hpp"
 
 namespace cuactor::cli {
 namespace {
 
-nlohmann::json collect() {
+/// Opens an actor on `ordinal`, runs one small request through it and returns its stats ([O2]).
+nlohmann::json actor_stats(int ordinal) {
+  auto actor = runtime::DeviceActor::create(ordinal);
+  if (!actor) return {{"error", actor.error().to_string()}};
+  auto [ec, buf] = actor->allocate<int>(256, boost::asio::use_future).get();
+  if (!ec) (void)actor->fill(buf, 1, boost::asio::use_future).get();
+  return nlohmann::json::parse(runtime::to_json(actor->stats()));
+}
+
+nlohmann::json collect(bool with_stats) {
   nlohmann::json j;
   const int drv = gpu::driver_version();
   j["driver_cuda_version"] = drv ? nlohmann::json(gpu::format_cuda_version(drv)) : nlohmann::json(nullptr);
@@ -41,6 +52,7 @@ nlohmann::json collect() {
                      {"memory_bus_width_bits", p->memory_bus_width_bits},
                      {"pci_bus_id", p->pci_bus_id}};
     if (auto m = gpu::memory_info(i)) d["free_memory_bytes"] = m->free;
+    if (with_stats) d["actor_stats"] = actor_stats(i);
     devices.push_back(std::move(d));
   }
   j["devices"] = devices;
@@ -94,6 +106,7 @@ void print_text(const nlohmann::json& j) {
           static_cast<double>(d.value("free_memory_bytes", std::size_t{0})) / (1 << 30),
           d["l2_cache_bytes"].get<std::size_t>() >> 20, d["sm_clock_mhz"].get<int>(), d["memory_clock_mhz"].get<int>(),
           d["memory_bus_width_bits"].get<int>(), d["pci_bus_id"].get<std::string>());
+      if (d.contains("actor_stats")) std::cout << "    actor stats: " << dump_json(d["actor_stats"]) << "\n";
     }
   }
   const auto& fam = j["kernel_families"];
@@ -119,9 +132,11 @@ void print_text(const nlohmann::json& j) {
 void add_info_command(CLI::App& app) {
   auto* cmd = app.add_subcommand("info", "Show driver, devices, compiled kernels, compilers and cache locations");
   static bool json = false;
+  static bool stats = false;
   cmd->add_flag("--json", json, "Machine-readable JSON output");
+  cmd->add_flag("--stats", stats, "Open a device actor per device, run one request and show its stats");
   cmd->callback([] {
-    const auto j = collect();
+    const auto j = collect(stats);
     if (json)
       std::cout << dump_json(j, 2) << "\n";
     else

@@ -5,6 +5,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
+#include <library_types.h>
 
 #include <cstddef>
 #include <optional>
@@ -68,6 +69,37 @@ constexpr bool is_low_precision_float(DType t) noexcept {
 std::string_view name(DType t) noexcept;
 /// Parses a canonical name (also accepts "float32", "half", "bfloat16", "fp8_e4m3", ...).
 std::optional<DType> parse_dtype(std::string_view s) noexcept;
+
+/// CUDA's library name of a type (cudaDataType_t, as cuBLAS and cuBLASLt take it), or nullopt for
+/// types without one (tf32 is f32 storage: CUDA_R_32F).
+constexpr std::optional<cudaDataType_t> library_data_type(DType t) noexcept {
+  switch (t) {
+    case DType::f64:
+      return CUDA_R_64F;
+    case DType::f32:
+    case DType::tf32:
+      return CUDA_R_32F;
+    case DType::f16:
+      return CUDA_R_16F;
+    case DType::bf16:
+      return CUDA_R_16BF;
+    case DType::e4m3:
+      return CUDA_R_8F_E4M3;
+    case DType::e5m2:
+      return CUDA_R_8F_E5M2;
+    case DType::e2m1:
+      return CUDA_R_4F_E2M1;
+    case DType::i64:
+      return CUDA_R_64I;
+    case DType::i32:
+      return CUDA_R_32I;
+    case DType::i8:
+      return CUDA_R_8I;
+    case DType::u8:
+      return CUDA_R_8U;
+  }
+  return std::nullopt;
+}
 
 /// Maps a C++ element type to its DType (float, double, int32_t, CUDA's __half, __nv_bfloat16,
 /// __nv_fp8_e4m3, __nv_fp8_e5m2, ...).

@@ -71,6 +71,69 @@ Result<const void*> optional_ptr(const runtime::GpuRef<T>& ref) {
   return static_cast<const void*>(*p);
 }
 
+/// The untyped problem of a typed request (element types from TA/TB/TD; fp8 inputs take the scaled
+/// epilogue).
+template <class TA, class TB, class TD>
+GemmProblem dense_problem(const DenseGemmShape& shape) {
+  GemmProblem p;
+  p.m = shape.m;
+  p.n = shape.n;
+  p.k = shape.k;
+  p.batch = shape.batch;
+  p.a = dtype_of<TA>::value;
+  p.b = dtype_of<TB>::value;
+  p.c = p.d = dtype_of<TD>::value;
+  p.layout_a = shape.layout_a;
+  p.layout_b = shape.layout_b;
+  p.layout_c = shape.layout_c;
+  p.epilogue = is_low_precision_float(p.a) ? GemmEpilogue::scaled_linear_combination : GemmEpilogue::linear_combination;
+  return p;
+}
+
+/// The untyped operands (raw device pointers, null for empty refs) of a typed request; call it on
+/// the actor's thread, after submit validated the refs.
+template <class TA, class TB, class TD>
+Result<GemmOperands> dense_operands(const DenseGemmOperands<TA, TB, TD>& ops) {
+  auto a = optional_ptr(ops.a);
+  auto b = optional_ptr(ops.b);
+  auto c = optional_ptr(ops.c);
+  auto sa = optional_ptr(ops.scale_a);
+  auto sb = optional_ptr(ops.scale_b);
+  for (const auto* r : {&a, &b, &c, &sa, &sb})
+    if (!*r) return fail(r->error());
+  auto d = ops.d.raw_device_ptr();
+  if (!d) return fail(d.error());
+  GemmOperands o;
+  o.a = *a;
+  o.b = *b;
+  o.c = *c;
+  o.d = *d;
+  o.lda = ops.lda;
+  o.ldb = ops.ldb;
+  o.ldc = ops.ldc;
+  o.ldd = ops.ldd;
+  o.batch_stride_a = ops.batch_stride_a;
+  o.batch_stride_b = ops.batch_stride_b;
+  o.batch_stride_c = ops.batch_stride_c;
+  o.batch_stride_d = ops.batch_stride_d;
+  o.alpha = ops.alpha;
+  o.beta = ops.beta;
+  o.scale_a = static_cast<const float*>(*sa);
+  o.scale_b = static_cast<const float*>(*sb);
+  return o;
+}
+
+/// What a dense request reads: A, B, C unless it aliases D (in-place accumulate: then only
+/// written), and the scales.
+template <class TA, class TB, class TD>
+runtime::Reads dense_reads(const DenseGemmOperands<TA, TB, TD>& ops) {
+  runtime::Reads reads{ops.a, ops.b};
+  if (!ops.c.empty() && ops.c.allocation() != ops.d.allocation()) reads.add(ops.c);
+  if (!ops.scale_a.empty()) reads.add(ops.scale_a);
+  if (!ops.scale_b.empty()) reads.add(ops.scale_b);
+  return reads;
+}
+
 }  // namespace detail
 
 /// Enqueues D = alpha * [scale_a * scale_b] * A B + beta * C on the actor's stream with a cached
@@ -80,62 +143,22 @@ Result<const void*> optional_ptr(const runtime::GpuRef<T>& ref) {
 template <class TA, class TB, class TD, class Token>
 auto async_dense_gemm(runtime::DeviceActor& actor, GemmPlanCache& plans, DenseGemmShape shape,
                       DenseGemmOperands<TA, TB, TD> ops, Token&& token) {
-  runtime::Reads reads{ops.a, ops.b};
-  // C may alias D (in-place accumulate): it is then only written.
-  if (!ops.c.empty() && ops.c.allocation() != ops.d.allocation()) reads.add(ops.c);
-  if (!ops.scale_a.empty()) reads.add(ops.scale_a);
-  if (!ops.scale_b.empty()) reads.add(ops.scale_b);
+  runtime::Reads reads = detail::dense_reads(ops);
   runtime::Writes writes{ops.d};
   return actor.template submit<GemmSku>(
       std::move(reads), std::move(writes),
       [&plans, shape = std::move(shape), ops = std::move(ops)](runtime::OpContext& ctx) -> Result<GemmSku> {
         auto facts = detail::dense_device_facts(ctx.device());
         if (!facts) return fail(facts.error());
-        GemmProblem p;
-        p.m = shape.m;
-        p.n = shape.n;
-        p.k = shape.k;
-        p.batch = shape.batch;
-        p.a = dtype_of<TA>::value;
-        p.b = dtype_of<TB>::value;
-        p.c = p.d = dtype_of<TD>::value;
-        p.layout_a = shape.layout_a;
-        p.layout_b = shape.layout_b;
-        p.layout_c = shape.layout_c;
-        p.epilogue =
-            is_low_precision_float(p.a) ? GemmEpilogue::scaled_linear_combination : GemmEpilogue::linear_combination;
         GemmPlanOptions options;
         options.sku_override = shape.sku_override;
         options.sm_count = facts->second;
         options.device = ctx.device();
-        auto plan = plans.get(p, facts->first, options);
+        auto plan = plans.get(detail::dense_problem<TA, TB, TD>(shape), facts->first, options);
         if (!plan) return fail(plan.error());
-        GemmOperands o;
-        auto a = detail::optional_ptr(ops.a);
-        auto b = detail::optional_ptr(ops.b);
-        auto c = detail::optional_ptr(ops.c);
-        auto sa = detail::optional_ptr(ops.scale_a);
-        auto sb = detail::optional_ptr(ops.scale_b);
-        auto d = ops.d.raw_device_ptr();
-        for (const auto* r : {&a, &b, &c, &sa, &sb})
-          if (!*r) return fail(r->error());
-        if (!d) return fail(d.error());
-        o.a = *a;
-        o.b = *b;
-        o.c = *c;
-        o.d = *d;
-        o.lda = ops.lda;
-        o.ldb = ops.ldb;
-        o.ldc = ops.ldc;
-        o.ldd = ops.ldd;
-        o.batch_stride_a = ops.batch_stride_a;
-        o.batch_stride_b = ops.batch_stride_b;
-        o.batch_stride_c = ops.batch_stride_c;
-        o.batch_stride_d = ops.batch_stride_d;
-        o.alpha = ops.alpha;
-        o.beta = ops.beta;
-        o.scale_a = static_cast<const float*>(*sa);
-        o.scale_b = static_cast<const float*>(*sb);
+        auto operands = detail::dense_operands(ops);
+        if (!operands) return fail(operands.error());
+        const GemmOperands& o = *operands;
         CUACTOR_TRY(plan->validate(o));
         CUACTOR_TRY(plan->check_buffer_sizes(o, ops.a.size_bytes(), ops.b.size_bytes(), ops.c.size_bytes(),
                                              ops.d.size_bytes()));

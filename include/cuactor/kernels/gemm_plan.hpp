@@ -7,15 +7,13 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <list>
-#include <mutex>
 #include <optional>
-#include <unordered_map>
 #include <utility>
 
 #include "cuactor/core/arch.hpp"
 #include "cuactor/core/dtype.hpp"
 #include "cuactor/core/expected.hpp"
+#include "cuactor/core/lru_cache.hpp"
 #include "cuactor/kernels/sku.hpp"
 
 namespace cuactor::kernels {
@@ -66,6 +64,14 @@ struct GemmOperands {
   const float* scale_a = nullptr;  ///< Device pointer, per-tensor scale of A (scaled epilogue), null = 1.
   const float* scale_b = nullptr;  ///< Device pointer, per-tensor scale of B (scaled epilogue), null = 1.
 };
+
+/// Checks that buffers of the given byte sizes hold every element the operands address (their last
+/// batch's last row at its leading dimension, packed defaults applied); `invalid_argument` naming
+/// the operand, the bytes needed and the bytes given. A null C is not checked. Shared by every dense
+/// GEMM back end (GemmPlan, cuBLAS).
+[[nodiscard]] Status check_gemm_buffer_sizes(const GemmProblem& problem, const GemmOperands& operands,
+                                             std::size_t a_bytes, std::size_t b_bytes, std::size_t c_bytes,
+                                             std::size_t d_bytes);
 
 /// Options of GemmPlan::make.
 struct GemmPlanOptions {
@@ -131,22 +137,24 @@ class GemmPlan {
   std::size_t workspace_size_ = 0;
 };
 
-/// A thread-safe LRU cache of dense GEMM plans keyed by everything that chooses the kernel (problem,
-/// architecture, SM count, device, override), never by pointers or run-time scalars ([J4]).
-/// Failures are returned, not cached.
+/// Dense GEMM plans by everything that chooses the kernel (problem, architecture, SM count, device,
+/// rasterisation, override), never by pointers or run-time scalars ([J4]): core's LruCache (bounded,
+/// single flight; failures are returned to every waiter and not cached).
 class GemmPlanCache {
  public:
   /// A cache holding at most `capacity` plans (at least 1).
-  explicit GemmPlanCache(std::size_t capacity = 64) : capacity_(capacity > 0 ? capacity : 1) {}
+  explicit GemmPlanCache(std::size_t capacity = 64) : cache_(capacity) {}
 
   /// The plan for (problem, arch, options), made on first use.
   Result<GemmPlan> get(const GemmProblem& problem, GpuArch arch, const GemmPlanOptions& options = {});
   /// Plans currently held.
-  [[nodiscard]] std::size_t size() const;
+  [[nodiscard]] std::size_t size() const { return cache_.size(); }
   /// Lookups answered from the cache.
-  [[nodiscard]] std::size_t hits() const;
+  [[nodiscard]] std::size_t hits() const { return cache_.stats().hits; }
   /// Lookups that made a plan.
-  [[nodiscard]] std::size_t misses() const;
+  [[nodiscard]] std::size_t misses() const { return cache_.stats().misses; }
+  /// All counters (hits, misses, evictions, size, capacity).
+  [[nodiscard]] CacheStats stats() const { return cache_.stats(); }
 
  private:
   struct Key {
@@ -162,14 +170,8 @@ class GemmPlanCache {
   struct KeyHash {
     std::size_t operator()(const Key& k) const noexcept;
   };
-  using Lru = std::list<std::pair<Key, GemmPlan>>;
 
-  mutable std::mutex mutex_;
-  std::size_t capacity_;
-  Lru lru_;  // most recently used first
-  std::unordered_map<Key, Lru::iterator, KeyHash> index_;
-  std::size_t hits_ = 0;
-  std::size_t misses_ = 0;
+  LruCache<Key, GemmPlan, KeyHash> cache_;
 };
 
 }  // namespace cuactor::kernels

@@ -1,0 +1,164 @@
+/// @file
+/// The device actor's built-in operations as plain data ([R10]): allocate, copies, fill and kernel
+/// launch. The in-process actor runs them with execute(); an isolated backend serialises the same
+/// values to its worker process, which runs them with the same execute().
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <type_traits>
+#include <utility>
+#include <variant>
+#include <vector>
+
+#include "cuactor/core/expected.hpp"
+#include "cuactor/gpu/module.hpp"
+#include "cuactor/runtime/gpu_ref.hpp"
+
+namespace cuactor::runtime {
+
+class OpContext;
+
+/// Pointer argument of a kernel launch that the kernel only reads (`in(x)`); a plain GpuRef argument
+/// is treated as read and written.
+template <class T>
+struct InArg {
+  GpuRef<T> ref;
+};
+/// Marks `ref` as read-only for KernelArgs.
+template <class T>
+InArg<T> in(GpuRef<T> ref) {
+  return {std::move(ref)};
+}
+
+/// Arguments of a kernel launch: GpuRefs (validated on the actor's thread and passed as T*) and
+/// trivially copyable values, each checked against the kernel's parameter sizes.
+class KernelArgs {
+ public:
+  /// Builds the argument list in parameter order.
+  template <class... A>
+  static KernelArgs make(const A&... args) {
+    KernelArgs k;
+    (k.push(args), ...);
+    return k;
+  }
+  /// Appends a read-write buffer argument.
+  template <class T>
+  void push(const GpuRef<T>& ref) {
+    push_buffer(ref.allocation(), true);
+  }
+  /// Appends a read-only buffer argument.
+  template <class T>
+  void push(const InArg<T>& arg) {
+    push_buffer(arg.ref.allocation(), false);
+  }
+  /// Appends a value argument.
+  template <class T>
+  requires std::is_trivially_copyable_v<T>
+  void push(const T& value) { push_value(&value, sizeof(T), alignof(T)); }
+
+  /// Where one argument lives in storage().
+  struct Slot {
+    std::size_t offset = 0;  ///< Byte offset in storage().
+    std::size_t size = 0;    ///< Bytes (sizeof(void*) for buffers).
+    int buffer = -1;         ///< Index into buffers(), or -1 for a value.
+  };
+  /// Argument slots in parameter order.
+  [[nodiscard]] const std::vector<Slot>& slots() const noexcept { return slots_; }
+  /// Buffer arguments and whether each is written.
+  [[nodiscard]] const std::vector<std::pair<std::shared_ptr<DeviceAllocation>, bool>>& buffers() const noexcept {
+    return buffers_;
+  }
+  /// Packed argument bytes (buffer slots are filled in at launch).
+  [[nodiscard]] const std::vector<std::byte>& storage() const noexcept { return storage_; }
+
+ private:
+  void push_buffer(std::shared_ptr<DeviceAllocation> allocation, bool written);
+  void push_value(const void* value, std::size_t size, std::size_t align);
+
+  std::vector<Slot> slots_;
+  std::vector<std::pair<std::shared_ptr<DeviceAllocation>, bool>> buffers_;
+  std::vector<std::byte> storage_;
+};
+
+/// Grid, block and dynamic shared memory of a launch on the actor's stream.
+struct LaunchShape {
+  dim3 grid{1, 1, 1};
+  dim3 block{1, 1, 1};
+  unsigned shared_bytes = 0;
+};
+
+/// Host bytes a command reads; `owner` keeps them alive until the device is done with them.
+struct HostSource {
+  std::shared_ptr<const void> owner;
+  const void* data = nullptr;
+  std::size_t bytes = 0;
+  bool pinned = false;  ///< Page-locked: the copy is asynchronous.
+};
+/// Host bytes a command writes; `owner` keeps them alive until the data has arrived.
+struct HostSink {
+  std::shared_ptr<void> owner;
+  void* data = nullptr;
+  std::size_t bytes = 0;
+  bool pinned = false;  ///< Page-locked: the copy is asynchronous.
+};
+
+/// Allocates `bytes` of device memory in stream order; the result is the allocation.
+struct AllocateCmd {
+  std::size_t bytes = 0;
+};
+/// Copies all of `src` to the start of `dst` (src.bytes must fit).
+struct CopyToDeviceCmd {
+  std::shared_ptr<DeviceAllocation> dst;
+  HostSource src;
+};
+/// Copies min(src bytes, dst.bytes) bytes of `src` into `dst`.
+struct CopyToHostCmd {
+  std::shared_ptr<DeviceAllocation> src;
+  HostSink dst;
+};
+/// Writes `count` elements of `element_bytes` (1, 2, 4, 8 or 16) bytes of `pattern` to `dst`.
+struct FillCmd {
+  std::shared_ptr<DeviceAllocation> dst;
+  std::size_t count = 0;
+  std::uint8_t element_bytes = 0;
+  std::array<std::byte, 16> pattern{};
+};
+/// Launches `kernel` of `library` (kept alive until completion; may be null if the caller keeps the
+/// kernel's library alive) with `args` in `shape`.
+struct LaunchCmd {
+  std::shared_ptr<const gpu::Library> library;
+  gpu::Kernel kernel;
+  LaunchShape shape;
+  KernelArgs args;
+};
+
+/// One built-in operation.
+using Command = std::variant<AllocateCmd, CopyToDeviceCmd, CopyToHostCmd, FillCmd, LaunchCmd>;
+/// What a command produces: nothing, or the new allocation (AllocateCmd).
+using CommandResult = std::variant<std::monostate, std::shared_ptr<DeviceAllocation>>;
+
+/// A FillCmd for `count` elements of `value`.
+template <class T>
+requires std::is_trivially_copyable_v<T>
+FillCmd make_fill(std::shared_ptr<DeviceAllocation> dst, std::size_t count, const T& value) {
+  static_assert(sizeof(T) <= 16, "fill: element types of at most 16 bytes");
+  FillCmd f{std::move(dst), count, static_cast<std::uint8_t>(sizeof(T)), {}};
+  std::memcpy(f.pattern.data(), &value, sizeof(T));
+  return f;
+}
+
+/// Runs `command` on ctx's stream (buffers were validated and ordered by the actor beforehand).
+/// Errors name the command, the value and the rule.
+Result<CommandResult> execute(const Command& command, OpContext& ctx);
+
+/// Enqueues a fill of `count` elements of `element_bytes` bytes with the pattern at `value`
+/// (1, 2, 4, 8 or 16 bytes) on `stream`.
+Status enqueue_fill(void* dst, std::size_t count, const void* value, std::size_t element_bytes, cudaStream_t stream);
+
+}  // namespace cuactor::runtime

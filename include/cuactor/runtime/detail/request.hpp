@@ -1,0 +1,275 @@
+/// @file
+/// Request plumbing of the device actor (internal): the type-erased request record every backend
+/// sees, the Asio initiation that turns any completion token into one, and the hand-off of replies to
+/// the handler's executor. Users never name anything here; read device_actor.hpp instead.
+#pragma once
+
+#include <boost/asio/any_completion_executor.hpp>
+#include <boost/asio/any_completion_handler.hpp>
+#include <boost/asio/associated_cancellation_slot.hpp>
+#include <boost/asio/associated_executor.hpp>
+#include <boost/asio/async_result.hpp>
+#include <boost/asio/cancellation_type.hpp>
+#include <boost/asio/execution/outstanding_work.hpp>
+#include <boost/asio/prefer.hpp>
+#include <concepts>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <system_error>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "cuactor/core/expected.hpp"
+#include "cuactor/core/nvtx.hpp"
+#include "cuactor/runtime/commands.hpp"
+#include "cuactor/runtime/op_context.hpp"
+#include "cuactor/runtime/stats.hpp"
+
+namespace cuactor::runtime::detail {
+
+/// How an operation completes.
+enum class OpKind {
+  stream,     ///< Reply when the enqueued work finished on the device.
+  immediate,  ///< Reply as soon as the function returned (execute()).
+};
+
+/// The type-erased part of a request, seen by the backends.
+struct OpRecord {
+  virtual ~OpRecord() = default;
+  /// Runs the request on the actor's thread (in-process backends); stores its value.
+  virtual Status run(OpContext& ctx) = 0;
+  /// The built-in command this request carries, or null for a host closure (submit/execute), which
+  /// only an in-process backend can run.
+  [[nodiscard]] virtual const Command* command() const noexcept { return nullptr; }
+  /// Stores the outcome of command() computed elsewhere (an isolated worker).
+  virtual Status set_result(CommandResult&& result) {
+    (void)result;
+    return fail(errc::internal, "set_result on a request without a command");
+  }
+  /// Posts the reply (`ec` or the stored value) to the handler's executor. Called exactly once; `self`
+  /// is this record, kept alive (with everything it holds) until the handler ran there.
+  virtual void complete(std::shared_ptr<OpRecord> self, std::error_code ec) noexcept = 0;
+
+  OpKind kind = OpKind::stream;
+  std::string_view name;  ///< For messages and NVTX: "fill", "launch", "submit", ... (a literal).
+  std::uint64_t id = 0;
+  std::vector<std::shared_ptr<DeviceAllocation>> reads;
+  std::vector<std::shared_ptr<DeviceAllocation>> writes;
+  std::vector<std::shared_ptr<const void>> keep_alive;
+  int leases_held = 0;  ///< Number of writes whose op lease is held.
+  nvtx::Span span;      ///< "kind #id" from acceptance to reply, when a profiler is attached ([O1]).
+};
+
+/// Backend of a DeviceActor: the in-process actor loop, or a client of an isolated worker process.
+/// Every request posted is answered exactly once (complete()).
+class ActorBackend {
+ public:
+  virtual ~ActorBackend() = default;
+  /// Device ordinal.
+  [[nodiscard]] virtual int device() const noexcept = 0;
+  /// The device state shared with the handles minted here.
+  [[nodiscard]] virtual const std::shared_ptr<DeviceState>& state() const noexcept = 0;
+  /// Queues `op` or answers it at once (`queue_full`, `device_shutting_down`, `circuit_open`, ...).
+  virtual void post(std::shared_ptr<OpRecord> op) = 0;
+  /// Removes a still-queued request and answers it with `cancelled`.
+  virtual void cancel(std::uint64_t id) noexcept = 0;
+  /// A snapshot of the device ([O2]).
+  [[nodiscard]] virtual DeviceStats stats() const = 0;
+  /// Orderly shutdown (see DeviceActor::shutdown()); idempotent.
+  virtual void shutdown() noexcept = 0;
+};
+
+/// True on threads where handlers must not run: the actors' and pollers' threads.
+bool on_internal_thread() noexcept;
+/// Marks the current thread as internal (see on_internal_thread()) while it lives.
+class InternalThreadScope {
+ public:
+  InternalThreadScope() noexcept;
+  ~InternalThreadScope();
+  InternalThreadScope(const InternalThreadScope&) = delete;
+  InternalThreadScope& operator=(const InternalThreadScope&) = delete;
+
+ private:
+  bool previous_;
+};
+
+/// Executor of the runtime's completion pool: runs handlers that have no executor of their own and
+/// hands replies produced on a caller's thread (rejections, cancellations) to the handler's executor.
+/// Its threads spin briefly before they sleep, so a hand-off costs well under a microsecond under load.
+boost::asio::any_completion_executor completion_pool_executor();
+
+/// Hands a new request to `backend` (answers `device_shutting_down` when there is none).
+void post_request(const std::shared_ptr<ActorBackend>& backend, std::shared_ptr<OpRecord> op);
+/// Removes a still-queued request and answers it with `cancelled`.
+void cancel_request(const std::weak_ptr<ActorBackend>& backend, std::uint64_t id) noexcept;
+/// A process-unique request id.
+std::uint64_t next_request_id() noexcept;
+
+/// The reply half of a request whose handler takes (std::error_code, R).
+template <class R>
+class ReplyOp : public OpRecord {
+ public:
+  using Handler = boost::asio::any_completion_handler<void(std::error_code, R)>;
+
+  explicit ReplyOp(Handler handler)
+      : work_(boost::asio::prefer(boost::asio::get_associated_executor(handler, completion_pool_executor()),
+                                  boost::asio::execution::outstanding_work.tracked)),
+        handler_(std::move(handler)) {}
+
+  /// Stores the value sent on success.
+  void set_value(R value) { value_.emplace(std::move(value)); }
+
+  void complete(std::shared_ptr<OpRecord> self, std::error_code ec) noexcept override {
+    // execute() queues the reply on the handler's executor. Executors that run work inline (use_future's,
+    // system_executor) would run it right here, on an internal thread: Deliver notices and moves itself
+    // to the completion pool first.
+    auto ex = std::move(work_);
+    ex.execute(Deliver{std::move(self), ec});
+  }
+
+  /// Connects the handler's cancellation slot (if any) so that a still-queued request can be removed.
+  void connect_cancellation(std::weak_ptr<ActorBackend> backend) {
+    auto slot = handler_.get_cancellation_slot();
+    if (!slot.is_connected()) return;
+    slot.assign([backend = std::move(backend), id = id](boost::asio::cancellation_type type) {
+      if ((type & (boost::asio::cancellation_type::terminal | boost::asio::cancellation_type::partial |
+                   boost::asio::cancellation_type::total)) != boost::asio::cancellation_type::none)
+        cancel_request(backend, id);
+    });
+  }
+
+ private:
+  /// Invokes the handler with the outcome; never on a runtime-internal thread.
+  struct Deliver {
+    std::shared_ptr<OpRecord> self;
+    std::error_code ec;
+    void operator()() {
+      if (on_internal_thread()) {
+        completion_pool_executor().execute(std::move(*this));
+        return;
+      }
+      auto& op = static_cast<ReplyOp&>(*self);
+      auto slot = op.handler_.get_cancellation_slot();
+      if (slot.is_connected()) slot.clear();
+      Handler h = std::move(op.handler_);
+      R value = (!ec && op.value_) ? std::move(*op.value_) : R{};
+      op.value_.reset();
+      std::move(h)(ec, std::move(value));
+      // `self` (the record with its buffers and keep-alive objects) is released here, on the handler's
+      // side, never on an internal thread that must not block on CUDA.
+    }
+  };
+
+  boost::asio::any_completion_executor work_;
+  Handler handler_;
+  std::optional<R> value_;
+};
+
+/// A request whose function runs on the actor's thread and returns Result<R>.
+template <class R, class Fn>
+class TypedOp final : public ReplyOp<R> {
+ public:
+  TypedOp(Fn fn, typename ReplyOp<R>::Handler handler) : ReplyOp<R>(std::move(handler)), fn_(std::move(fn)) {}
+
+  Status run(OpContext& ctx) override {
+    Result<R> r = fn_(ctx);
+    if (!r) return fail(std::move(r.error()));
+    this->set_value(std::move(*r));
+    return ok();
+  }
+
+ private:
+  Fn fn_;
+};
+
+/// A request carrying a built-in Command; `Convert` turns its CommandResult into the reply value R.
+template <class R, class Convert>
+class CommandOp final : public ReplyOp<R> {
+ public:
+  CommandOp(Command command, Convert convert, typename ReplyOp<R>::Handler handler)
+      : ReplyOp<R>(std::move(handler)), command_(std::move(command)), convert_(std::move(convert)) {}
+
+  Status run(OpContext& ctx) override {
+    auto r = execute(command_, ctx);
+    if (!r) return fail(std::move(r.error()));
+    return set_result(std::move(*r));
+  }
+  [[nodiscard]] const Command* command() const noexcept override { return &command_; }
+  Status set_result(CommandResult&& result) override {
+    Result<R> value = convert_(std::move(result));
+    if (!value) return fail(std::move(value.error()));
+    this->set_value(std::move(*value));
+    return ok();
+  }
+
+ private:
+  Command command_;
+  Convert convert_;
+};
+
+/// Initiates a request for any completion token: type-erases the handler into the record built by
+/// `make(handler)` and passes it to `start` (a backend, or a test's fake completion source).
+template <class R, class Token, class Make, class Start>
+auto initiate_record(OpKind kind, std::string_view name, Reads reads, Writes writes, Make make, Token&& token,
+                     Start start) {
+  static_assert(std::default_initializable<R> && std::move_constructible<R>,
+                "completion values must be default-constructible (sent with errors) and movable");
+  return boost::asio::async_initiate<Token, void(std::error_code, R)>(
+      [kind, name, make = std::move(make), start = std::move(start)](auto handler, Reads r, Writes w) mutable {
+        auto op = make(typename ReplyOp<R>::Handler(std::move(handler)));
+        op->kind = kind;
+        op->name = name;
+        op->id = next_request_id();
+        op->reads = r.items();
+        op->writes = w.items();
+        start(std::move(op));
+      },
+      token, std::move(reads), std::move(writes));
+}
+
+/// initiate_record() for a request running `fn(OpContext&) -> Result<R>`.
+template <class R, class Token, class Fn, class Start>
+auto initiate_op(OpKind kind, std::string_view name, Reads reads, Writes writes, Fn&& fn, Token&& token, Start start) {
+  using F = std::decay_t<Fn>;
+  static_assert(std::is_invocable_r_v<Result<R>, F&, OpContext&>, "fn must be callable as Result<R>(OpContext&)");
+  return initiate_record<R>(
+      kind, name, std::move(reads), std::move(writes),
+      [f = F(std::forward<Fn>(fn))](auto handler) mutable {
+        return std::make_shared<TypedOp<R, F>>(std::move(f), std::move(handler));
+      },
+      std::forward<Token>(token), std::move(start));
+}
+
+/// The `start` function that posts to `backend`.
+inline auto post_to(std::shared_ptr<ActorBackend> backend) {
+  return [backend = std::move(backend)](auto op) {
+    op->connect_cancellation(backend);
+    post_request(backend, std::move(op));
+  };
+}
+
+/// Starts a closure request on `backend`.
+template <class R, class Token, class Fn>
+auto initiate(std::shared_ptr<ActorBackend> backend, OpKind kind, std::string_view name, Reads reads, Writes writes,
+              Fn&& fn, Token&& token) {
+  return initiate_op<R>(kind, name, std::move(reads), std::move(writes), std::forward<Fn>(fn),
+                        std::forward<Token>(token), post_to(std::move(backend)));
+}
+
+/// Starts a command request on `backend`; `convert(CommandResult&&) -> Result<R>` builds the reply.
+template <class R, class Token, class Convert>
+auto initiate_command(std::shared_ptr<ActorBackend> backend, std::string_view name, Reads reads, Writes writes,
+                      Command command, Convert convert, Token&& token) {
+  return initiate_record<R>(
+      OpKind::stream, name, std::move(reads), std::move(writes),
+      [command = std::move(command), convert = std::move(convert)](auto handler) mutable {
+        return std::make_shared<CommandOp<R, Convert>>(std::move(command), std::move(convert), std::move(handler));
+      },
+      std::forward<Token>(token), post_to(std::move(backend)));
+}
+
+}  // namespace cuactor::runtime::detail

@@ -1,0 +1,54 @@
+// Operand geometry shared by every dense GEMM back end (CUTLASS plans and cuBLAS): packed defaults
+// of leading dimensions and batch strides, and the checks every back end needs (non-null pointer,
+// leading dimension at least the contiguous extent, batch stride at least one matrix).
+// Back-end rules such as CUTLASS's 16-byte alignment stay with the back end. Host only; uses fmt.
+#pragma once
+
+#include <fmt/format.h>
+
+#include <cstdint>
+#include <string_view>
+
+#include "cuactor/core/dtype.hpp"
+#include "cuactor/core/expected.hpp"
+#include "cuactor/kernels/gemm_plan.hpp"
+
+namespace cuactor::kernels::detail {
+
+/// Extents of an R x C matrix stored in `layout`: the contiguous one and the other.
+struct Extents {
+  std::int64_t contiguous;
+  std::int64_t strided;
+};
+inline Extents extents(std::int64_t rows, std::int64_t cols, MatrixLayout layout) {
+  return layout == MatrixLayout::row ? Extents{cols, rows} : Extents{rows, cols};
+}
+/// `ld`, or the packed leading dimension (the contiguous extent) when it is 0.
+inline std::int64_t ld_or_packed(std::int64_t rows, std::int64_t cols, MatrixLayout layout, std::int64_t ld) {
+  return ld != 0 ? ld : extents(rows, cols, layout).contiguous;
+}
+/// `stride`, or the packed batch stride (strided extent x ld) when it is 0.
+inline std::int64_t stride_or_packed(std::int64_t rows, std::int64_t cols, MatrixLayout layout, std::int64_t ld,
+                                     std::int64_t stride) {
+  return stride != 0 ? stride : extents(rows, cols, layout).strided * ld;
+}
+
+/// Non-null pointer, `ld` at least the contiguous extent and, for batch > 1, `batch_stride` at least
+/// one matrix; `invalid_argument` naming the operand, the value and the rule.
+inline Status check_operand_geometry(std::string_view what, const void* ptr, std::int64_t rows, std::int64_t cols,
+                                     MatrixLayout layout, std::int64_t ld, std::int64_t batch,
+                                     std::int64_t batch_stride) {
+  const auto [contiguous, strided] = extents(rows, cols, layout);
+  if (ptr == nullptr) return fail(errc::invalid_argument, fmt::format("GEMM operand {}: pointer is null", what));
+  if (ld < contiguous)
+    return fail(errc::invalid_argument,
+                fmt::format("GEMM operand {} ({}x{} {}-major): ld{}={} is less than its contiguous extent {}", what,
+                            rows, cols, name(layout), what, ld, contiguous));
+  if (batch > 1 && batch_stride < strided * ld)
+    return fail(errc::invalid_argument,
+                fmt::format("GEMM operand {}: batch stride {} is less than one matrix ({} x ld {}) for batch {}", what,
+                            batch_stride, strided, ld, batch));
+  return ok();
+}
+
+}  // namespace cuactor::kernels::detail

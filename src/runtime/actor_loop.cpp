@@ -1,0 +1,389 @@
+#include "runtime/actor_loop.hpp"
+
+#include <fmt/format.h>
+
+#include <chrono>
+#include <future>
+
+#include "cuactor/core/log.hpp"
+#include "cuactor/core/nvtx.hpp"
+#include "cuactor/gpu/check.hpp"
+#include "cuactor/gpu/device.hpp"
+
+namespace cuactor::runtime::detail {
+
+ActorLoop::ActorLoop(int ordinal, ActorOptions options)
+    : ordinal_(ordinal),
+      options_(std::move(options)),
+      state_(std::make_shared<DeviceState>(ordinal)),
+      counters_(std::make_shared<ReplyCounters>()),
+      supervisor_(ordinal, options_.breaker, options_.on_escalation),
+      writes_(ordinal),
+      mailbox_(options_.mailbox_capacity) {}
+
+ActorLoop::~ActorLoop() {
+  shutdown();
+}
+
+Status ActorLoop::start() {
+  // Shared: the thread may still be inside set_value() when start() returns.
+  auto ready = std::make_shared<std::promise<Status>>();
+  auto started = ready->get_future();
+  thread_ = std::thread([this, ready] { thread_main(*ready); });
+  Status st = started.get();
+  if (!st) thread_.join();
+  return st;
+}
+
+void ActorLoop::post(std::shared_ptr<OpRecord> op) {
+  Error rejection;
+  {
+    std::lock_guard lock(mutex_);
+    if (stopping_) {
+      rejection = Error(errc::device_shutting_down,
+                        fmt::format("device {}: request '{}' rejected: the actor is shutting down", ordinal_, op->name));
+    } else if (supervisor_.state() == CircuitState::open) {
+      rejection = Error(errc::circuit_open,
+                        fmt::format("device {}: request '{}' rejected: the circuit is open", ordinal_, op->name));
+    } else if (!mailbox_.push(op)) {
+      rejected_full_.fetch_add(1, std::memory_order_relaxed);
+      rejection = Error(errc::queue_full, fmt::format("device {}: request '{}' rejected: mailbox full ({} queued)",
+                                                      ordinal_, op->name, mailbox_.capacity()));
+    } else {
+      op->span = nvtx::Span::start(op->name.data(), op->id);  // names are literals: NUL-terminated
+      queued_.store(mailbox_.size(), std::memory_order_release);
+      if (sleeping_) wake_.notify_one();
+      return;
+    }
+  }
+  finish_error_later(counters_, std::move(op), std::move(rejection));
+}
+
+void ActorLoop::cancel(std::uint64_t id) noexcept {
+  std::optional<std::shared_ptr<OpRecord>> op;
+  {
+    std::lock_guard lock(mutex_);
+    op = mailbox_.remove_first([id](const std::shared_ptr<OpRecord>& o) { return o->id == id; });
+    queued_.store(mailbox_.size(), std::memory_order_release);
+  }
+  if (op)
+    finish_error_later(counters_, std::move(*op),
+                       Error(errc::cancelled, fmt::format("request #{} cancelled before it ran", id)));
+}
+
+DeviceStats ActorLoop::stats() const {
+  DeviceStats s;
+  s.device = ordinal_;
+  {
+    std::lock_guard lock(mutex_);
+    s.queue_depth = mailbox_.size();
+  }
+  s.circuit = supervisor_.state();
+  s.accepting_ops = state_->accepting_ops();
+  s.generation = state_->generation();
+  s.completed = counters_->completed.load(std::memory_order_relaxed);
+  s.failed = counters_->failed.load(std::memory_order_relaxed);
+  s.poisonings = supervisor_.poisonings();
+  s.rejected_full = rejected_full_.load(std::memory_order_relaxed);
+  // Never query a context while the actor resets it.
+  std::shared_lock context(context_mutex_, std::try_to_lock);
+  if (context.owns_lock() && completion_) {
+    s.in_flight = completion_->in_flight();
+    s.completion = completion_->mode();
+  }
+  if (s.circuit == CircuitState::closed && context.owns_lock() && !context_dead_) {
+    if (auto mem = gpu::memory_info(ordinal_)) {
+      s.memory_known = true;
+      s.free_bytes = mem->free;
+      s.total_bytes = mem->total;
+    }
+  }
+  return s;
+}
+
+void ActorLoop::shutdown() noexcept {
+  std::vector<std::shared_ptr<OpRecord>> queued;
+  {
+    std::lock_guard lock(mutex_);
+    if (!stopping_) {
+      stopping_ = true;
+      state_->set_accepting_ops(false);  // first: every handle is stale from here on
+      queued = mailbox_.take_all();
+      queued_.store(0, std::memory_order_release);
+      wake_.notify_one();
+    }
+  }
+  for (auto& op : queued) {
+    const Error e(errc::device_shutting_down,
+                  fmt::format("device {}: request '{}' not run: the actor shut down", ordinal_, op->name));
+    finish_error_later(counters_, std::move(op), e);
+  }
+  std::lock_guard join_lock(join_mutex_);
+  if (thread_.joinable() && thread_.get_id() != std::this_thread::get_id()) thread_.join();
+}
+
+Result<std::shared_ptr<DeviceAllocation>> ActorLoop::allocate_bytes(std::size_t bytes) {
+  void* ptr = nullptr;
+  if (bytes > 0) {
+    const cudaError_t e = cudaMallocFromPoolAsync(&ptr, bytes, inc_->pool().get(), inc_->stream());
+    if (e != cudaSuccess) {
+      Error err = gpu::make_error(e, fmt::format("cudaMallocFromPoolAsync({} bytes on device {})", bytes, ordinal_));
+      if (e == cudaErrorMemoryAllocation) err = Error(errc::out_of_memory, err.message());
+      return fail(std::move(err));
+    }
+  }
+  const bool capturing = inc_->capture().capturing();
+  // Memory allocated inside a capture is the graph's: its free must be recorded in the same capture.
+  if (ptr && capturing) inc_->capture().note_allocation(ptr);
+  auto allocation = std::make_shared<DeviceAllocation>(ptr, bytes, state_, inc_);
+  // Other streams must not use the memory before its stream-ordered allocation happened.
+  if (bytes > 0 && !capturing) CUACTOR_TRY(allocation->record_write(inc_->stream()));
+  return allocation;
+}
+
+Status ActorLoop::begin_incarnation() {
+  auto inc = Incarnation::create(ordinal_, options_.stream_priority);
+  if (!inc) return fail(inc.error());
+  CUACTOR_TRY(completion_->attach(*inc));
+  inc_ = std::move(*inc);
+  return ok();
+}
+
+void ActorLoop::thread_main(std::promise<Status>& ready) {
+  const InternalThreadScope internal;
+  completion_ = std::make_unique<Completion>(
+      ordinal_, options_.poller, options_.watchdog_interval, counters_,
+      Completion::Hooks{[this](Error cause) {
+                          std::lock_guard lock(mutex_);
+                          poison_report_ = std::move(cause);
+                          wake_.notify_one();
+                        },
+                        [this] {
+                          if (!wants_slots_.load(std::memory_order_acquire)) return;
+                          std::lock_guard lock(mutex_);
+                          wake_.notify_one();
+                        }});
+  auto init = [&]() -> Status {
+    CUACTOR_TRY(gpu::check_ordinal(ordinal_));
+    CUACTOR_TRY(gpu::check(cudaSetDevice(ordinal_), fmt::format("cudaSetDevice({})", ordinal_)));
+    return begin_incarnation();
+  }();
+  if (!init) {
+    completion_.reset();
+    ready.set_value(init);
+    return;
+  }
+  state_->advance_generation();  // generation 1: the first usable context
+  state_->set_accepting_ops(true);
+  ready.set_value(ok());
+  std::vector<std::shared_ptr<OpRecord>> batch;
+  while (next_batch(batch)) {
+    if (!batch.empty()) process(batch);
+    batch.clear();
+  }
+  drain_at_shutdown();
+  std::unique_ptr<Completion> completion;
+  {
+    std::lock_guard context(context_mutex_);
+    completion = std::move(completion_);
+    if (inc_) inc_->capture().reset();
+    inc_.reset();
+  }
+}
+
+bool ActorLoop::next_batch(std::vector<std::shared_ptr<OpRecord>>& batch) {
+  const auto spin_until = std::chrono::steady_clock::now() + options_.idle_spin;
+  // A short lock-free spin saves the futex round trip when requests arrive back to back.
+  while (queued_.load(std::memory_order_acquire) == 0 && std::chrono::steady_clock::now() < spin_until)
+    std::this_thread::yield();
+  std::unique_lock lock(mutex_);
+  for (;;) {
+    if (poison_report_) {
+      Error cause = std::move(*poison_report_);
+      poison_report_.reset();
+      lock.unlock();
+      poison(cause, {});
+      lock.lock();
+      continue;
+    }
+    if (stopping_) return false;
+    const std::size_t in_flight = completion_->in_flight();
+    const bool slots = in_flight < options_.max_in_flight;
+    if (!mailbox_.empty() && slots && supervisor_.state() != CircuitState::recovering) {
+      const std::size_t room = std::min(options_.max_batch, options_.max_in_flight - in_flight);
+      mailbox_.pop_batch(batch, room);
+      queued_.store(mailbox_.size(), std::memory_order_release);
+      return true;
+    }
+    sleeping_ = true;
+    wants_slots_.store(!slots, std::memory_order_release);
+    if (!slots)
+      wake_.wait_for(lock, options_.watchdog_interval);  // the poller wakes us when slots free up
+    else
+      wake_.wait(lock);
+    sleeping_ = false;
+    wants_slots_.store(false, std::memory_order_release);
+  }
+}
+
+void ActorLoop::process(std::vector<std::shared_ptr<OpRecord>>& batch) {
+  std::vector<std::shared_ptr<OpRecord>> pending;
+  for (std::size_t i = 0; i < batch.size(); ++i) {
+    auto& op = batch[i];
+    if (supervisor_.state() == CircuitState::open) {
+      finish_error(*counters_, std::move(op),
+                   Error(errc::circuit_open,
+                         fmt::format("device {}: request '{}' not run: the circuit is open", ordinal_, op->name)));
+      continue;
+    }
+    Status st = ok();
+    nvtx::Range range(op->name.data(), op->id);  // enqueueing on the actor's thread
+    if (op->kind == OpKind::immediate) {
+      flush(pending);  // e.g. a capture must not swallow earlier completions
+      // Captures begin and end here: nobody may free or query the stream meanwhile.
+      std::lock_guard gate(inc_->capture().change_gate());
+      st = writes_.prepare(*op, inc_->stream(), inc_->capture().capturing());
+      if (st) {
+        OpContext ctx(*this, op.get());
+        st = op->run(ctx);
+      }
+      inc_->capture().refresh();
+    } else {
+      const bool capturing = inc_->capture().capturing();
+      st = writes_.prepare(*op, inc_->stream(), capturing);
+      if (st) {
+        OpContext ctx(*this, op.get());
+        st = op->run(ctx);
+      }
+      if (st && !capturing) writes_.note_written(*op);
+    }
+    if (!st) {
+      if (classify(st.error().code()) == FailureClass::context_poisoned) {
+        // The rest of the batch was never submitted: it goes back to the head of the mailbox.
+        std::vector<std::shared_ptr<OpRecord>> rest(std::make_move_iterator(batch.begin() + static_cast<long>(i) + 1),
+                                                    std::make_move_iterator(batch.end()));
+        {
+          std::lock_guard lock(mutex_);
+          mailbox_.push_front(rest);
+          queued_.store(mailbox_.size(), std::memory_order_release);
+        }
+        pending.push_back(std::move(op));
+        poison(st.error(), std::move(pending));
+        return;
+      }
+      finish_error(*counters_, std::move(op), st.error());
+      continue;
+    }
+    if (op->kind == OpKind::immediate) {
+      finish(*counters_, std::move(op), {});
+    } else if (inc_->capture().capturing()) {
+      inc_->capture().hand_over(*op);
+      finish(*counters_, std::move(op), {});  // recorded, not run: replies at once
+    } else {
+      pending.push_back(std::move(op));
+    }
+  }
+  flush(pending);
+}
+
+void ActorLoop::flush(std::vector<std::shared_ptr<OpRecord>>& pending) {
+  if (pending.empty()) return;
+  Status recorded = writes_.record_pending(inc_->stream());
+  if (!recorded && classify(recorded.error().code()) == FailureClass::context_poisoned) {
+    poison(recorded.error(), std::move(pending));
+    pending.clear();
+    return;
+  }
+  if (!recorded)
+    log(LogLevel::warn, fmt::format("device {}: write tracking: {}", ordinal_, recorded.error().to_string()));
+  Status submitted = completion_->submit(pending);
+  if (submitted) return;
+  if (classify(submitted.error().code()) == FailureClass::context_poisoned) {
+    poison(submitted.error(), std::move(pending));
+  } else {
+    fail_all(std::move(pending), submitted.error());
+  }
+  pending.clear();
+}
+
+void ActorLoop::fail_all(std::vector<std::shared_ptr<OpRecord>> ops, const Error& error) {
+  for (auto& op : ops) finish_error(*counters_, std::move(op), error);
+}
+
+void ActorLoop::poison(const Error& cause, std::vector<std::shared_ptr<OpRecord>> unsubmitted) {
+  log(LogLevel::error, fmt::format("device {}: context poisoned: {}", ordinal_, cause.to_string()));
+  supervisor_.begin_recovery();
+  state_->advance_generation();  // every outstanding GpuRef is stale from here on
+  completion_->detach();         // the poller stops: what is in flight is answered below, once
+  const Error poisoned(errc::context_poisoned,
+                       fmt::format("device {}: the context was poisoned while the request was in flight ({})",
+                                   ordinal_, cause.message()));
+  fail_all(completion_->take_all(), poisoned);
+  fail_all(std::move(unsubmitted), poisoned);
+  writes_.clear();
+  {
+    std::lock_guard context(context_mutex_);
+    context_dead_ = true;
+    if (inc_) inc_->mark_lost();
+  }
+  const Status recovered = supervisor_.recover(options_.recover_in_process ? this : nullptr);
+  if (!recovered) {
+    open_circuit(recovered.error());
+    return;
+  }
+  log(LogLevel::warn,
+      fmt::format("device {}: recovered (reset + canary), generation {}", ordinal_, state_->generation()));
+}
+
+Status ActorLoop::recover() {
+  std::lock_guard context(context_mutex_);
+  inc_.reset();
+  CUACTOR_TRY(gpu::check(cudaDeviceReset(), fmt::format("cudaDeviceReset(device {})", ordinal_)));
+  CUACTOR_TRY(gpu::check(cudaSetDevice(ordinal_), fmt::format("cudaSetDevice({}) after reset", ordinal_)));
+  auto inc = Incarnation::create(ordinal_, options_.stream_priority);
+  if (!inc) return fail(inc.error());
+  CUACTOR_TRY((*inc)->run_canary(0x5eed0000u ^ static_cast<std::uint32_t>(state_->generation())));
+  CUACTOR_TRY(completion_->attach(*inc));
+  inc_ = std::move(*inc);
+  context_dead_ = false;
+  return ok();
+}
+
+void ActorLoop::open_circuit(const Error& cause) {
+  std::vector<std::shared_ptr<OpRecord>> queued;
+  supervisor_.open(cause);
+  {
+    std::lock_guard lock(mutex_);
+    queued = mailbox_.take_all();
+    queued_.store(0, std::memory_order_release);
+  }
+  state_->set_accepting_ops(false);
+  fail_all(std::move(queued),
+           Error(errc::circuit_open, fmt::format("device {}: the circuit opened before the request ran ({})", ordinal_,
+                                                 cause.message())));
+}
+
+void ActorLoop::drain_at_shutdown() {
+  const auto deadline = std::chrono::steady_clock::now() + options_.shutdown_timeout;
+  Error reason(errc::timeout,
+               fmt::format("device {}: in-flight work did not finish within the shutdown timeout of {} ms", ordinal_,
+                           options_.shutdown_timeout.count()));
+  while (completion_->in_flight() > 0 && supervisor_.state() != CircuitState::open) {
+    {
+      std::lock_guard lock(mutex_);
+      if (poison_report_) {
+        reason = Error(errc::context_poisoned,
+                       fmt::format("device {}: the context was poisoned while the request was in flight ({})",
+                                   ordinal_, poison_report_->message()));
+        break;
+      }
+    }
+    if (std::chrono::steady_clock::now() > deadline) break;
+    std::this_thread::sleep_for(std::chrono::microseconds(100));
+  }
+  if (completion_->in_flight() == 0) return;
+  completion_->detach();
+  fail_all(completion_->take_all(), reason);
+}
+
+}  // namespace cuactor::runtime::detail

@@ -1,0 +1,109 @@
+// The built-in commands, run by one function for every backend that executes them.
+#include "cuactor/runtime/commands.hpp"
+
+#include <fmt/format.h>
+
+#include <cstring>
+
+#include "cuactor/gpu/check.hpp"
+#include "cuactor/runtime/op_context.hpp"
+#include "runtime/kernels.hpp"
+
+namespace cuactor::runtime {
+namespace {
+
+
+Status copy_checked(OpContext& ctx, void* dst, std::size_t dst_bytes, const void* src, std::size_t bytes,
+                    std::string_view what) {
+  if (bytes > dst_bytes)
+    return fail(errc::invalid_argument,
+                fmt::format("{}: {} bytes do not fit the {}-byte destination", what, bytes, dst_bytes));
+  if (bytes == 0) return ok();
+  return gpu::check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, ctx.stream()),
+                    fmt::format("{}: cudaMemcpyAsync({} bytes)", what, bytes));
+}
+
+Result<CommandResult> run(const AllocateCmd& cmd, OpContext& ctx) {
+  if (cmd.bytes == SIZE_MAX) return fail(errc::invalid_argument, "allocate: the element count overflows size_t");
+  auto a = ctx.allocate_bytes(cmd.bytes);
+  if (!a) return fail(a.error());
+  return CommandResult(std::move(*a));
+}
+
+Result<CommandResult> run(const CopyToDeviceCmd& cmd, OpContext& ctx) {
+  const char* what = cmd.src.pinned ? "copy_to_device(pinned)" : "copy_to_device";
+  if (!cmd.src.owner) return fail(errc::invalid_argument, fmt::format("{}: null host buffer", what));
+  CUACTOR_TRY(copy_checked(ctx, cmd.dst->data(), cmd.dst->bytes(), cmd.src.data, cmd.src.bytes, what));
+  ctx.keep_alive(cmd.src.owner);
+  return CommandResult{};
+}
+
+Result<CommandResult> run(const CopyToHostCmd& cmd, OpContext& ctx) {
+  const char* what = cmd.dst.pinned ? "copy_to_host(pinned)" : "copy_to_host";
+  if (!cmd.dst.owner) return fail(errc::invalid_argument, fmt::format("{}: null host buffer", what));
+  CUACTOR_TRY(copy_checked(ctx, cmd.dst.data, cmd.dst.bytes, cmd.src->data(), std::min(cmd.src->bytes(), cmd.dst.bytes),
+                           what));
+  ctx.keep_alive(cmd.dst.owner);
+  return CommandResult{};
+}
+
+Result<CommandResult> run(const FillCmd& cmd, OpContext& ctx) {
+  if (cmd.count > cmd.dst->bytes() / std::max<std::size_t>(cmd.element_bytes, 1))
+    return fail(errc::invalid_argument, fmt::format("fill: {} elements of {} bytes exceed the {}-byte buffer", cmd.count,
+                                                    cmd.element_bytes, cmd.dst->bytes()));
+  CUACTOR_TRY(enqueue_fill(cmd.dst->data(), cmd.count, cmd.pattern.data(), cmd.element_bytes, ctx.stream()));
+  return CommandResult{};
+}
+
+Result<CommandResult> run(const LaunchCmd& cmd, OpContext& ctx) {
+  const auto& storage = cmd.args.storage();
+  const auto& slots = cmd.args.slots();
+  // The packed arguments with the buffers' device addresses filled in.
+  std::vector<std::byte> packed(storage);
+  std::vector<void*> pointers(slots.size());
+  std::vector<std::size_t> sizes(slots.size());
+  for (std::size_t i = 0; i < slots.size(); ++i) {
+    const auto& slot = slots[i];
+    if (slot.buffer >= 0) {
+      void* device_ptr = cmd.args.buffers()[static_cast<std::size_t>(slot.buffer)].first->data();
+      std::memcpy(packed.data() + slot.offset, &device_ptr, sizeof(void*));
+    }
+    pointers[i] = packed.data() + slot.offset;
+    sizes[i] = slot.size;
+  }
+  gpu::LaunchConfig config{cmd.shape.grid, cmd.shape.block, cmd.shape.shared_bytes, ctx.stream()};
+  // Explicit spans: a vector would select launch()'s variadic typed overload.
+  CUACTOR_TRY(gpu::launch(cmd.kernel, config, std::span<void* const>(pointers), std::span<const std::size_t>(sizes)));
+  if (cmd.library) ctx.keep_alive(cmd.library);
+  return CommandResult{};
+}
+
+}  // namespace
+
+Result<CommandResult> execute(const Command& command, OpContext& ctx) {
+  return std::visit([&](const auto& cmd) { return run(cmd, ctx); }, command);
+}
+
+Status enqueue_fill(void* dst, std::size_t count, const void* value, std::size_t element_bytes, cudaStream_t stream) {
+  if (element_bytes != 1 && element_bytes != 2 && element_bytes != 4 && element_bytes != 8 && element_bytes != 16)
+    return fail(errc::unsupported,
+                fmt::format("fill: element size {} bytes; supported: 1, 2, 4, 8, 16", element_bytes));
+  return gpu::check(kernels::launch_fill(dst, count, value, element_bytes, stream),
+                    fmt::format("fill({} elements of {} bytes)", count, element_bytes));
+}
+
+void KernelArgs::push_buffer(std::shared_ptr<DeviceAllocation> allocation, bool written) {
+  const std::size_t offset = (storage_.size() + alignof(void*) - 1) / alignof(void*) * alignof(void*);
+  storage_.resize(offset + sizeof(void*));
+  slots_.push_back({offset, sizeof(void*), static_cast<int>(buffers_.size())});
+  buffers_.emplace_back(std::move(allocation), written);
+}
+
+void KernelArgs::push_value(const void* value, std::size_t size, std::size_t align) {
+  const std::size_t offset = (storage_.size() + align - 1) / align * align;
+  storage_.resize(offset + size);
+  std::memcpy(storage_.data() + offset, value, size);
+  slots_.push_back({offset, size, -1});
+}
+
+}  // namespace cuactor::runtime
