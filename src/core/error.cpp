@@ -55,6 +55,10 @@ class CuactorCategory final : public std::error_category {
         return "worker lost";
       case errc::protocol_error:
         return "protocol error";
+      case errc::untrusted:
+        return "untrusted file";
+      case errc::io_error:
+        return "I/O error";
     }
     return "unknown cuactor error " + std::to_string(v);
   }

@@ -15,6 +15,12 @@ namespace {
 
 // The driver API needs the runtime's primary context to exist and be current.
 Result<const DriverApi*> driver() {
+  // Without any driver the runtime reports "driver version is insufficient", which sends users
+  // looking for an upgrade when there is nothing installed at all.
+  if (driver_version() == 0)
+    return fail(errc::no_device,
+                "no CUDA driver found (libcuda.so.1 is missing or cannot be loaded): compiling and caching kernels "
+                "works without one, loading and running them needs an NVIDIA driver");
   CUACTOR_TRY(check(cudaFree(nullptr), "cudaFree(nullptr) (context initialisation)"));
   const DriverApi& api = driver_api();
   if (!api.available) return fail(errc::no_device, "the CUDA driver API could not be resolved");

@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "cuactor/core/log.hpp"
+#include "cuactor/core/no_throw.hpp"
 #include "cuactor/core/nvtx.hpp"
 #include "cuactor/gpu/check.hpp"
 #include "kernels/instance_abi.h"
@@ -66,7 +67,15 @@ struct JitEngine::Workers {
             job = std::move(queue.front());
             queue.pop_front();
           }
-          job();
+          // Jobs catch their own exceptions (result_or_error); this is the last line of defence so
+          // that none ends the host process through std::terminate.
+          try {
+            job();
+          } catch (const std::exception& e) {
+            log(LogLevel::error, fmt::format("JIT worker: unexpected exception escaped a job: {}", e.what()));
+          } catch (...) {
+            log(LogLevel::error, "JIT worker: unexpected exception escaped a job");
+          }
         }
       });
   }
@@ -124,13 +133,25 @@ JitEngine::JitEngine(JitOptions options, DiskCache disk)
 JitEngine::~JitEngine() = default;
 
 Result<std::shared_ptr<JitEngine>> JitEngine::create(JitOptions options) {
+  return result_or_error("JitEngine::create", [&] { return create_engine(std::move(options)); });
+}
+
+Result<std::shared_ptr<JitEngine>> JitEngine::create_engine(JitOptions options) {
   auto disk = DiskCache::open(options.disk);
   if (!disk) return fail(disk.error());
   return std::shared_ptr<JitEngine>(new JitEngine(std::move(options), std::move(*disk)));
 }
 
 void JitEngine::report(const std::string& what, JitStage stage, std::chrono::steady_clock::time_point start) const {
-  if (options_.progress) options_.progress({what, stage, seconds_since(start)});
+  if (!options_.progress) return;
+  // Progress is advisory: a throwing sink must neither fail the compile nor leave a future unset.
+  try {
+    options_.progress({what, stage, seconds_since(start)});
+  } catch (const std::exception& e) {
+    log(LogLevel::warn, fmt::format("JIT progress callback threw (ignored): {}", e.what()));
+  } catch (...) {
+    log(LogLevel::warn, "JIT progress callback threw (ignored)");
+  }
 }
 
 JitStats JitEngine::stats() const {
@@ -176,7 +197,7 @@ Result<CacheLookup> JitEngine::compile_instance(const InstanceRequest& request, 
   report(what, JitStage::disk_lookup, start);
   return disk_.get_or_build(prepared->first, [&]() -> Result<Artifact> {
     auto so = nvcc_compile(prepared->second, [&](const JitProgress& p) {
-      if (options_.progress) options_.progress({what, p.stage, seconds_since(start)});
+      report(what, p.stage, start);
     });
     if (!so) return fail(so.error());
     report(what, JitStage::stored, start);
@@ -191,26 +212,29 @@ JitFuture<JitModule> JitEngine::module(NvrtcRequest request) {
     const std::string what = fmt::format("nvrtc {} ({})", request.program_name, request.arch.name());
     report(what, JitStage::queued, start);
     workers_->post([this, future, what, start, request = std::move(request)] {
-      auto done = [&](Result<std::shared_ptr<const JitModule>> r) {
-        report(what, r ? JitStage::ready : JitStage::failed, start);
-        future.set(std::move(r));
-      };
-      auto found = compile_nvrtc(request, what);
-      if (!found) return done(fail(found.error()));
-      if (found->artifact.kind != ArtifactKind::cubin)
-        return done(fail(errc::cache_corrupt,
-                         fmt::format("{}: cache entry holds a {}, not a cubin", what, name(found->artifact.kind))));
-      report(what, JitStage::loading, start);
-      auto lib = gpu::Library::load_data(found->artifact.payload.data());
-      if (!lib) return done(fail(lib.error()));
-      auto m = std::make_shared<JitModule>();
-      m->library_ = std::move(*lib);
-      m->lowered_ = decode_lowered_names(found->artifact.metadata);
-      m->key_ = cache_key(request).hex();
-      m->from_disk_ = found->from_disk;
-      done(std::shared_ptr<const JitModule>(std::move(m)));
+      auto r = result_or_error(what, [&] { return load_module(request, what, start); });
+      report(what, r ? JitStage::ready : JitStage::failed, start);
+      future.set(std::move(r));
     });
   });
+}
+
+Result<std::shared_ptr<const JitModule>> JitEngine::load_module(const NvrtcRequest& request, const std::string& what,
+                                                                std::chrono::steady_clock::time_point start) {
+  auto found = compile_nvrtc(request, what);
+  if (!found) return fail(found.error());
+  if (found->artifact.kind != ArtifactKind::cubin)
+    return fail(errc::cache_corrupt,
+                fmt::format("{}: cache entry holds a {}, not a cubin", what, name(found->artifact.kind)));
+  report(what, JitStage::loading, start);
+  auto lib = gpu::Library::load_data(found->artifact.payload.data());
+  if (!lib) return fail(lib.error());
+  auto m = std::make_shared<JitModule>();
+  m->library_ = std::move(*lib);
+  m->lowered_ = decode_lowered_names(found->artifact.metadata);
+  m->key_ = cache_key(request).hex();
+  m->from_disk_ = found->from_disk;
+  return std::shared_ptr<const JitModule>(std::move(m));
 }
 
 JitFuture<JitInstance> JitEngine::instance(InstanceRequest request) {
@@ -220,41 +244,53 @@ JitFuture<JitInstance> JitEngine::instance(InstanceRequest request) {
     const std::string what = fmt::format("nvcc {} ({})", request.symbol, request.arch.name());
     report(what, JitStage::queued, start);
     workers_->post([this, future, what, start, request = std::move(request)] {
-      auto done = [&](Result<std::shared_ptr<const JitInstance>> r) {
-        report(what, r ? JitStage::ready : JitStage::failed, start);
-        future.set(std::move(r));
-      };
-      auto found = compile_instance(request, what);
-      if (!found) return done(fail(found.error()));
-      if (found->artifact.kind != ArtifactKind::shared_object)
-        return done(fail(errc::cache_corrupt, fmt::format("{}: cache entry holds a {}, not a shared object", what,
-                                                          name(found->artifact.kind))));
-      report(what, JitStage::loading, start);
-      auto so = SharedObject::load(found->artifact.payload, request.symbol);
-      if (!so) return done(fail(so.error()));
-      auto sym = (*so)->symbol(request.symbol);
-      if (!sym) return done(fail(sym.error()));
-      const auto* abi = static_cast<const cuactor_gemm_instance*>(*sym);
-      if (abi->abi_version != CUACTOR_KERNEL_ABI_VERSION)
-        return done(fail(errc::unsupported, fmt::format("{}: instance ABI version {} is not this build's {}", what,
-                                                        abi->abi_version, CUACTOR_KERNEL_ABI_VERSION)));
-      auto inst = std::make_shared<JitInstance>();
-      inst->object_ = std::move(*so);
-      inst->abi_ = abi;
-      inst->from_disk_ = found->from_disk;
-      done(std::shared_ptr<const JitInstance>(std::move(inst)));
+      auto r = result_or_error(what, [&] { return load_instance(request, what, start); });
+      report(what, r ? JitStage::ready : JitStage::failed, start);
+      future.set(std::move(r));
     });
   });
 }
 
+Result<std::shared_ptr<const JitInstance>> JitEngine::load_instance(const InstanceRequest& request,
+                                                                    const std::string& what,
+                                                                    std::chrono::steady_clock::time_point start) {
+  auto found = compile_instance(request, what);
+  if (!found) return fail(found.error());
+  if (found->artifact.kind != ArtifactKind::shared_object)
+    return fail(errc::cache_corrupt,
+                fmt::format("{}: cache entry holds a {}, not a shared object", what, name(found->artifact.kind)));
+  report(what, JitStage::loading, start);
+  auto so = SharedObject::load(found->artifact.payload, request.symbol);
+  if (!so) return fail(so.error());
+  auto sym = (*so)->symbol(request.symbol);
+  if (!sym) return fail(sym.error());
+  const auto* abi = static_cast<const cuactor_gemm_instance*>(*sym);
+  if (abi->abi_version != CUACTOR_KERNEL_ABI_VERSION)
+    return fail(errc::unsupported, fmt::format("{}: instance ABI version {} is not this build's {}", what,
+                                               abi->abi_version, CUACTOR_KERNEL_ABI_VERSION));
+  auto inst = std::make_shared<JitInstance>();
+  inst->object_ = std::move(*so);
+  inst->abi_ = abi;
+  inst->from_disk_ = found->from_disk;
+  return std::shared_ptr<const JitInstance>(std::move(inst));
+}
+
 Result<WarmReport> JitEngine::warm(const NvrtcRequest& request) {
+  return result_or_error("JIT warm", [&] { return warm_nvrtc(request); });
+}
+
+Result<WarmReport> JitEngine::warm(const InstanceRequest& request) {
+  return result_or_error("JIT warm", [&] { return warm_instance(request); });
+}
+
+Result<WarmReport> JitEngine::warm_nvrtc(const NvrtcRequest& request) {
   const auto start = std::chrono::steady_clock::now();
   auto found = compile_nvrtc(request, fmt::format("nvrtc {} ({})", request.program_name, request.arch.name()));
   if (!found) return fail(found.error());
   return WarmReport{cache_key(request).hex(), found->from_disk, seconds_since(start), found->artifact.payload.size()};
 }
 
-Result<WarmReport> JitEngine::warm(const InstanceRequest& request) {
+Result<WarmReport> JitEngine::warm_instance(const InstanceRequest& request) {
   const auto start = std::chrono::steady_clock::now();
   auto prepared = prepare(request);
   if (!prepared) return fail(prepared.error());

@@ -15,6 +15,8 @@
 #include <sstream>
 #include <utility>
 
+#include "cuactor/core/files.hpp"
+#include "cuactor/core/paths.hpp"
 #include "process.hpp"
 
 namespace cuactor::jit {
@@ -24,25 +26,6 @@ namespace {
 std::string gencode(GpuArch a) {
   const std::string v = fmt::format("{}{}", a.sm(), a.arch_specific ? "a" : "");
   return fmt::format("arch=compute_{},code=sm_{}", v, v);
-}
-
-// A scratch directory removed on destruction.
-struct ScratchDir {
-  fs::path path;
-  explicit ScratchDir(fs::path p) : path(std::move(p)) {}
-  ScratchDir(ScratchDir&& o) noexcept : path(std::exchange(o.path, {})) {}
-  ScratchDir& operator=(ScratchDir&&) = delete;
-  ~ScratchDir() {
-    std::error_code ec;
-    if (!path.empty()) fs::remove_all(path, ec);
-  }
-};
-
-Result<ScratchDir> make_scratch() {
-  std::string templ = (fs::temp_directory_path() / "cuactor-nvcc-XXXXXX").string();
-  if (::mkdtemp(templ.data()) == nullptr)
-    return fail(errc::internal, fmt::format("mkdtemp('{}') failed: {}", templ, std::strerror(errno)));
-  return ScratchDir(fs::path(templ));
 }
 
 }  // namespace
@@ -101,15 +84,11 @@ Result<Digest> cache_key(const NvccRequest& req, std::string_view include_identi
 Result<std::vector<std::byte>> nvcc_compile(const NvccRequest& req, const ProgressFn& progress) {
   const auto nvcc = find_nvcc();
   if (!nvcc) return fail(errc::unsupported, "nvcc was not found (set CUACTOR_NVCC or CUDA_HOME)");
-  auto scratch = make_scratch();
+  auto scratch = detail::ScratchDir::create();
   if (!scratch) return fail(scratch.error());
-  const fs::path src = scratch->path / "instance.cu";
-  const fs::path obj = scratch->path / "instance.so";
-  {
-    std::ofstream out(src, std::ios::binary);
-    out << req.source;
-    if (!out) return fail(errc::internal, fmt::format("cannot write '{}'", src.string()));
-  }
+  const fs::path src = scratch->path() / "instance.cu";
+  const fs::path obj = scratch->path() / "instance.so";
+  CUACTOR_TRY(write_new_private_file(src, std::as_bytes(std::span(req.source.data(), req.source.size()))));
   std::vector<std::string> argv = {
       nvcc->string(), "-std=c++20", "--expt-relaxed-constexpr", "-O3",      "-DNDEBUG",       "-shared",
       "-Xcompiler",   "-fPIC",      "-cudart=shared",           "-gencode", gencode(req.arch)};
@@ -123,17 +102,18 @@ Result<std::vector<std::byte>> nvcc_compile(const NvccRequest& req, const Progre
                 std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count()});
   };
   beat();
+  // Each CUTLASS compile takes a core and ~3.3 GB: more at once than the machine has would swap
+  // or be killed for memory, so compiles beyond the process-wide limit wait for a slot.
+  const detail::CompileSlot slot;
   auto r = detail::run_process(argv, req.timeout, beat);
   if (!r) return fail(r.error());
   if (r->exit_code != 0)
     return fail(errc::compile_failed, fmt::format("nvcc could not compile '{}' for {} (exit {}):\n{}", req.description,
                                                   req.arch.name(), r->exit_code, r->output.substr(0, 4000)));
-  std::ifstream in(obj, std::ios::binary);
-  std::vector<char> chars((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (chars.empty())
-    return fail(errc::compile_failed, fmt::format("nvcc produced no object for '{}'", req.description));
-  std::vector<std::byte> bytes(chars.size());
-  std::memcpy(bytes.data(), chars.data(), chars.size());
+  auto bytes = read_file(obj, "nvcc output");
+  if (!bytes || bytes->empty())
+    return fail(errc::compile_failed, fmt::format("nvcc produced no object for '{}'{}", req.description,
+                                                  bytes ? std::string() : ": " + bytes.error().message()));
   return bytes;
 }
 
@@ -180,7 +160,9 @@ Result<std::shared_ptr<SharedObject>> SharedObject::load(std::span<const std::by
     memfd_error = std::strerror(errno);
   }
   // Fallback (memfd refused or not executable): a temp file, unlinked once mapped.
-  std::string path = (fs::temp_directory_path() / "cuactor-jit-XXXXXX.so").string();
+  auto tmp = temp_root();
+  if (!tmp) return fail(tmp.error());
+  std::string path = (*tmp / "cuactor-jit-XXXXXX.so").string();
   const int tfd = ::mkstemps(path.data(), 3);
   if (tfd < 0) return fail(errc::internal, fmt::format("mkstemps('{}') failed: {}", path, std::strerror(errno)));
   if (so->fd_ >= 0) ::close(so->fd_);

@@ -44,6 +44,17 @@ std::string nvrtc_version() {
 Result<NvrtcOutput> nvrtc_compile(const NvrtcRequest& req) {
   if (req.source.empty())
     return fail(errc::invalid_argument, fmt::format("NVRTC request '{}': the source is empty", req.program_name));
+  // NVRTC takes C strings: everything after a NUL would be dropped silently.
+  if (const auto nul = req.source.find('\0'); nul != std::string::npos)
+    return fail(errc::invalid_argument,
+                fmt::format("NVRTC source '{}' has a NUL byte at offset {}: sources must be text (NVRTC would ignore "
+                            "everything after it)",
+                            req.program_name, nul));
+  for (const auto& [hname, text] : req.headers)
+    if (const auto nul = text.find('\0'); nul != std::string::npos)
+      return fail(errc::invalid_argument,
+                  fmt::format("NVRTC header '{}' of '{}' has a NUL byte at offset {}: headers must be text", hname,
+                              req.program_name, nul));
   std::vector<const char*> header_sources, header_names;
   for (const auto& [hname, text] : req.headers) {
     header_names.push_back(hname.c_str());
@@ -52,8 +63,8 @@ Result<NvrtcOutput> nvrtc_compile(const NvrtcRequest& req) {
   nvrtcProgram raw = nullptr;
   CUACTOR_TRY(
       gpu::check(nvrtcCreateProgram(&raw, req.source.c_str(), req.program_name.c_str(),
-                                     static_cast<int>(header_names.size()), header_sources.data(), header_names.data()),
-                  fmt::format("nvrtcCreateProgram('{}')", req.program_name)));
+                                    static_cast<int>(header_names.size()), header_sources.data(), header_names.data()),
+                 fmt::format("nvrtcCreateProgram('{}')", req.program_name)));
   Program prog(raw);
   for (const auto& e : req.name_expressions)
     CUACTOR_TRY(gpu::check(nvrtcAddNameExpression(raw, e.c_str()), fmt::format("nvrtcAddNameExpression('{}')", e)));
@@ -76,8 +87,7 @@ Result<NvrtcOutput> nvrtc_compile(const NvrtcRequest& req) {
   CUACTOR_TRY(gpu::check(nvrtcGetCUBIN(raw, reinterpret_cast<char*>(out.cubin.data())), "nvrtcGetCUBIN"));
   for (const auto& e : req.name_expressions) {
     const char* lowered = nullptr;
-    CUACTOR_TRY(
-        gpu::check(nvrtcGetLoweredName(raw, e.c_str(), &lowered), fmt::format("nvrtcGetLoweredName('{}')", e)));
+    CUACTOR_TRY(gpu::check(nvrtcGetLoweredName(raw, e.c_str(), &lowered), fmt::format("nvrtcGetLoweredName('{}')", e)));
     out.lowered_names.emplace_back(e, lowered);
   }
   return out;

@@ -24,6 +24,7 @@
 #include "cuactor/gpu/stream.hpp"
 #include "cuactor/kernels/catalog.hpp"
 #include "cuactor/kernels/grouped_gemm.hpp"
+#include "json_output.hpp"
 
 namespace cuactor::cli {
 namespace {
@@ -286,7 +287,11 @@ Status run_bench(const Options& opt) {
     // cuBLAS has no fp8 GemmEx path (the fp8 anchor is CUTLASS example 57); alternatives skip cuBLAS.
     auto r = bench.run(shape, dtype, dtype != DType::e4m3 && !sku, sku);
     if (!r) {
-      std::cout << fmt::format("{:<28} {:<5} failed: {}\n", shape.name, name(dtype), r.error().to_string());
+      if (opt.json)
+        json += fmt::format("{}{{\"shape\":\"{}\",\"dtype\":\"{}\",\"error\":{}}}", json.size() > 1 ? "," : "",
+                            shape.name, name(dtype), dump_json(error_json(r.error())["error"]));
+      else
+        std::cout << fmt::format("{:<28} {:<5} failed: {}\n", shape.name, name(dtype), r.error().to_string());
       continue;
     }
     const double gbs = r->io_bytes / (r->ours_ms * 1e-3) / 1e9;
@@ -331,10 +336,16 @@ void add_bench_grouped_command(CLI::App& app) {
   cmd->add_flag("--all-skus", opt->all_skus, "Also time every other grouped SKU that fits a row (marked alt)");
   cmd->callback([opt] {
     if (gpu::device_count() == 0) {
+      // --json consumers parse stdout: they get an error object, never a sentence.
+      if (opt->json) {
+        print_json_error(Error(errc::no_device, "cuactor bench grouped: no CUDA GPU is visible; nothing to measure"));
+        std::exit(1);
+      }
       std::cout << "cuactor bench grouped: no CUDA GPU is visible; nothing to measure.\n";
       return;
     }
     if (auto s = run_bench(*opt); !s) {
+      if (opt->json) print_json_error(s.error());
       std::cerr << "cuactor bench grouped failed: " << s.error().to_string() << "\n";
       std::exit(1);
     }

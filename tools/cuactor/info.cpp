@@ -2,7 +2,6 @@
 #include <nvrtc.h>
 
 #include <boost/asio/use_future.hpp>
-
 #include <filesystem>
 #include <iostream>
 #include <nlohmann/json.hpp>
@@ -12,10 +11,10 @@
 #include "commands.hpp"
 #include "cuactor/core/paths.hpp"
 #include "cuactor/gpu/device.hpp"
-#include "cuactor/jit/disk_cache.hpp"
 #include "cuactor/jit/nvcc.hpp"
 #include "cuactor/kernels/catalog.hpp"
 #include "cuactor/runtime/device_actor.hpp"
+#include "json_output.hpp"
 
 namespace cuactor::cli {
 namespace {
@@ -63,13 +62,19 @@ nlohmann::json collect(bool with_stats) {
   j["nvrtc"] = nvrtc_ok ? nlohmann::json(fmt::format("{}.{}", major, minor)) : nlohmann::json(nullptr);
   const auto nvcc = jit::find_nvcc();
   j["nvcc"] = nvcc ? nlohmann::json(nvcc->string()) : nlohmann::json(nullptr);
-  j["cache_root"] = cache_root().string();
+  const auto root = cache_root();
+  if (!root) {  // HOME unset and TMPDIR missing: say so instead of a cache location
+    j["cache_root"] = nullptr;
+    j["jit_cache"] = {{"directory", nullptr}, {"error", root.error().message()}};
+    return j;
+  }
+  j["cache_root"] = root->string();
   // Count the JIT cache's entries without creating the directory.
-  const auto jit_dir = jit::default_cache_directory();
+  const auto jit_dir = *root / "jit";
   std::size_t entries = 0, bytes = 0;
   std::error_code ec;
   for (const auto& e : std::filesystem::directory_iterator(jit_dir, ec))
-    if (e.is_regular_file(ec) && e.path().extension() != ".lock") {
+    if (e.is_regular_file(ec) && e.path().extension() == ".cjit") {
       ++entries;
       bytes += static_cast<std::size_t>(e.file_size(ec));
     }
@@ -101,7 +106,7 @@ void print_text(const nlohmann::json& j) {
           static_cast<double>(d.value("free_memory_bytes", std::size_t{0})) / (1 << 30),
           d["l2_cache_bytes"].get<std::size_t>() >> 20, d["sm_clock_mhz"].get<int>(), d["memory_clock_mhz"].get<int>(),
           d["memory_bus_width_bits"].get<int>(), d["pci_bus_id"].get<std::string>());
-      if (d.contains("actor_stats")) std::cout << "    actor stats: " << d["actor_stats"].dump() << "\n";
+      if (d.contains("actor_stats")) std::cout << "    actor stats: " << dump_json(d["actor_stats"]) << "\n";
     }
   }
   const auto& fam = j["kernel_families"];
@@ -111,8 +116,12 @@ void print_text(const nlohmann::json& j) {
   std::cout << "\n";
   std::cout << "  NVRTC:        " << (j["nvrtc"].is_null() ? "unavailable" : j["nvrtc"].get<std::string>()) << "\n";
   std::cout << "  nvcc:         " << (j["nvcc"].is_null() ? "not found" : j["nvcc"].get<std::string>()) << "\n";
-  std::cout << "  cache root:   " << j["cache_root"].get<std::string>() << "\n";
   const auto& jc = j["jit_cache"];
+  if (j["cache_root"].is_null()) {
+    std::cout << "  cache root:   none: " << jc["error"].get<std::string>() << "\n";
+    return;
+  }
+  std::cout << "  cache root:   " << j["cache_root"].get<std::string>() << "\n";
   std::cout << fmt::format("  JIT cache:    {} ({} files, {:.1f} MiB)\n", jc["directory"].get<std::string>(),
                            jc["files"].get<std::size_t>(),
                            static_cast<double>(jc["bytes"].get<std::size_t>()) / (1 << 20));
@@ -129,7 +138,7 @@ void add_info_command(CLI::App& app) {
   cmd->callback([] {
     const auto j = collect(stats);
     if (json)
-      std::cout << j.dump(2) << "\n";
+      std::cout << dump_json(j, 2) << "\n";
     else
       print_text(j);
   });

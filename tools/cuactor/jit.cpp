@@ -4,9 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
-#include <fstream>
 #include <iostream>
-#include <iterator>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -16,6 +14,8 @@
 #include <vector>
 
 #include "commands.hpp"
+#include "cuactor/core/files.hpp"
+#include "cuactor/core/no_throw.hpp"
 #include "cuactor/core/paths.hpp"
 #include "cuactor/gpu/device.hpp"
 #include "cuactor/jit/engine.hpp"
@@ -71,7 +71,6 @@ std::shared_ptr<jit::JitEngine> make_engine(bool progress) {
   jit::JitOptions o;
   if (!cli_options().cache_dir.empty()) o.disk.directory = cli_options().cache_dir;
   if (progress && !cli_options().quiet) o.progress = progress_printer();
-  o.workers = 4;
   return value_or_die(jit::JitEngine::create(std::move(o)));
 }
 
@@ -82,10 +81,10 @@ GpuArch arch_or_die(const std::string& s) {
 }
 
 jit::NvrtcRequest nvrtc_request_from_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) die(Error(errc::invalid_argument, fmt::format("cannot read NVRTC source '{}'", path)));
+  // A directory or an unreadable file is a typed error here, not an iostream exception.
+  const auto bytes = value_or_die(read_file(path, "NVRTC source"));
   jit::NvrtcRequest r;
-  r.source.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  r.source.assign(reinterpret_cast<const char*>(bytes.data()), bytes.size());
   r.program_name = std::filesystem::path(path).filename().string();
   r.arch = arch_or_die(cli_options().arch);
   r.options = cli_options().nvrtc_options;
@@ -106,14 +105,17 @@ void run_warm() {
   auto engine = make_engine(true);
   for (const auto& file : o.nvrtc_files) print_warm(file, value_or_die(engine->warm(nvrtc_request_from_file(file))));
   jit::GemmJit gemm(engine);
-  // SKUs are compiled in parallel on the engine's workers (each nvcc uses one core).
+  // One thread per SKU; how many nvcc processes run at once is capped inside the library by cores
+  // and free memory (~3.3 GB per CUTLASS compile), so the others wait for a compile slot.
+  std::vector<kernels::GemmSku> skus;
+  for (const auto& text : o.gemm_skus) skus.push_back(value_or_die(kernels::GemmSku::parse(text)));
   std::vector<std::pair<std::string, std::thread>> threads;
   std::mutex out;
   bool failed = false;
-  for (const auto& text : o.gemm_skus) {
-    const auto sku = value_or_die(kernels::GemmSku::parse(text));
-    threads.emplace_back(text, std::thread([&, sku, text] {
-                           auto r = gemm.warm(sku);
+  for (std::size_t i = 0; i < skus.size(); ++i) {
+    const auto& text = o.gemm_skus[i];
+    threads.emplace_back(text, std::thread([&, sku = skus[i], text] {
+                           auto r = result_or_error("jit warm", [&] { return gemm.warm(sku); });
                            std::lock_guard lock(out);
                            if (!r) {
                              std::cerr << "cuactor jit warm " << text << ": " << r.error().to_string() << "\n";
@@ -131,6 +133,7 @@ void run_warm() {
 void run_cache(const std::string& action) {
   jit::DiskCacheOptions d;
   if (!cli_options().cache_dir.empty()) d.directory = cli_options().cache_dir;
+  d.fallback_when_untrusted = false;  // inspect the directory asked for, or say why not
   auto cache = value_or_die(jit::DiskCache::open(d));
   if (action == "clear") {
     if (auto s = cache.clear(); !s) die(s.error());
@@ -142,10 +145,10 @@ void run_cache(const std::string& action) {
   int damaged = 0;
   for (const auto& e : entries) {
     total += e.file_bytes;
-    const bool bad = e.metadata.rfind("DAMAGED", 0) == 0;
+    const bool bad = !e.problem.empty();
     damaged += bad ? 1 : 0;
     if (action == "list" || bad) {
-      std::string first_line = e.metadata.substr(0, e.metadata.find('\n'));
+      std::string first_line = bad ? "DAMAGED: " + e.problem : e.metadata.substr(0, e.metadata.find('\n'));
       std::cout << fmt::format("{}  {:>13}  {:>10.1f} KiB  {}\n", e.key, jit::name(e.kind),
                                static_cast<double>(e.file_bytes) / 1024.0, first_line.substr(0, 100));
     }
@@ -277,9 +280,15 @@ void add_jit_command(CLI::App& app) {
   auto* jit_cmd = app.add_subcommand("jit", "Run-time kernel instantiation: warm and inspect the cache, benchmark");
   jit_cmd->require_subcommand(1);
   auto& o = cli_options();
-  jit_cmd->add_option("--cache-dir", o.cache_dir,
-                      fmt::format("JIT disk cache directory (default {})", (cache_root() / "jit").string()));
-  jit_cmd->add_flag("--quiet", o.quiet, "No progress lines");
+  const auto root = cache_root();
+  const std::string cache_dir_help = fmt::format("JIT disk cache directory (default {})",
+                                                 root ? (*root / "jit").string() : "none: " + root.error().message());
+  // Accepted before and after the action (`jit --cache-dir X warm` and `jit warm --cache-dir X`).
+  auto add_common = [&](CLI::App* c) {
+    c->add_option("--cache-dir", o.cache_dir, cache_dir_help);
+    c->add_flag("--quiet", o.quiet, "No progress lines");
+  };
+  add_common(jit_cmd);
 
   auto* warm = jit_cmd->add_subcommand("warm", "Compile into the disk cache (no GPU needed), e.g. on a build machine");
   warm->add_option(
@@ -290,10 +299,12 @@ void add_jit_command(CLI::App& app) {
   warm->add_option("--arch", o.arch, "Target of --nvrtc sources (sm_90a, sm_80, ...)");
   warm->add_option("--name", o.names, "Kernel name expression whose lowered name is recorded (templated kernels)");
   warm->add_option("--option", o.nvrtc_options, "Extra NVRTC option");
+  add_common(warm);
   warm->callback(run_warm);
 
   for (const char* action : {"list", "verify", "clear"}) {
     auto* c = jit_cmd->add_subcommand(action, std::string(action) + " the disk cache's entries");
+    add_common(c);
     c->callback([a = std::string(action)] { run_cache(a); });
   }
 
@@ -302,6 +313,7 @@ void add_jit_command(CLI::App& app) {
   bench->add_option("--arch", o.arch, "Architecture without a GPU");
   bench->add_option("--gemm", o.gemm_skus, "SKU for the nvcc measurements (default: a 128x128x64 bf16 one)");
   bench->add_flag("--skip-nvcc", o.skip_nvcc, "Skip the 25-60 s CUTLASS compile");
+  add_common(bench);
   bench->callback(run_bench);
 }
 

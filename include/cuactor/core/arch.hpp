@@ -7,6 +7,8 @@
 #include <string>
 #include <string_view>
 
+#include "cuactor/core/cxx20.hpp"
+
 namespace cuactor {
 
 /// A compilation / dispatch target such as sm_80, sm_90a or sm_120a.

@@ -6,6 +6,8 @@
 
 #include <cuda.h>
 
+#include "cuactor/core/cxx20.hpp"
+
 namespace cuactor {
 
 /// Driver functions cuactor uses. Every member is null when no driver is installed.

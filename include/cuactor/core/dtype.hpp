@@ -11,6 +11,8 @@
 #include <optional>
 #include <string_view>
 
+#include "cuactor/core/cxx20.hpp"
+
 namespace cuactor {
 
 /// Element type of a buffer or a kernel operand.

@@ -7,6 +7,8 @@
 #include <string_view>
 #include <system_error>
 
+#include "cuactor/core/cxx20.hpp"
+
 namespace cuactor {
 
 /// cuactor's own error codes. Values are stable; never decide anything by matching messages.
@@ -30,6 +32,8 @@ enum class errc : int {
   internal,              ///< A broken invariant inside cuactor (a bug).
   worker_lost,           ///< The isolated worker process died, was killed or missed its deadline ([R10]).
   protocol_error,        ///< A malformed, truncated, oversized or wrong-version message on a worker channel.
+  untrusted,             ///< A file or directory is not safe to use (owner, mode or type).
+  io_error,              ///< Reading or writing a file failed (missing directory, full disk, ...).
 };
 
 /// Category of cuactor's own codes (name "cuactor").

@@ -6,6 +6,8 @@
 #include <functional>
 #include <string_view>
 
+#include "cuactor/core/cxx20.hpp"
+
 namespace cuactor {
 
 /// Severity of a log message.

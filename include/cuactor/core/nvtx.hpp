@@ -22,6 +22,8 @@
 #include <type_traits>
 #include <utility>
 
+#include "cuactor/core/cxx20.hpp"
+
 #ifndef CUACTOR_NVTX
 #define CUACTOR_NVTX 0
 #endif

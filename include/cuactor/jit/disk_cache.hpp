@@ -1,8 +1,14 @@
 /// @file
 /// On-disk cache of compiled machine code ([J3]): one file per key, written atomically (temp file +
-/// rename), with a checksummed header so that corrupt or truncated entries are detected, removed and
-/// rebuilt; a size cap enforced by evicting the least recently used entries; cross-thread and
-/// cross-process single-flight building through per-key file locks.
+/// rename), with a checksum over the whole header and body so that corrupt or truncated entries are
+/// detected, removed and rebuilt; a size cap enforced by evicting the least recently used entries;
+/// cross-thread and cross-process single-flight building through per-key file locks.
+///
+/// The cache owns only what it made and trusts only what it made: it touches only names of its own
+/// exact forms (`<32 hex>.cjit`, `<32 hex>.lock`, `<32 hex>.cjit.tmp.<pid>.<n>`), so a directory it
+/// shares with other files loses none of them; its directory is created 0700 and marked with a
+/// CACHEDIR.TAG, entries are written 0600 whatever the umask, and an entry or directory that
+/// another user owns or may write is never loaded.
 #pragma once
 
 #include <atomic>
@@ -39,8 +45,8 @@ struct Artifact {
   std::vector<std::byte> payload;
 };
 
-/// The default cache directory: cuactor::cache_root() / "jit".
-std::filesystem::path default_cache_directory();
+/// The default cache directory: cuactor::cache_root() / "jit" (cache_root's error when it has none).
+Result<std::filesystem::path> default_cache_directory();
 
 /// Where a cache lives and how large it may grow.
 struct DiskCacheOptions {
@@ -48,6 +54,10 @@ struct DiskCacheOptions {
   std::filesystem::path directory;
   /// Total size of all entries above which the least recently used ones are evicted.
   std::uint64_t max_bytes = 4ULL << 30;
+  /// When `directory` belongs to another user or others may write it (`untrusted`): true logs the
+  /// error and uses <temp_root()>/cuactor-jit-<uid> instead (entries are rebuilt there); false
+  /// makes open() fail (tools that inspect one directory).
+  bool fallback_when_untrusted = true;
 };
 
 /// Counters of one DiskCache object (not of the directory: other processes keep their own).
@@ -67,6 +77,8 @@ struct CacheEntryInfo {
   std::uint64_t file_bytes = 0;
   std::filesystem::file_time_type last_use;
   std::string metadata;
+  /// Why the entry cannot be used (damaged, or untrusted owner/mode); empty when it is intact.
+  std::string problem;
 };
 
 /// Result of get_or_build: the artifact and whether it came from disk.
@@ -79,7 +91,8 @@ struct CacheLookup {
 /// processes at once on one directory.
 class DiskCache {
  public:
-  /// Opens (creating if needed) the cache directory; `invalid_argument` if it cannot be created.
+  /// Opens (creating if needed, mode 0700) the cache directory; `io_error` if it cannot be created,
+  /// `untrusted` (see DiskCacheOptions::fallback_when_untrusted).
   static Result<DiskCache> open(DiskCacheOptions options);
 
   /// The entry for `key`, or nullopt on a miss. A damaged entry counts as corrupt, is removed and
@@ -94,9 +107,11 @@ class DiskCache {
   Result<CacheLookup> get_or_build(const Digest& key, const std::function<Result<Artifact>()>& build);
   /// Removes the least recently used entries until the total is at most `max_bytes`, sparing `keep`.
   Status evict_to(std::uint64_t max_bytes, const std::optional<Digest>& keep = std::nullopt);
-  /// Every readable entry, most recently used first.
+  /// Every entry of the cache's own name form, most recently used first (damaged ones included,
+  /// with CacheEntryInfo::problem set).
   Result<std::vector<CacheEntryInfo>> list() const;
-  /// Removes every entry (and stray temp files).
+  /// Removes every file of the cache's own name forms (entries, locks, temp files) and nothing else;
+  /// `io_error` naming the files it could not remove.
   Status clear();
   /// Removes one entry; true if it existed.
   Result<bool> remove(const Digest& key);

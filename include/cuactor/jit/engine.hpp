@@ -135,6 +135,13 @@ class JitEngine {
  private:
   struct Workers;
   explicit JitEngine(JitOptions options, DiskCache disk);
+  static Result<std::shared_ptr<JitEngine>> create_engine(JitOptions options);
+  Result<std::shared_ptr<const JitModule>> load_module(const NvrtcRequest& request, const std::string& what,
+                                                       std::chrono::steady_clock::time_point start);
+  Result<std::shared_ptr<const JitInstance>> load_instance(const InstanceRequest& request, const std::string& what,
+                                                           std::chrono::steady_clock::time_point start);
+  Result<WarmReport> warm_nvrtc(const NvrtcRequest& request);
+  Result<WarmReport> warm_instance(const InstanceRequest& request);
   Result<CacheLookup> compile_nvrtc(const NvrtcRequest& request, const std::string& what);
   Result<CacheLookup> compile_instance(const InstanceRequest& request, const std::string& what);
   void report(const std::string& what, JitStage stage, std::chrono::steady_clock::time_point start) const;

@@ -9,6 +9,8 @@
 #include <string>
 #include <string_view>
 
+#include "cuactor/core/cxx20.hpp"
+
 namespace cuactor::jit {
 
 /// A 128-bit digest; its hex form names disk-cache entries.

@@ -5,6 +5,8 @@
 #include <functional>
 #include <string>
 
+#include "cuactor/core/cxx20.hpp"
+
 namespace cuactor::jit {
 
 /// Stage of one JIT request.

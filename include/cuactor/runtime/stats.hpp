@@ -7,6 +7,8 @@
 #include <string>
 #include <string_view>
 
+#include "cuactor/core/cxx20.hpp"
+
 namespace cuactor::runtime {
 
 /// State of a device's circuit breaker ([R8], [R9]).

@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# Hostile inputs to the `cuactor` CLI (issue 16): each case must end with a typed message and the
+# right exit status, never an abort (134), a lie or a deleted user file.
+# Usage: cli_hardening.sh CUACTOR_BINARY WORK_DIR CASE
+set -uo pipefail
+cli=$1 work=$2 case=$3
+rm -rf "$work" && mkdir -p "$work" && cd "$work" || exit 2
+export CUACTOR_CACHE_DIR=$work/cache
+fail() { echo "FAIL [$case]: $*"; echo "--- stdout:"; cat out 2>/dev/null; echo "--- stderr:"; cat err 2>/dev/null; exit 1; }
+run() { "$@" >out 2>err; rc=$?; }
+expect_rc() { [[ $rc -eq $1 ]] || fail "exit status $rc, expected $1"; }
+expect_failure() { [[ $rc -ne 0 && $rc -lt 128 ]] || fail "exit status $rc, expected a non-zero status without a signal"; }
+expect_in() { grep -q -- "$2" "$1" || fail "'$2' not in $1"; }
+
+case $case in
+  warm_directory)  # row 1: was an uncaught std::ios_failure (exit 134)
+    mkdir srcdir
+    run "$cli" jit warm --nvrtc srcdir
+    expect_failure; expect_in err "is a directory"; expect_in err "srcdir" ;;
+  warm_nul_byte)  # row 2: was silently truncated and reported "warmed"
+    printf 'extern "C" __global__ void k() {}\n\0 syntax error here' > nul.cu
+    run "$cli" jit warm --nvrtc nul.cu --arch sm_80
+    expect_failure; expect_in err "NUL byte at offset 34" ;;
+  clear_unwritable)  # row 3: said "cleared" and exit 0 with nothing removed
+    [[ $(id -u) -eq 0 ]] && { echo "skipped: root ignores permissions"; exit 0; }
+    mkdir -p cache/jit && touch cache/jit/0123456789abcdef0123456789abcdef.cjit && chmod 0500 cache/jit
+    run "$cli" jit clear
+    chmod 0700 cache/jit
+    expect_failure; expect_in err "could not remove 1"; [[ -e cache/jit/0123456789abcdef0123456789abcdef.cjit ]] ||
+      fail "entry vanished" ;;
+  clear_own_files_only)  # rows 3 and 7: clear removed any name containing ".cjit", left locks
+    mkdir -p cache/jit
+    touch cache/jit/{notes.cjit.txt,report.tmp.txt,0123456789abcdef0123456789abcdef.cjit,0123456789abcdef0123456789abcdef.lock}
+    run "$cli" jit clear
+    expect_rc 0
+    [[ -e cache/jit/notes.cjit.txt && -e cache/jit/report.tmp.txt ]] || fail "a user file was deleted"
+    [[ ! -e cache/jit/0123456789abcdef0123456789abcdef.cjit && ! -e cache/jit/0123456789abcdef0123456789abcdef.lock ]] ||
+      fail "an entry or lock was left" ;;
+  info_non_utf8)  # row 8: nlohmann type_error.316, abort
+    export CUACTOR_CACHE_DIR=$work/$'caf\xe9'
+    run "$cli" info --json
+    expect_rc 0
+    python3 -c 'import json,sys; j=json.load(open("out")); assert "\ufffd" in j["cache_root"], j["cache_root"]' ||
+      fail "output is not JSON with the bad byte replaced" ;;
+  no_tmpdir_no_home)  # row 9: filesystem_error abort
+    unset CUACTOR_CACHE_DIR HOME XDG_CACHE_HOME
+    export TMPDIR=$work/missing
+    run "$cli" info
+    expect_rc 0; expect_in out "TMPDIR="
+    run "$cli" jit list
+    expect_failure; expect_in err "TMPDIR='$work/missing' is not an existing directory"
+    run "$cli" jit warm --nvrtc /dev/null
+    expect_failure; expect_in err "TMPDIR" ;;
+  bench_grouped_json)  # row 10: plain text on stdout with --json
+    run "$cli" bench grouped --json
+    if grep -q '^\[' out; then exit 0; fi  # a GPU measured something
+    expect_failure
+    python3 -c 'import json; j=json.load(open("out")); assert j["error"]["message"], j' || fail "stdout is not a JSON error" ;;
+  unknown_command)  # row 11: "A subcommand is required" without the word
+    run "$cli" frobnicate
+    expect_failure; expect_in err "'frobnicate' is not a command"; expect_in err "info, demo, bench, jit"
+    run "$cli" jit frobnicate
+    expect_failure; expect_in err "'frobnicate'"; expect_in err "warm" ;;
+  cache_dir_after_warm)  # row 11: --cache-dir only worked before the action
+    run "$cli" jit warm --help
+    expect_rc 0; expect_in out "--cache-dir"
+    run "$cli" jit list --cache-dir "$work/elsewhere"
+    expect_rc 0; expect_in out "$work/elsewhere" ;;
+  umask_000)  # row 13: directory 0777 and entries 0666
+    umask 000
+    printf 'extern "C" __global__ void k() {}\n' > k.cu
+    run "$cli" jit warm --nvrtc k.cu --arch sm_80
+    expect_rc 0
+    [[ $(stat -c %a cache/jit) == 700 ]] || fail "cache directory has mode $(stat -c %a cache/jit)"
+    for f in cache/jit/*.cjit; do [[ $(stat -c %a "$f") == 600 ]] || fail "$f has mode $(stat -c %a "$f")"; done ;;
+  untrusted_cache_dir)  # row 13: a directory others can write is refused by name and mode
+    mkdir -p cache/jit && chmod 0777 cache/jit
+    run "$cli" jit list
+    expect_failure; expect_in err "cache/jit' has owner uid"; expect_in err "mode 0777" ;;
+  *) echo "unknown case $case"; exit 2 ;;
+esac
+echo "ok [$case]"
