@@ -62,10 +62,20 @@ Result<T> parse_number(std::string_view flag, std::string_view text) {
 
 std::string default_worker_path() {
   if (const char* env = std::getenv("CUACTOR_WORKER"); env && *env) return env;
+  // Next to this program (the build tree, or an application installed beside cuactor), else where
+  // cuactor's install put it: a service living elsewhere still finds the installed worker.
   std::error_code ec;
-  auto self = std::filesystem::read_symlink("/proc/self/exe", ec);
-  if (ec) return "cuactor-worker";
-  return (self.parent_path() / "cuactor-worker").string();
+  const auto self = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (!ec) {
+    auto beside = self.parent_path() / "cuactor-worker";
+    if (std::filesystem::exists(beside, ec)) return beside.string();
+  }
+#ifdef CUACTOR_INSTALL_BINDIR
+  auto installed = std::filesystem::path(CUACTOR_INSTALL_BINDIR) / "cuactor-worker";
+  if (std::filesystem::exists(installed, ec)) return installed.string();
+#endif
+  if (!self.empty()) return (self.parent_path() / "cuactor-worker").string();  // named in the spawn error
+  return "cuactor-worker";
 }
 
 std::string describe_wait_status(int status) {

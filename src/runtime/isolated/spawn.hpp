@@ -42,7 +42,7 @@ struct SpawnOptions {
 };
 
 /// Default worker executable: $CUACTOR_WORKER if set, else `cuactor-worker` in the directory of the
-/// running executable (where it is installed next to the `cuactor` tool and applications).
+/// running executable when it is there, else the one in cuactor's install bin directory.
 std::string default_worker_path();
 
 /// A spawned worker process, owned by the parent: the channel to it and the pid.
