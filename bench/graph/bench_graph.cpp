@@ -235,7 +235,12 @@ BENCHMARK(BM_Sequence200EagerRawCuda)->Unit(benchmark::kMicrosecond)->MinTime(0.
 void BM_Sequence200EagerActor(benchmark::State& state) {
   Fixture* f = fixture(state);
   if (!f) return;
+  const std::uint64_t before = f->actor->stats().dispatch_ns;
   time_sequence(state, [f] { return f->run_actor_sequence(); });
+  // The actor thread's share per kernel (validation, leases, the launch, batching): what is left of
+  // us_per_kernel beyond it is the reply path or the GPU.
+  state.counters["dispatch_us_per_kernel"] = static_cast<double>(f->actor->stats().dispatch_ns - before) / 1e3 /
+                                             static_cast<double>(state.iterations()) / kKernels;
 }
 BENCHMARK(BM_Sequence200EagerActor)->Unit(benchmark::kMicrosecond)->MinTime(0.5);
 

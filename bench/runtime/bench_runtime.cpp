@@ -16,6 +16,7 @@
 #include <thread>
 #include <vector>
 
+#include "cuactor/core/driver_api.hpp"
 #include "cuactor/gpu/device.hpp"
 #include "cuactor/gpu/memory.hpp"
 #include "cuactor/gpu/stream.hpp"
@@ -41,15 +42,27 @@ struct Fixture {
   GpuRef<int> scratch;
 };
 
-Fixture* fixture() {
-  static std::optional<Fixture> f = []() -> std::optional<Fixture> {
-    auto actor = DeviceActor::create(0);
+/// The benchmarks' actor; `mode` picks how it detects completion (benchmarks that take it as their
+/// argument compare the two: 0 = sequence word, 1 = event queries).
+Fixture* fixture(cuactor::runtime::CompletionMode mode = cuactor::runtime::CompletionMode::sequence_word) {
+  auto make = [](cuactor::runtime::CompletionMode m) -> std::optional<Fixture> {
+    cuactor::runtime::ActorOptions o;
+    o.poller.mode = m;
+    auto actor = DeviceActor::create(0, o);
     if (!actor) return std::nullopt;
     auto [ec, ref] = actor->allocate<int>(1024, boost::asio::use_future).get();
     if (ec) return std::nullopt;
     return Fixture{std::move(*actor), ref};
-  }();
-  return f ? &*f : nullptr;
+  };
+  static std::optional<Fixture> word = make(cuactor::runtime::CompletionMode::sequence_word);
+  if (mode == cuactor::runtime::CompletionMode::sequence_word) return word ? &*word : nullptr;
+  static std::optional<Fixture> events = make(cuactor::runtime::CompletionMode::event_query);
+  return events ? &*events : nullptr;
+}
+
+cuactor::runtime::CompletionMode mode_arg(const benchmark::State& state) {
+  return state.range(0) == 0 ? cuactor::runtime::CompletionMode::sequence_word
+                             : cuactor::runtime::CompletionMode::event_query;
 }
 
 /// One tiny kernel (a 1-element fill) submitted through the actor; the caller spins on the reply.
@@ -82,7 +95,7 @@ BENCHMARK(BM_ActorRoundTrip)->Iterations(20000)->UseRealTime();
 /// Interleaved: per iteration one raw launch + cudaStreamSynchronize of the same 1-element fill on a
 /// plain stream, then one actor round trip; reports both and their ratios (the anchor).
 void BM_ActorVsRawSync(benchmark::State& state) {
-  Fixture* f = fixture();
+  Fixture* f = fixture(mode_arg(state));
   if (!f) {
     state.SkipWithError("no CUDA device");
     return;
@@ -142,7 +155,7 @@ void BM_ActorVsRawSync(benchmark::State& state) {
   state.counters["ratio_p50"] = act50 / raw50;
   state.counters["ratio_p99"] = act99 / raw99;
 }
-BENCHMARK(BM_ActorVsRawSync)->Iterations(20000)->UseRealTime();
+BENCHMARK(BM_ActorVsRawSync)->Arg(0)->Arg(1)->Iterations(20000)->UseRealTime();
 
 /// CPU time of the whole process (actor thread, poller, reply pool) over one idle second after a burst
 /// of work: the poller must block, not spin, when nothing is in flight.
@@ -202,10 +215,67 @@ void BM_RawStreamRoundTrip(benchmark::State& state) {
 }
 BENCHMARK(BM_RawStreamRoundTrip)->Iterations(20000)->UseRealTime();
 
+/// Host time of the stream calls one actor operation is made of, each alone on a raw stream (the
+/// breakdown behind the actor's dispatch time): 0 = the 1-element fill kernel launch, 1 = cudaEventRecord
+/// (a write event), 2 = cuStreamWriteValue32 (the completion marker). Synchronises every 256 calls.
+void BM_StreamCallHostCost(benchmark::State& state) {
+  Fixture* f = fixture();
+  if (!f) {
+    state.SkipWithError("no CUDA device");
+    return;
+  }
+  auto stream = cuactor::gpu::Stream::create(0);
+  auto raw_ptr = f->scratch.raw_device_ptr();
+  cudaEvent_t event = nullptr;
+  void* word = nullptr;
+  if (!stream || !raw_ptr || cudaEventCreateWithFlags(&event, cudaEventDisableTiming) != cudaSuccess ||
+      cudaMallocHost(&word, 64) != cudaSuccess) {
+    state.SkipWithError("setup failed");
+    return;
+  }
+  void* word_device = nullptr;
+  (void)cudaHostGetDevicePointer(&word_device, word, 0);
+  const int which = static_cast<int>(state.range(0));
+  std::uint32_t seq = 0;
+  std::int64_t calls = 0;
+  for (auto _ : state) {
+    bool ok = true;
+    switch (which) {
+      case 0: {
+        const int one = 1;
+        ok = cuactor::runtime::enqueue_fill(*raw_ptr, 1, &one, sizeof(int), stream->get()).has_value();
+        break;
+      }
+      case 1:
+        ok = cudaEventRecord(event, stream->get()) == cudaSuccess;
+        break;
+      default:
+        ok = cuactor::driver_api().stream_write_value32 != nullptr &&
+             cuactor::driver_api().stream_write_value32(stream->get(), reinterpret_cast<CUdeviceptr>(word_device),
+                                                        ++seq, 0) == CUDA_SUCCESS;
+    }
+    if (!ok) {
+      state.SkipWithError("stream call failed");
+      break;
+    }
+    if (++calls % 256 == 0) {
+      state.PauseTiming();
+      (void)cudaStreamSynchronize(stream->get());
+      state.ResumeTiming();
+    }
+  }
+  (void)cudaStreamSynchronize(stream->get());
+  (void)cudaEventDestroy(event);
+  (void)cudaFreeHost(word);
+  state.SetLabel(which == 0 ? "fill launch" : which == 1 ? "cudaEventRecord" : "cuStreamWriteValue32");
+}
+BENCHMARK(BM_StreamCallHostCost)->Arg(0)->Arg(1)->Arg(2)->Iterations(20000);
+
 /// Sustained throughput (target >= 250k ops/s): `threads` submitters keep the mailbox busy with tiny kernels (1-element
 /// fills), backing off near the mailbox bound; items/s = completed replies per second.
 void BM_ActorThroughput(benchmark::State& state) {
-  Fixture* f = fixture();
+  Fixture* f = fixture(state.range(1) == 0 ? cuactor::runtime::CompletionMode::sequence_word
+                                           : cuactor::runtime::CompletionMode::event_query);
   if (!f) {
     state.SkipWithError("no CUDA device");
     return;
@@ -213,6 +283,7 @@ void BM_ActorThroughput(benchmark::State& state) {
   const int threads = static_cast<int>(state.range(0));
   constexpr int per_thread_ops = 50000;
   std::int64_t total_ops = 0;
+  const std::uint64_t dispatch_before = f->actor.stats().dispatch_ns;
   for (auto _ : state) {
     std::atomic<int> replies{0}, errors{0}, submitted{0};
     std::vector<std::thread> submitters;
@@ -241,8 +312,18 @@ void BM_ActorThroughput(benchmark::State& state) {
     total_ops += threads * per_thread_ops;
   }
   state.SetItemsProcessed(total_ops);
+  // The actor thread's share of each operation: validation, leases, the launch itself, batching.
+  state.counters["dispatch_us_per_op"] =
+      static_cast<double>(f->actor.stats().dispatch_ns - dispatch_before) / 1e3 / static_cast<double>(total_ops);
 }
-BENCHMARK(BM_ActorThroughput)->Arg(1)->Arg(4)->Iterations(3)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_ActorThroughput)
+    ->Args({1, 0})
+    ->Args({4, 0})
+    ->Args({1, 1})
+    ->Args({4, 1})
+    ->Iterations(3)
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
 
 /// The isolated device of the benchmarks below (a cuactor-worker process), or null without a device.
 DeviceActor* isolated_actor() {

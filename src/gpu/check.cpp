@@ -17,6 +17,10 @@ Error make(const std::error_category& cat, Code e, std::string_view what) {
 }  // namespace
 
 Error make_error(cudaError_t e, std::string_view what) {
+  // A failed runtime call leaves its code as this thread's last error, and the next <<<>>> launch
+  // (which reports through cudaGetLastError) would return it as its own: an out-of-memory allocation
+  // made the following fill fail. Sticky errors are not cleared by this and keep being reported.
+  if (e != cudaSuccess) (void)cudaGetLastError();
   return make(cuda_runtime_category(), e, what);
 }
 Error make_error(CUresult e, std::string_view what) {

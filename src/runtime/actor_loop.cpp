@@ -41,8 +41,9 @@ void ActorLoop::post(std::shared_ptr<OpRecord> op) {
   {
     std::lock_guard lock(mutex_);
     if (stopping_) {
-      rejection = Error(errc::device_shutting_down,
-                        fmt::format("device {}: request '{}' rejected: the actor is shutting down", ordinal_, op->name));
+      rejection =
+          Error(errc::device_shutting_down,
+                fmt::format("device {}: request '{}' rejected: the actor is shutting down", ordinal_, op->name));
     } else if (supervisor_.state() == CircuitState::open) {
       rejection = Error(errc::circuit_open,
                         fmt::format("device {}: request '{}' rejected: the circuit is open", ordinal_, op->name));
@@ -85,6 +86,7 @@ DeviceStats ActorLoop::stats() const {
   s.failed = counters_->failed.load(std::memory_order_relaxed);
   s.poisonings = supervisor_.poisonings();
   s.rejected_full = rejected_full_.load(std::memory_order_relaxed);
+  s.dispatch_ns = dispatch_ns_.load(std::memory_order_relaxed);
   // Never query a context while the actor resets it.
   std::shared_lock context(context_mutex_, std::try_to_lock);
   if (context.owns_lock() && completion_) {
@@ -151,18 +153,18 @@ Status ActorLoop::begin_incarnation() {
 
 void ActorLoop::thread_main(std::promise<Status>& ready) {
   const InternalThreadScope internal;
-  completion_ = std::make_unique<Completion>(
-      ordinal_, options_.poller, options_.watchdog_interval, counters_,
-      Completion::Hooks{[this](Error cause) {
-                          std::lock_guard lock(mutex_);
-                          poison_report_ = std::move(cause);
-                          wake_.notify_one();
-                        },
-                        [this] {
-                          if (!wants_slots_.load(std::memory_order_acquire)) return;
-                          std::lock_guard lock(mutex_);
-                          wake_.notify_one();
-                        }});
+  completion_ = std::make_unique<Completion>(ordinal_, options_.poller, options_.watchdog_interval, counters_,
+                                             Completion::Hooks{[this](Error cause) {
+                                                                 std::lock_guard lock(mutex_);
+                                                                 poison_report_ = std::move(cause);
+                                                                 wake_.notify_one();
+                                                               },
+                                                               [this] {
+                                                                 if (!wants_slots_.load(std::memory_order_acquire))
+                                                                   return;
+                                                                 std::lock_guard lock(mutex_);
+                                                                 wake_.notify_one();
+                                                               }});
   auto init = [&]() -> Status {
     CUACTOR_TRY(gpu::check_ordinal(ordinal_));
     CUACTOR_TRY(gpu::check(cudaSetDevice(ordinal_), fmt::format("cudaSetDevice({})", ordinal_)));
@@ -178,7 +180,12 @@ void ActorLoop::thread_main(std::promise<Status>& ready) {
   ready.set_value(ok());
   std::vector<std::shared_ptr<OpRecord>> batch;
   while (next_batch(batch)) {
-    if (!batch.empty()) process(batch);
+    if (!batch.empty()) {
+      const auto t0 = std::chrono::steady_clock::now();
+      process(batch);
+      const auto spent = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0);
+      dispatch_ns_.fetch_add(static_cast<std::uint64_t>(spent.count()), std::memory_order_relaxed);
+    }
     batch.clear();
   }
   drain_at_shutdown();
@@ -316,8 +323,8 @@ void ActorLoop::poison(const Error& cause, std::vector<std::shared_ptr<OpRecord>
   state_->advance_generation();  // every outstanding GpuRef is stale from here on
   completion_->detach();         // the poller stops: what is in flight is answered below, once
   const Error poisoned(errc::context_poisoned,
-                       fmt::format("device {}: the context was poisoned while the request was in flight ({})",
-                                   ordinal_, cause.message()));
+                       fmt::format("device {}: the context was poisoned while the request was in flight ({})", ordinal_,
+                                   cause.message()));
   fail_all(completion_->take_all(), poisoned);
   fail_all(std::move(unsubmitted), poisoned);
   writes_.clear();
@@ -359,8 +366,8 @@ void ActorLoop::open_circuit(const Error& cause) {
   }
   state_->set_accepting_ops(false);
   fail_all(std::move(queued),
-           Error(errc::circuit_open, fmt::format("device {}: the circuit opened before the request ran ({})", ordinal_,
-                                                 cause.message())));
+           Error(errc::circuit_open,
+                 fmt::format("device {}: the circuit opened before the request ran ({})", ordinal_, cause.message())));
 }
 
 void ActorLoop::drain_at_shutdown() {
@@ -373,8 +380,8 @@ void ActorLoop::drain_at_shutdown() {
       std::lock_guard lock(mutex_);
       if (poison_report_) {
         reason = Error(errc::context_poisoned,
-                       fmt::format("device {}: the context was poisoned while the request was in flight ({})",
-                                   ordinal_, poison_report_->message()));
+                       fmt::format("device {}: the context was poisoned while the request was in flight ({})", ordinal_,
+                                   poison_report_->message()));
         break;
       }
     }

@@ -43,6 +43,7 @@ std::string to_json(const DeviceStats& s) {
   j["failed"] = s.failed;
   j["poisonings"] = s.poisonings;
   j["rejected_full"] = s.rejected_full;
+  j["dispatch_ns"] = s.dispatch_ns;
   j["worker_restarts"] = s.worker_restarts;
   j["worker_pid"] = s.worker_pid;
   return j.dump();

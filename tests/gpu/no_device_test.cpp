@@ -1,5 +1,8 @@
 #include <gtest/gtest.h>
 
+#include <cstddef>
+#include <vector>
+
 #include "cuactor/gpu/device.hpp"
 #include "cuactor/gpu/memory.hpp"
 #include "cuactor/gpu/module.hpp"
@@ -31,6 +34,23 @@ TEST(Library, RejectsNullImage) {
 TEST(Launch, RejectsEmptyKernel) {
   Kernel k;
   auto s = launch(k, LaunchConfig{}, 1.0f);
+  ASSERT_FALSE(s);
+  EXPECT_TRUE(s.error() == errc::invalid_argument);
+}
+
+// Containers of argument pointers and sizes go to the type-erased overload; the typed overload never
+// takes them as two by-value arguments (the worker's launch once did exactly that).
+template <class... Args>
+concept TypedLaunchAccepts = requires(const Kernel& k, const LaunchConfig& c, const Args&... a) {
+  launch<Args...>(k, c, a...);
+};
+static_assert(!TypedLaunchAccepts<std::vector<void*>, std::vector<std::size_t>>);
+static_assert(TypedLaunchAccepts<float*, int, float>);
+
+TEST(Launch, ContainersSelectTheTypeErasedOverload) {
+  std::vector<void*> args(3);
+  std::vector<std::size_t> sizes(3);
+  auto s = launch(Kernel{}, LaunchConfig{}, args, sizes);
   ASSERT_FALSE(s);
   EXPECT_TRUE(s.error() == errc::invalid_argument);
 }

@@ -167,6 +167,9 @@ TEST_F(RuntimeActorGpu, OutOfMemoryFailsOnlyTheRequest) {
   EXPECT_EQ(ec, make_error_code(errc::out_of_memory));
   auto ok_ref = alloc<float>(16);
   EXPECT_EQ(ok_ref.size(), 16u);
+  // The next kernel launch on the actor's thread does not report the allocation's error as its own.
+  auto [ecf, filled] = wait(actor_->fill(ok_ref, 2.0f, asio::use_future));
+  EXPECT_FALSE(ecf) << ecf.message();
   EXPECT_EQ(actor_->stats().circuit, CircuitState::closed);
 }
 

@@ -148,7 +148,8 @@ TEST(IsolatedChannel, SendsAndReceivesMessagesInOrder) {
 TEST(IsolatedChannel, LargePayloadCrossesWhileTheOtherSideReads) {
   auto [a, b] = make_pair_channels();
   std::vector<std::byte> big(8u << 20, std::byte{0x11});
-  std::thread sender([&] { EXPECT_TRUE(a->send(MsgKind::load_module, 9, big).has_value()); });
+  std::thread sender(
+      [&, &sender_channel = a] { EXPECT_TRUE(sender_channel->send(MsgKind::load_module, 9, big).has_value()); });
   auto m = b->receive();
   sender.join();
   ASSERT_TRUE(m.has_value());
@@ -201,9 +202,9 @@ TEST(IsolatedChannel, TruncatedMessageIsProtocolErrorAndCleanCloseIsWorkerLost) 
 
 TEST(IsolatedChannel, CloseWakesABlockedReceive) {
   auto [a, b] = make_pair_channels();
-  std::thread closer([&] {
+  std::thread closer([&receiver = b] {  // clang 14 cannot capture a structured binding by [&]
     std::this_thread::sleep_for(50ms);
-    b->close();
+    receiver->close();
   });
   auto m = b->receive();
   closer.join();

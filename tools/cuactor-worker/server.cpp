@@ -230,7 +230,7 @@ void Server::launch(std::uint64_t id, const iso::LaunchMsg& m) {
         cfg.block = dim3(m.block[0], m.block[1], m.block[2]);
         cfg.shared_bytes = m.shared_bytes;
         cfg.stream = ctx.stream();
-        CUACTOR_TRY(gpu::launch(kernel, cfg, args, sizes));
+        CUACTOR_TRY(gpu::launch(kernel, cfg, std::span<void* const>(args), std::span<const std::size_t>(sizes)));
         ctx.keep_alive(lib);
         return ok();
       },

@@ -9,6 +9,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <cstdio>
 #include <mutex>
 #include <thread>
 #include <unordered_map>
@@ -160,6 +161,7 @@ int run_soak(const SoakOptions& o) {
   const auto start_stats = actor.stats();
   fmt::print("soak: device {} isolated (worker pid {}), {} threads, {} faults, deadline {} ms, free {} MiB\n", o.device,
              start_stats.worker_pid, o.threads, o.faults, o.deadline_ms, start_stats.free_bytes >> 20);
+  std::fflush(stdout);
 
   Ledger ledger;
   std::atomic<bool> stop{false};
@@ -265,6 +267,7 @@ int run_soak(const SoakOptions& o) {
     fmt::print("cycle {}/{} {:<15} {} {:7.1f} ms  generation {} -> {}  restarts {}  sent {} ok {} failed {}\n",
                cycle + 1, o.faults, name(fault), recovered ? "recovered in" : "NOT RECOVERED", ms, before.generation,
                after.generation, after.worker_restarts, t.sent, t.ok, t.failed);
+    std::fflush(stdout);                 // progress shows live, also when stdout is a file
     std::this_thread::sleep_for(200ms);  // some load on the new worker before the next fault
   }
   stop = true;

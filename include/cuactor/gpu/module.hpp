@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <span>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "cuactor/core/expected.hpp"
@@ -81,8 +82,11 @@ Status launch(const Kernel& kernel, const LaunchConfig& config, std::span<void* 
               std::span<const std::size_t> arg_sizes);
 
 /// Typed form: `launch(k, cfg, ptr, n, alpha)`; each argument's sizeof is checked against the kernel.
+/// Kernel arguments are trivially copyable: containers (a vector of argument pointers and one of sizes)
+/// go to the type-erased overload above instead of being passed as two arguments by value.
 template <class... Args>
-Status launch(const Kernel& kernel, const LaunchConfig& config, const Args&... args) {
+requires(std::is_trivially_copyable_v<Args>&&...) Status
+    launch(const Kernel& kernel, const LaunchConfig& config, const Args&... args) {
   void* ptrs[sizeof...(Args) + 1] = {const_cast<void*>(static_cast<const void*>(&args))..., nullptr};
   const std::size_t sizes[sizeof...(Args) + 1] = {sizeof(Args)..., 0};
   return launch(kernel, config, std::span<void* const>(ptrs, sizeof...(Args)),

@@ -15,6 +15,7 @@ namespace cuactor::runtime::isolated {
 /// Copies `n` bytes from `from` to `to` (no overlap); parts of at least 4 MiB go to up to three helper
 /// threads. Never throws: when a helper cannot be started, this thread copies its part.
 inline void host_copy(std::byte* to, const std::byte* from, std::size_t n) noexcept {
+  if (n == 0) return;  // `to` and `from` may be null then, which memcpy does not allow
   constexpr std::size_t kMinPart = std::size_t{4} << 20;
   const std::size_t parts = std::min<std::size_t>(4, n / kMinPart);
   if (parts <= 1) {
