@@ -60,7 +60,7 @@ def _torch_context(torch: Any, a: Any, stream: int | None) -> tuple[int, Any]:
     """(stream handle, workspace allocator) for torch operands on ``a``'s device."""
     index = a.get_device()
     if index < 0:
-        raise InvalidArgumentError(f"a: a tensor on {a.device}; cuactor's operations need CUDA tensors")
+        raise InvalidArgumentError(f"a (a tensor on {a.device}): must be in CUDA device memory")
     if stream is None:
         stream = torch._C._cuda_getCurrentRawStream(index)
     alloc = _workspace_allocators.get(index)
@@ -150,7 +150,8 @@ def grouped_mm(a: Any, b: Any, offs: Any = None, out: Any = None, out_dtype: Any
     * 3-D x 3-D (batched): a (G, M, K), b (G, K, N) -> (G, M, N), no ``offs``.
 
     Inputs are bf16 or f16; ``out_dtype`` defaults to a's (bf16 -> float32 is supported). Runs on
-    torch's current stream (``stream=`` otherwise); capturable by torch.cuda.graph.
+    torch's current stream (``stream=`` otherwise); capturable by torch.cuda.graph. Not differentiable:
+    the result carries no autograd history.
 
     Raises:
         InvalidArgumentError: shapes, dtypes, devices, strides or offs break a rule.

@@ -156,9 +156,9 @@ void grouped_mm(nb::handle a, nb::handle b, nb::handle offs, nb::handle out, std
 const DeviceFacts& device_facts(int device) {
   static std::array<DeviceFacts, kMaxDevices> facts;
   static std::array<std::once_flag, kMaxDevices> once;
-  if (device < 0 || device >= kMaxDevices || device >= gpu::device_count())
-    raise(errc::no_device,
-          fmt::format("cuda:{} does not exist ({} CUDA devices visible)", device, gpu::device_count()));
+  static const int count = gpu::device_count();  // once: no driver call per operation (or during a capture)
+  if (device < 0 || device >= kMaxDevices || device >= count)
+    raise(errc::no_device, fmt::format("cuda:{} does not exist ({} CUDA devices visible)", device, count));
   const auto u = static_cast<std::size_t>(device);
   std::call_once(once[u], [&] {
     auto p = unwrap(gpu::device_properties(device));
