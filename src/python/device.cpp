@@ -218,12 +218,19 @@ class DeviceCore {
   }
 
   void copy_to_device(std::uint64_t id, const PyGpuRef& dst, nb::handle host) {
-    const TensorArg src = import_tensor(host, "host");
+    // bf16 and fp8 have no NumPy dtype: their bits come as uint16 / uint8 (as copy_to_host returns them).
+    const bool bits_only = dst.dtype() == DType::bf16 || is_low_precision_float(dst.dtype());
+    const TensorArg src = import_tensor(host, "host", bits_only ? std::optional(dst.dtype()) : std::nullopt);
     if (src.memory != MemoryKind::cpu)
       raise(errc::invalid_argument, fmt::format("{}: copy_to_device takes host memory", src.describe()));
-    if (src.dtype != dst.dtype() && !(size_bits(src.dtype) == 16 && size_bits(dst.dtype()) == 16))
+    // Bits are taken from storage of a type cuactor does not know (uint16) or uint8 (fp8), never
+    // from values of another type (f16 values are not bf16 bits).
+    const bool bits_ok = !src.stored || *src.stored == dst.dtype() || *src.stored == DType::u8;
+    if (src.dtype != dst.dtype() || !bits_ok)
       raise(errc::invalid_argument,
-            fmt::format("{}: dtype differs from the buffer's {}", src.describe(), dst.dtype_name()));
+            fmt::format("{}: host {} values into a {} buffer (pass {} values{})", src.describe(),
+                        src.stored ? name(*src.stored) : "unknown", dst.dtype_name(), dst.dtype_name(),
+                        bits_only ? ", or their bits as uint16 / uint8" : ""));
     std::int64_t packed = 1;
     for (int i = src.ndim - 1; i >= 0; --i) {
       const auto u = static_cast<std::size_t>(i);

@@ -57,20 +57,21 @@ std::optional<DType> from_typestr(const std::string& s) {
   return std::nullopt;
 }
 
-void set_dtype(TensorArg& t, std::optional<DType> imported, std::optional<DType> as, const std::string& what) {
+void set_dtype(TensorArg& t, std::optional<DType> imported, std::optional<DType> as, const std::string& what,
+               int bits) {
+  t.stored = imported;
+  if (as && (imported ? size_bits(*imported) : bits) == size_bits(*as)) {
+    t.dtype = *as;  // same-size storage viewed as `as` (fp8 as uint8, bf16 as its uint16 bits)
+    return;
+  }
   if (!imported)
     raise(errc::invalid_argument, fmt::format("{}: element type {} is not one cuactor handles (f16, bf16, f32, f64, "
                                               "e4m3, e5m2, int8/32/64, uint8)",
                                               t.name, what));
-  if (as) {
-    if (size_bits(*as) != size_bits(*imported))
-      raise(errc::invalid_argument,
-            fmt::format("{}: cannot view {} storage as {} (element sizes {} and {} bits)", t.name, name(*imported),
-                        name(*as), size_bits(*imported), size_bits(*as)));
-    t.dtype = *as;
-  } else {
-    t.dtype = *imported;
-  }
+  if (as)
+    raise(errc::invalid_argument, fmt::format("{}: cannot view {} storage as {} (element sizes {} and {} bits)", t.name,
+                                              name(*imported), name(*as), size_bits(*imported), size_bits(*as)));
+  t.dtype = *imported;
 }
 
 void set_rank(TensorArg& t, std::size_t ndim) {
@@ -113,7 +114,7 @@ bool import_torch(nb::handle obj, TensorArg& t, std::optional<DType> as) {
   std::optional<DType> imported;
   for (const auto& [h, d] : torch->dtypes)
     if (h.is(dtype)) imported = d;
-  set_dtype(t, imported, as, nb::cast<std::string>(nb::str(dtype)));
+  set_dtype(t, imported, as, nb::cast<std::string>(nb::str(dtype)), 0);
   nb::tuple shape = nb::cast<nb::tuple>(obj.attr("shape"));
   nb::tuple strides = nb::cast<nb::tuple>(obj.attr("stride")());
   set_rank(t, shape.size());
@@ -145,7 +146,8 @@ bool import_dlpack(nb::handle obj, TensorArg& t, std::optional<DType> as) {
   set_rank(t, a.ndim());
   const auto dt = a.dtype();
   set_dtype(t, dt.lanes == 1 ? from_dlpack(dt.code, dt.bits) : std::nullopt, as,
-            fmt::format("(DLPack code {}, {} bits, {} lanes)", dt.code, dt.bits, dt.lanes));
+            fmt::format("(DLPack code {}, {} bits, {} lanes)", dt.code, dt.bits, dt.lanes),
+            dt.lanes == 1 ? dt.bits : 0);
   for (int i = 0; i < t.ndim; ++i) {
     t.shape[static_cast<std::size_t>(i)] = static_cast<std::int64_t>(a.shape(static_cast<std::size_t>(i)));
     t.strides[static_cast<std::size_t>(i)] = a.stride(static_cast<std::size_t>(i));
@@ -166,7 +168,7 @@ bool import_cuda_array_interface(nb::handle obj, TensorArg& t, std::optional<DTy
   nb::tuple shape = nb::cast<nb::tuple>(cai["shape"]);
   set_rank(t, shape.size());
   const std::string typestr = nb::cast<std::string>(cai["typestr"]);
-  set_dtype(t, from_typestr(typestr), as, fmt::format("'{}' (__cuda_array_interface__ typestr)", typestr));
+  set_dtype(t, from_typestr(typestr), as, fmt::format("'{}' (__cuda_array_interface__ typestr)", typestr), 0);
   const auto elem = static_cast<std::int64_t>(size_bits(t.dtype) / 8);
   nb::object strides = cai.contains("strides") ? nb::object(cai["strides"]) : nb::none();
   std::int64_t packed = 1;

@@ -27,6 +27,7 @@ struct TensorArg {
   std::string name;  ///< Operand name used in error messages ("a", "b", "offs", ...).
   void* data = nullptr;
   DType dtype = DType::f32;
+  std::optional<DType> stored;  ///< The producer's element type before a reinterpretation (none if unknown).
   int ndim = 0;
   std::array<std::int64_t, max_rank> shape{};
   std::array<std::int64_t, max_rank> strides{};
@@ -42,8 +43,9 @@ struct TensorArg {
   [[nodiscard]] std::string describe() const;
 };
 
-/// Imports `obj` without copying: DLPack first, then `__cuda_array_interface__`. `as` reinterprets
-/// the element type (e.g. uint8 storage of fp8 values); its size must equal the imported one's.
+/// Imports `obj` without copying: torch tensors directly, else DLPack, then
+/// `__cuda_array_interface__`. `as` reinterprets the element type (e.g. uint8 storage of fp8 values,
+/// uint16 bits of bf16 values); its size must equal the imported one's.
 /// `invalid_argument` naming the operand when `obj` is neither, or its dtype or rank is not one
 /// cuactor handles (rank 0-4).
 TensorArg import_tensor(nb::handle obj, const char* name, std::optional<DType> as = std::nullopt);

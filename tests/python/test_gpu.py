@@ -257,6 +257,12 @@ def test_device_actor_asyncio(torch_cuda):
             assert [int((await dev.copy_to_host(r))[0]) for r in refs[:4]] == [0, 1, 2, 3]
             with pytest.raises(cuactor.InvalidArgumentError, match="do not fit"):
                 await dev.copy_to_device(refs[0], np.zeros(65, np.int32))
+            h = await dev.allocate((8,), "bf16")  # bf16 has no NumPy dtype: its bits travel as uint16
+            bits = np.arange(8, dtype=np.uint16) + 0x3F80
+            await dev.copy_to_device(h, bits)
+            assert np.array_equal(await dev.copy_to_host(h), bits)
+            with pytest.raises(cuactor.InvalidArgumentError, match="f16 values into a bf16 buffer"):
+                await dev.copy_to_device(h, np.zeros(8, np.float16))
             stats = dev.stats()
             assert stats["generation"] >= 1
 
