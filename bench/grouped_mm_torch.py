@@ -1,33 +1,50 @@
 #!/usr/bin/env python3
-"""cuactor grouped GEMM vs torch._grouped_mm on the mixture-of-experts shapes, in one table.
+"""cuactor.grouped_mm vs torch._grouped_mm in one process, on the very same tensors, plus the host
+overhead of one Python call of each on a small shape.
 
-Runs `cuactor bench grouped --json` (which also times a cuBLAS loop and cublasGemmGroupedBatchedEx
-in the same process), rebuilds each bf16 shape in PyTorch with the very same per-group rows, times
-torch._grouped_mm with CUDA events (warm-up, median of many repetitions) and prints all of it side by
-side. Usage: bench/grouped_mm_torch.py [--out DIR] [--cuactor PATH] [--reps N]
+The mixture-of-experts shapes (ragged per-group rows, experts stored N x K) and the cuBLAS columns come
+from `cuactor bench grouped --json` (the C++ benchmark, which also reports the time of the same
+cuactor kernel called from C++: "Python" and "C++" columns should agree within noise). Each bf16
+shape is then built once in PyTorch (a (T, K), w (G, N, K) passed as w.transpose(-2, -1), offs) and
+cuactor.grouped_mm and torch._grouped_mm are timed on those tensors with CUDA events (warm-up, median
+of many repetitions). fp8 rows time cuactor.scaled_grouped_mm (per-tensor scales; torch's fp8 grouped
+GEMM takes row-wise scales, a different computation, so it is not compared).
+
+Usage: bench/grouped_mm_torch.py [--out DIR] [--cuactor PATH] [--reps N] [--overhead-calls N]
+Needs the cuactor package importable (PYTHONPATH=<build>/python, or `pip install .`).
 """
 import argparse
 import json
-import os
 import pathlib
 import statistics
 import subprocess
 import sys
+import time
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
+BUILDS = ("build/gpu-check-build", "build/default", "build/kernels-grouped")
 
 
-def find_cuactor(explicit):
+def find_build(explicit):
     if explicit:
-        return explicit
-    for build in ("build/gpu-check-build", "build/default", "build/kernels-grouped"):
-        path = ROOT / build / "tools" / "cuactor"
-        if path.exists():
-            return str(path)
-    sys.exit("grouped_mm_torch.py: no cuactor binary found; pass --cuactor")
+        return pathlib.Path(explicit).resolve().parent.parent
+    for build in BUILDS:
+        if (ROOT / build / "tools" / "cuactor").exists():
+            return ROOT / build
+    sys.exit("grouped_mm_torch.py: no cuactor build found; pass --cuactor")
 
 
-def time_torch(fn, reps, warmup, torch):
+def import_cuactor(build):
+    try:
+        import cuactor  # noqa: F401  (installed with pip)
+    except ImportError:
+        sys.path.insert(0, str(build / "python"))
+    import cuactor
+    return cuactor
+
+
+def time_gpu(fn, reps, warmup, torch):
+    """Median device time of fn() in ms, from CUDA events around each call."""
     for _ in range(warmup):
         fn()
     starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
@@ -40,13 +57,46 @@ def time_torch(fn, reps, warmup, torch):
     return statistics.median(s.elapsed_time(e) for s, e in zip(starts, stops))
 
 
+def time_host(fn, calls, torch):
+    """Median host time of one fn() call in microseconds (the launch path, not the kernel). The
+    device is drained every 32 calls, outside the timed region, so the launch queue never fills."""
+    for _ in range(50):
+        fn()
+    torch.cuda.synchronize()
+    samples = []
+    for i in range(calls):
+        t0 = time.perf_counter_ns()
+        fn()
+        samples.append((time.perf_counter_ns() - t0) / 1e3)
+        if i % 32 == 31:
+            torch.cuda.synchronize()
+    torch.cuda.synchronize()
+    return statistics.median(samples)
+
+
+def host_overhead(cuactor, torch, calls):
+    """Host time per call on a small MoE shape (8 experts, 16 rows each, N = K = 256)."""
+    g, rows, n, k = 8, 16, 256, 256
+    a = torch.randn(g * rows, k, device="cuda", dtype=torch.bfloat16)
+    w = torch.randn(g, n, k, device="cuda", dtype=torch.bfloat16).transpose(-2, -1)
+    offs = torch.arange(1, g + 1, device="cuda", dtype=torch.int32) * rows
+    out = torch.empty(g * rows, n, device="cuda", dtype=torch.bfloat16)
+    res = {"shape": f"{g} x {rows} rows, N{n} K{k}, bf16"}
+    res["cuactor_out_none_us"] = time_host(lambda: cuactor.grouped_mm(a, w, offs), calls, torch)
+    res["cuactor_out_given_us"] = time_host(lambda: cuactor.grouped_mm(a, w, offs, out=out), calls, torch)
+    if hasattr(torch, "_grouped_mm"):
+        res["torch_us"] = time_host(lambda: torch._grouped_mm(a, w, offs=offs), calls, torch)
+    return res
+
+
 def main():
-    parser = argparse.ArgumentParser(description=__doc__)
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", default=None, help="directory for grouped_mm_torch.{txt,json}")
-    parser.add_argument("--cuactor", default=None, help="path of the cuactor binary")
+    parser.add_argument("--cuactor", default=None, help="path of the cuactor binary (its build's python/ is used)")
     parser.add_argument("--reps", type=int, default=30)
     parser.add_argument("--warmup", type=int, default=5)
-    parser.add_argument("--all-skus", action="store_true", help="also time the SKUs the plans did not choose")
+    parser.add_argument("--overhead-calls", type=int, default=2000)
+    parser.add_argument("--all-skus", action="store_true", help="also time the SKUs the plans did not choose (C++)")
     args = parser.parse_args()
 
     try:
@@ -58,60 +108,84 @@ def main():
         print("grouped_mm_torch.py: no CUDA device visible to PyTorch")
         return 0
 
-    binary = find_cuactor(args.cuactor)
+    build = find_build(args.cuactor)
+    cuactor = import_cuactor(build)
+    binary = args.cuactor or str(build / "tools" / "cuactor")
     proc = subprocess.run([binary, "bench", "grouped", "--json", "--reps", str(args.reps), "--warmup", str(args.warmup)]
-                          + (["--all-skus"] if args.all_skus else []),
-                          capture_output=True, text=True)
+                          + (["--all-skus"] if args.all_skus else []), capture_output=True, text=True)
     if proc.returncode != 0:
         print(proc.stdout, proc.stderr, sep="\n")
         sys.exit(f"grouped_mm_torch.py: {binary} bench grouped failed with {proc.returncode}")
-    line = next((l for l in proc.stdout.splitlines() if l.startswith("[")), "[]")
-    rows = json.loads(line)
+    rows = json.loads(next((l for l in proc.stdout.splitlines() if l.startswith("[")), "[]"))
 
     has_grouped_mm = hasattr(torch, "_grouped_mm")
-    lines = [f"device: {torch.cuda.get_device_name(0)}; torch {torch.__version__}; median of {args.reps} reps",
-             "TFLOP/s = 2*sum(M)*N*K / time; ratio = torch time / cuactor time (>1: cuactor faster)",
-             f"{'shape (groups, rows, N, K)':<28} {'dtype':<5} {'cuactor':>8} {'torch._grouped_mm':>18} {'ratio':>6} "
-             f"{'cuBLAS-loop':>11} {'cuBLAS-grp':>10} {'cuactor GB/s':>12}  cuactor SKU"]
+    lines = [f"device: {torch.cuda.get_device_name(0)}; torch {torch.__version__}; cuactor {cuactor.__version__}; "
+             f"median of {args.reps} reps",
+             "TFLOP/s = 2*sum(M)*N*K / time; ratio = torch time / cuactor (Python) time (>1: cuactor faster); "
+             "cuactor from Python and torch run on the same tensors",
+             f"{'shape (groups, rows, N, K)':<28} {'dtype':<5} {'cuactor py':>10} {'cuactor C++':>11} "
+             f"{'torch._grouped_mm':>18} {'ratio':>6} {'cuBLAS-loop':>11} {'cuBLAS-grp':>10}  cuactor SKU"]
     results = []
     for r in rows:
-        tflops = lambda ms: r["flops"] / (ms * 1e-3) / 1e12 if ms and ms > 0 else 0.0
-        torch_ms = None
-        note = ""
-        if r.get("alt"):
-            note = "alternative SKU, not the plan's choice"
-        elif r["dtype"] == "bf16" and has_grouped_mm:
-            g, n, k = len(r["rows"]), r["n"], r["k"]
-            total = sum(r["rows"])
-            a = torch.randn(total, k, device="cuda", dtype=torch.bfloat16)
-            w = torch.randn(g, n, k, device="cuda", dtype=torch.bfloat16)  # experts stored N x K, as cuactor's "TN"
+        if "error" in r:
+            lines.append(f"{r['shape']:<28} {r['dtype']:<5} error: {r['error']}")
+            results.append(r)
+            continue
+
+        def tflops(ms, r=r):
+            return r["flops"] / (ms * 1e-3) / 1e12 if ms and ms > 0 else 0.0
+
+        py_ms = torch_ms = None
+        note = "alternative SKU (C++ only), not the plan's choice" if r.get("alt") else ""
+        if not r.get("alt"):
+            g, n, k, total = len(r["rows"]), r["n"], r["k"], sum(r["rows"])
             offs = torch.cumsum(torch.tensor(r["rows"], device="cuda", dtype=torch.int32), 0, dtype=torch.int32)
             try:
-                torch_ms = time_torch(lambda: torch._grouped_mm(a, w.transpose(-2, -1), offs=offs,
-                                                                out_dtype=torch.bfloat16),
-                                      args.reps, args.warmup, torch)
+                if r["dtype"] == "bf16":
+                    a = torch.randn(total, k, device="cuda", dtype=torch.bfloat16)
+                    w = torch.randn(g, n, k, device="cuda", dtype=torch.bfloat16).transpose(-2, -1)  # experts N x K
+                    out = torch.empty(total, n, device="cuda", dtype=torch.bfloat16)
+                    py_ms = time_gpu(lambda: cuactor.grouped_mm(a, w, offs, out=out), args.reps, args.warmup, torch)
+                    if has_grouped_mm:
+                        torch_ms = time_gpu(lambda: torch._grouped_mm(a, w, offs=offs, out_dtype=torch.bfloat16),
+                                            args.reps, args.warmup, torch)
+                    else:
+                        note = "this torch has no _grouped_mm"
+                    del a, w, out
+                elif r["dtype"] == "e4m3":
+                    a = torch.randn(total, k, device="cuda").to(torch.float8_e4m3fn)
+                    w = torch.randn(g, n, k, device="cuda").to(torch.float8_e4m3fn).transpose(-2, -1)
+                    sa, sb = torch.ones(1, device="cuda"), torch.ones(g, device="cuda")
+                    out = torch.empty(total, n, device="cuda", dtype=torch.bfloat16)
+                    py_ms = time_gpu(lambda: cuactor.scaled_grouped_mm(a, w, sa, sb, offs, out=out), args.reps,
+                                     args.warmup, torch)
+                    note = "torch's fp8 grouped GEMM takes row-wise scales: not compared"
+                    del a, w, out
             except Exception as e:  # report, keep the other rows
-                note = f"torch._grouped_mm failed: {e}"
-            del a, w
+                note = f"failed: {type(e).__name__}: {e}"
             torch.cuda.empty_cache()
-        elif r["dtype"] == "bf16" and not has_grouped_mm:
-            note = "this torch has no _grouped_mm"
-        ours = tflops(r["cuactor_ms"])
-        theirs = tflops(torch_ms) if torch_ms else 0.0
-        ratio = f"{torch_ms / r['cuactor_ms']:.2f}x" if torch_ms else "-"
-        theirs_text = f"{theirs:.1f}" if torch_ms else "-"
-        gbs = r["io_bytes"] / (r["cuactor_ms"] * 1e-3) / 1e9
-        lines.append(f"{r['shape']:<28} {r['dtype']:<5} {ours:>8.1f} {theirs_text:>18} {ratio:>6} "
-                     f"{tflops(r['cublas_loop_ms']):>11.1f} {tflops(r['cublas_grouped_ms']):>10.1f} {gbs:>12.0f}  "
+        ratio = f"{torch_ms / py_ms:.2f}x" if torch_ms and py_ms else "-"
+        lines.append(f"{r['shape']:<28} {r['dtype']:<5} "
+                     f"{(f'{tflops(py_ms):.1f}' if py_ms else '-'):>10} {tflops(r['cuactor_ms']):>11.1f} "
+                     f"{(f'{tflops(torch_ms):.1f}' if torch_ms else '-'):>18} {ratio:>6} "
+                     f"{tflops(r['cublas_loop_ms']):>11.1f} {tflops(r['cublas_grouped_ms']):>10.1f}  "
                      f"{r['sku']}" + (f"  ({note})" if note else ""))
-        results.append(dict(r, torch_ms=torch_ms, note=note))
+        results.append(dict(r, cuactor_python_ms=py_ms, torch_ms=torch_ms, note=note))
+
+    oh = host_overhead(cuactor, torch, args.overhead_calls)
+    lines += ["", f"host time per Python call, {oh['shape']} (median of {args.overhead_calls} calls):",
+              f"  cuactor.grouped_mm (out=None)   {oh['cuactor_out_none_us']:8.1f} us",
+              f"  cuactor.grouped_mm (out given)  {oh['cuactor_out_given_us']:8.1f} us"]
+    if "torch_us" in oh:
+        lines.append(f"  torch._grouped_mm               {oh['torch_us']:8.1f} us   "
+                     f"(cuactor/torch = {oh['cuactor_out_none_us'] / oh['torch_us']:.2f}; target <= 1)")
     text = "\n".join(lines)
     print(text)
     if args.out:
-        out = pathlib.Path(args.out)
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "grouped_mm_torch.txt").write_text(text + "\n")
-        (out / "grouped_mm_torch.json").write_text(json.dumps(results, indent=1))
+        out_dir = pathlib.Path(args.out)
+        out_dir.mkdir(parents=True, exist_ok=True)
+        (out_dir / "grouped_mm_torch.txt").write_text(text + "\n")
+        (out_dir / "grouped_mm_torch.json").write_text(json.dumps({"rows": results, "host_overhead": oh}, indent=1))
     return 0
 
 

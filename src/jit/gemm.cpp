@@ -2,6 +2,9 @@
 
 #include <fmt/format.h>
 
+#include <thread>
+
+#include "cuactor/core/no_throw.hpp"
 #include "cuactor/kernels/catalog.hpp"
 
 namespace cuactor::jit {
@@ -132,6 +135,18 @@ Result<WarmReport> GemmJit::warm(const GemmSku& sku, std::optional<GpuArch> targ
   auto request = request_for(sku, target);
   if (!request) return fail(request.error());
   return engine_->warm(*request);
+}
+
+std::vector<SkuWarmResult> warm_all(GemmJit& jit, std::span<const GemmSku> skus) {
+  std::vector<SkuWarmResult> results;
+  results.reserve(skus.size());
+  for (const auto& sku : skus) results.push_back({sku, fail(errc::cancelled, "not warmed")});
+  std::vector<std::thread> threads;
+  threads.reserve(skus.size());
+  for (auto& r : results)
+    threads.emplace_back([&jit, &r] { r.report = result_or_error("jit warm", [&] { return jit.warm(r.sku); }); });
+  for (auto& t : threads) t.join();
+  return results;
 }
 
 }  // namespace cuactor::jit

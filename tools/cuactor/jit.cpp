@@ -10,12 +10,10 @@
 #include <mutex>
 #include <optional>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "commands.hpp"
 #include "cuactor/core/files.hpp"
-#include "cuactor/core/no_throw.hpp"
 #include "cuactor/core/paths.hpp"
 #include "cuactor/gpu/device.hpp"
 #include "cuactor/jit/engine.hpp"
@@ -105,27 +103,18 @@ void run_warm() {
   auto engine = make_engine(true);
   for (const auto& file : o.nvrtc_files) print_warm(file, value_or_die(engine->warm(nvrtc_request_from_file(file))));
   jit::GemmJit gemm(engine);
-  // One thread per SKU; how many nvcc processes run at once is capped inside the library by cores
-  // and free memory (~3.3 GB per CUTLASS compile), so the others wait for a compile slot.
   std::vector<kernels::GemmSku> skus;
   for (const auto& text : o.gemm_skus) skus.push_back(value_or_die(kernels::GemmSku::parse(text)));
-  std::vector<std::pair<std::string, std::thread>> threads;
-  std::mutex out;
   bool failed = false;
-  for (std::size_t i = 0; i < skus.size(); ++i) {
-    const auto& text = o.gemm_skus[i];
-    threads.emplace_back(text, std::thread([&, sku = skus[i], text] {
-                           auto r = result_or_error("jit warm", [&] { return gemm.warm(sku); });
-                           std::lock_guard lock(out);
-                           if (!r) {
-                             std::cerr << "cuactor jit warm " << text << ": " << r.error().to_string() << "\n";
-                             failed = true;
-                           } else {
-                             print_warm(text, *r);
-                           }
-                         }));
+  const auto results = jit::warm_all(gemm, skus);
+  for (std::size_t i = 0; i < results.size(); ++i) {
+    if (!results[i].report) {
+      std::cerr << "cuactor jit warm " << o.gemm_skus[i] << ": " << results[i].report.error().to_string() << "\n";
+      failed = true;
+    } else {
+      print_warm(o.gemm_skus[i], *results[i].report);
+    }
   }
-  for (auto& [text, t] : threads) t.join();
   std::cout << "cache: " << engine->disk_cache().directory().string() << "\n";
   if (failed) std::exit(1);
 }

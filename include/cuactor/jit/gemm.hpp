@@ -6,6 +6,7 @@
 
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -72,5 +73,16 @@ class GemmJit {
   std::vector<std::string> options_;
   PlanCache<Key, JitInstance, KeyHash> plans_;
 };
+
+/// The outcome of warming one SKU with warm_all().
+struct SkuWarmResult {
+  kernels::GemmSku sku;
+  Result<WarmReport> report;
+};
+
+/// Fills the disk cache for every SKU at once: one thread per SKU, while the library caps how many
+/// nvcc processes run together (by cores and free memory, ~3.3 GB per CUTLASS compile), so the others
+/// wait for a compile slot. Returns one result per SKU, in order; never throws.
+std::vector<SkuWarmResult> warm_all(GemmJit& jit, std::span<const kernels::GemmSku> skus);
 
 }  // namespace cuactor::jit

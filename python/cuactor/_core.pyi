@@ -1,0 +1,161 @@
+from collections.abc import Sequence
+
+
+def info_json(with_actor_stats: bool = False, indent: int = -1) -> str:
+    """
+    The report of `cuactor info --json` as JSON text (cuactor.info() parses it).
+    """
+
+def version() -> str:
+    """The cuactor library version."""
+
+def mm(a: object | None, b: object | None, out: object | None, stream: int, alloc: object | None = None) -> None:
+    """
+    out = a @ b on `stream` (a cudaStream_t as an integer) with a catalog GemmPlan: rank 2 (M, K) x (K, N) -> (M, N), or rank 3 with a common batch. `alloc(nbytes)` returns a device tensor for the plan's workspace, if any (default: stream-ordered from the device's pool). Raises the cuactor.errors class of the failure.
+    """
+
+def grouped_mm(a: object | None, b: object | None, offs: object | None, out: object | None, stream: int, alloc: object | None = None, scale_a: object | None = None, scale_b: object | None = None, ab_dtype: str | None = None) -> None:
+    """
+    torch._grouped_mm's 2-D x 3-D case on `stream`: a (T, K), b (G, K, N), offs (G,) int32 cumulative end rows in device memory, out (T, N); rows past offs[-1] are not written. fp8 (e4m3) inputs take scale_a (1 or G float32) and scale_b (G float32); `ab_dtype` reinterprets a's and b's storage (fp8 passed as uint8). `alloc(nbytes)` returns a device tensor for the workspace (default: stream-ordered from the device's pool).
+    """
+
+class PreparedGroupedGemm:
+    """
+    A grouped GEMM bound to its operands: validated once, run many times (also inside torch.cuda.graph). Keeps the operands alive; their group rows are read from offs in device memory at each run, so new routings need no new prepare.
+    """
+
+    @property
+    def workspace_size(self) -> int:
+        """Device workspace bytes run() needs."""
+
+    @property
+    def sku(self) -> str:
+        """The kernel's GemmSku text."""
+
+    @property
+    def group_count(self) -> int:
+        """Number of groups."""
+
+    @property
+    def device(self) -> int:
+        """CUDA ordinal the work runs on."""
+
+    def run(self, stream: int, workspace: object | None = None) -> None:
+        """
+        Enqueues the metadata build and the kernel on `stream` (a cudaStream_t as an integer): no allocation when `workspace` (a device tensor of at least workspace_size bytes, 256-byte aligned) is given, no synchronisation. Without one, the workspace is stream-ordered from the device's pool.
+        """
+
+class GroupedGemmPlan:
+    """
+    A host-only grouped GEMM plan: the catalog kernel (SKU) for an input dtype, an output dtype, the layout of B and a device. Raises UnsupportedError when no kernel computes it.
+    """
+
+    def __init__(self, dtype: str, out_dtype: str, layout_b: str = 'col', device: int = 0, rows_per_group_hint: int = 0, sku: str | None = None) -> None:
+        """
+        dtype: bf16, f16 or e4m3; out_dtype: bf16, f16 or f32; layout_b: 'col' (b[g] stored N x K, torch's transposed weights) or 'row' (K x N); rows_per_group_hint <= 64 picks the small-M kernel; sku forces one compiled kernel.
+        """
+
+    @property
+    def sku(self) -> str:
+        """The chosen kernel's GemmSku text."""
+
+    def prepare(self, a: object | None, b: object | None, offs: object | None, out: object | None, scale_a: object | None = None, scale_b: object | None = None, ab_dtype: str | None = None) -> PreparedGroupedGemm:
+        """
+        Validates torch._grouped_mm-style operands (a (T, K), b (G, K, N), offs (G,) int32 on the device, out (T, N); fp8 scales) against the plan and returns a PreparedGroupedGemm. Host only: no device work.
+        """
+
+def jit_cache_directory(directory: str | None = None) -> str:
+    """
+    The JIT disk cache directory: `directory` when given, else cuactor's default (<cache root>/jit).
+    """
+
+def jit_list(directory: str | None = None) -> list:
+    """
+    Every entry of the JIT disk cache, most recently used first, as dicts (key, kind, bytes, metadata, problem: None when intact, else why it cannot be used).
+    """
+
+def jit_clear(directory: str | None = None) -> str:
+    """
+    Removes every cache file (entries, locks, temporaries) and nothing else; returns the directory.
+    """
+
+def jit_warm(gemm: Sequence[str], nvrtc_sources: Sequence[str], nvrtc_names: Sequence[str], arch: str, nvrtc_options: Sequence[str], directory: str | None = None) -> list:
+    """
+    Compiles GEMM SKUs (nvcc) and NVRTC sources into the disk cache without a GPU; returns one report dict per entry (what, key, already_cached, seconds, bytes). Releases the GIL while compiling.
+    """
+
+class GpuRef:
+    """
+    A generation-checked device buffer of a cuactor.Device ([R2]): shared ownership of the memory; every use checks that its device incarnation is still current. Exports through DLPack (torch.from_dlpack(ref), cupy.from_dlpack(ref)) after that check.
+    """
+
+    @property
+    def dtype(self) -> str:
+        """Element type name (bf16, f16, f32, i32, ...)."""
+
+    @property
+    def shape(self) -> tuple:
+        """Shape."""
+
+    @property
+    def nbytes(self) -> int:
+        """Size in bytes."""
+
+    @property
+    def device(self) -> int:
+        """CUDA ordinal."""
+
+    @property
+    def generation(self) -> int:
+        """Device generation the buffer was minted in."""
+
+    def is_valid(self) -> bool:
+        """True while the buffer's device incarnation is current."""
+
+    def check(self) -> None:
+        """
+        Raises StaleHandleError (naming the reason) unless the buffer is usable.
+        """
+
+    def __dlpack__(self, *, stream: object | None = None, **kwargs) -> object:
+        """
+        DLPack capsule of the buffer after the generation check; the consumer's `stream` first waits for the buffer's last write (-1: no ordering). UnsupportedError for buffers of an isolated worker.
+        """
+
+    def __dlpack_device__(self) -> tuple:
+        """(2, ordinal): CUDA device memory."""
+
+    def __repr__(self) -> str: ...
+
+class DeviceCore:
+    """
+    The device actor under cuactor.Device (use that class): requests are tagged with ids and their replies collected by drain() when fileno() is readable.
+    """
+
+    def __init__(self, ordinal: int, isolated: bool = False, worker_path: str = '', mailbox_capacity: int = 1024) -> None: ...
+
+    def fileno(self) -> int:
+        """An eventfd that is readable while replies wait."""
+
+    @property
+    def ordinal(self) -> int:
+        """CUDA ordinal."""
+
+    def shutdown(self) -> None:
+        """Stops the actor: queued requests fail with device_shutting_down."""
+
+    def stats_json(self) -> str:
+        """DeviceStats as JSON text ([O2])."""
+
+    def allocate(self, id: int, shape: Sequence[int], dtype: str) -> None: ...
+
+    def copy_to_device(self, id: int, dst: GpuRef, host: object) -> None: ...
+
+    def copy_to_host(self, id: int, src: GpuRef) -> None: ...
+
+    def fill(self, id: int, dst: GpuRef, value: float) -> None: ...
+
+    def grouped_mm(self, id: int, a: GpuRef, b: GpuRef, offs: GpuRef, out: GpuRef, layout_b: str = 'col') -> None: ...
+
+    def drain(self) -> list:
+        """Waiting replies as (id, exception or None, result or None) tuples."""

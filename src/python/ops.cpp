@@ -1,0 +1,324 @@
+// Functional operations on tensors: mm (dense and batched GEMM through GemmPlan) and grouped_mm
+// (torch._grouped_mm's 2-D x 3-D case through GroupedGemmPlan with device-resident offsets). Every
+// launch goes onto the caller's stream; nothing allocates outside stream order or synchronises, so
+// torch.cuda.graph captures them.
+#include "ops.hpp"
+
+#include <fmt/format.h>
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/string.h>
+
+#include <array>
+#include <memory>
+#include <mutex>
+
+#include "cuactor/gpu/check.hpp"
+#include "cuactor/gpu/device.hpp"
+#include "cuactor/kernels/gemm_plan.hpp"
+#include "cuactor/kernels/grouped_plan_cache.hpp"
+
+namespace cuactor::pyext {
+namespace {
+
+constexpr int kMaxDevices = 64;
+
+kernels::GemmPlanCache& dense_plans() {
+  static kernels::GemmPlanCache cache;
+  return cache;
+}
+
+kernels::GroupedPlanCache& grouped_plans() {
+  static kernels::GroupedPlanCache cache;
+  return cache;
+}
+
+/// How a matrix (the last two dimensions of `t`) is stored: row-major with leading dimension `ld`
+/// (last dimension contiguous) or column-major; nullopt when neither dimension is contiguous.
+struct MatrixView {
+  kernels::MatrixLayout layout = kernels::MatrixLayout::row;
+  std::int64_t ld = 0;
+};
+
+std::optional<MatrixView> matrix_view(const TensorArg& t) {
+  const auto r = static_cast<std::size_t>(t.ndim - 2), c = static_cast<std::size_t>(t.ndim - 1);
+  const std::int64_t rows = t.shape[r], cols = t.shape[c], sr = t.strides[r], sc = t.strides[c];
+  if (sc == 1 || cols == 1) return MatrixView{kernels::MatrixLayout::row, rows <= 1 ? cols : sr};
+  if (sr == 1 || rows == 1) return MatrixView{kernels::MatrixLayout::col, cols <= 1 ? rows : sc};
+  return std::nullopt;
+}
+
+MatrixView require_matrix(const TensorArg& t, bool row_only) {
+  auto v = matrix_view(t);
+  if (!v || (row_only && v->layout != kernels::MatrixLayout::row))
+    raise(errc::invalid_argument,
+          fmt::format("{}: {} (a stride of 1 in the {} dimension; call .contiguous() first)", t.describe(),
+                      row_only ? "rows must be contiguous" : "one of the last two dimensions must be contiguous",
+                      row_only ? "last" : "last or second-to-last"));
+  return *v;
+}
+
+void require_scale(const TensorArg& s, std::int64_t group_count, bool allow_single) {
+  require_cuda(s);
+  require_dtype(s, DType::f32, "fp8 scales are float32");
+  const std::int64_t n = s.numel();
+  if (s.ndim > 1 || !(n == group_count || (allow_single && n == 1)) || (s.ndim == 1 && n > 1 && s.strides[0] != 1))
+    raise(errc::unsupported,
+          fmt::format("{}: cuactor's grouped fp8 kernels take per-tensor scales ({} values, contiguous); row-wise "
+                      "and block-wise scales (torch._scaled_grouped_mm's (T,) / (G, N) forms, SPEC [K10]) are not in "
+                      "the library",
+                      s.describe(),
+                      allow_single ? fmt::format("1 or G={}", group_count) : fmt::format("G={}", group_count)));
+}
+
+/// Dense or batched GEMM: out = a @ b for rank 2 (M, K) x (K, N), or rank 3 with a common batch.
+void mm(nb::handle a_obj, nb::handle b_obj, nb::handle out_obj, std::uintptr_t stream_handle, nb::handle alloc) {
+  const TensorArg a = import_tensor(a_obj, "a"), b = import_tensor(b_obj, "b"), out = import_tensor(out_obj, "out");
+  for (const TensorArg* t : {&a, &b, &out}) require_cuda(*t);
+  if (a.ndim != 2 && a.ndim != 3)
+    raise(errc::invalid_argument, fmt::format("{}: mm takes rank 2 (M, K) or rank 3 (batch, M, K)", a.describe()));
+  require_rank(b, a.ndim, "mm (same rank as a)");
+  require_rank(out, a.ndim, "mm (same rank as a)");
+  require_same_device(b, a.device);
+  require_same_device(out, a.device);
+  const auto r = static_cast<std::size_t>(a.ndim - 2), c = r + 1;
+  const std::int64_t m = a.shape[r], k = a.shape[c], n = b.shape[c];
+  if (b.shape[r] != k)
+    raise(errc::invalid_argument, fmt::format("{}: K={} does not match a's K={}", b.describe(), b.shape[r], k));
+  if (out.shape[r] != m || out.shape[c] != n)
+    raise(errc::invalid_argument, fmt::format("{}: must have shape (..., {}, {}) = (..., M, N)", out.describe(), m, n));
+  std::int64_t batch = 1;
+  if (a.ndim == 3) {
+    batch = a.shape[0];
+    if (b.shape[0] != batch || out.shape[0] != batch)
+      raise(errc::invalid_argument,
+            fmt::format("batch sizes differ: a {}, b {}, out {}", batch, b.shape[0], out.shape[0]));
+  }
+  if (a.dtype != b.dtype)
+    raise(errc::invalid_argument,
+          fmt::format("a is {} and b is {}: mm needs one input dtype", name(a.dtype), name(b.dtype)));
+  const MatrixView va = require_matrix(a, false), vb = require_matrix(b, false), vd = require_matrix(out, true);
+  kernels::GemmProblem p;
+  p.m = m;
+  p.n = n;
+  p.k = k;
+  p.batch = batch;
+  p.a = a.dtype;
+  p.b = b.dtype;
+  p.c = p.d = out.dtype;
+  p.layout_a = va.layout;
+  p.layout_b = vb.layout;
+  p.layout_c = kernels::MatrixLayout::row;
+  p.epilogue = is_low_precision_float(a.dtype) ? kernels::GemmEpilogue::scaled_linear_combination
+                                               : kernels::GemmEpilogue::linear_combination;
+  kernels::GemmOperands o;
+  o.a = a.data;
+  o.b = b.data;
+  o.d = out.data;
+  o.lda = va.ld;
+  o.ldb = vb.ld;
+  o.ldd = vd.ld;
+  if (batch > 1) {
+    o.batch_stride_a = a.strides[0];
+    o.batch_stride_b = b.strides[0];
+    o.batch_stride_d = out.strides[0];
+  }
+  const DeviceFacts& facts = device_facts(a.device);
+  kernels::GemmPlanOptions options;
+  options.sm_count = facts.sm_count;
+  options.device = a.device;
+  auto plan = unwrap(dense_plans().get(p, facts.arch, options));
+  check(plan.validate(o));
+  check(plan.check_buffer_sizes(o, static_cast<std::size_t>(a.extent_bytes()),
+                                static_cast<std::size_t>(b.extent_bytes()), 0,
+                                static_cast<std::size_t>(out.extent_bytes())));
+  const DeviceGuard guard(a.device);
+  const cudaStream_t stream = stream_from(stream_handle);
+  std::optional<Workspace> ws;
+  if (plan.workspace_size() > 0) ws.emplace(plan.workspace_size(), alloc, stream, a.device);
+  check(plan.run(o, ws ? ws->data() : nullptr, ws ? ws->bytes() : 0, stream));
+}
+
+/// torch._grouped_mm's 2-D x 3-D case: out[offs[g-1]:offs[g]] = a[offs[g-1]:offs[g]] @ b[g].
+void grouped_mm(nb::handle a, nb::handle b, nb::handle offs, nb::handle out, std::uintptr_t stream_handle,
+                nb::handle alloc, nb::handle scale_a, nb::handle scale_b, std::optional<std::string> ab_dtype) {
+  const auto ops = import_grouped(a, b, offs, out, scale_a, scale_b,
+                                  ab_dtype ? std::optional(dtype_from_name(*ab_dtype)) : std::nullopt);
+  auto plan = unwrap(grouped_plans().get(grouped_spec(ops)));
+  auto prepared = unwrap(plan->prepare(device_sized(ops), grouped_scalars(ops)));
+  const DeviceGuard guard(ops.device);
+  const cudaStream_t stream = stream_from(stream_handle);
+  Workspace ws(prepared.workspace_size(), alloc, stream, ops.device);
+  check(prepared.run(stream, ws.data(), ws.bytes()));
+}
+
+}  // namespace
+
+const DeviceFacts& device_facts(int device) {
+  static std::array<DeviceFacts, kMaxDevices> facts;
+  static std::array<std::once_flag, kMaxDevices> once;
+  static const int count = gpu::device_count();  // once: no driver call per operation (or during a capture)
+  if (device < 0 || device >= kMaxDevices || device >= count)
+    raise(errc::no_device, fmt::format("cuda:{} does not exist ({} CUDA devices visible)", device, count));
+  const auto u = static_cast<std::size_t>(device);
+  std::call_once(once[u], [&] {
+    auto p = unwrap(gpu::device_properties(device));
+    facts[u] = DeviceFacts{p.arch, p.multiprocessors};
+  });
+  return facts[u];
+}
+
+DeviceGuard::DeviceGuard(int device) {
+  int current = -1;
+  check(gpu::check(cudaGetDevice(&current), "cudaGetDevice"));
+  if (current != device) {
+    check(gpu::check(cudaSetDevice(device), "cudaSetDevice"));
+    previous_ = current;
+  }
+}
+
+DeviceGuard::~DeviceGuard() {
+  if (previous_ >= 0) (void)cudaSetDevice(previous_);
+}
+
+Workspace::Workspace(std::size_t bytes, nb::handle alloc, cudaStream_t stream, int device) : stream_(stream) {
+  if (bytes == 0) return;
+  if (alloc.is_valid() && !alloc.is_none()) {
+    tensor_ = alloc(bytes);
+    const TensorArg t = import_tensor(tensor_, "workspace");
+    require_cuda(t);
+    require_same_device(t, device);
+    if (t.extent_bytes() < static_cast<std::int64_t>(bytes))
+      raise(errc::workspace_too_small,
+            fmt::format("{}: {} bytes, the plan needs {}", t.describe(), t.extent_bytes(), bytes));
+    data_ = t.data;
+    bytes_ = static_cast<std::size_t>(t.extent_bytes());
+    return;
+  }
+  check(gpu::check(cudaMallocAsync(&data_, bytes, stream), "workspace: cudaMallocAsync"));
+  bytes_ = bytes;
+  owned_ = true;
+}
+
+Workspace::~Workspace() {
+  if (owned_) (void)cudaFreeAsync(data_, stream_);
+}
+
+GroupedOperands import_grouped(nb::handle a_obj, nb::handle b_obj, nb::handle offs_obj, nb::handle out_obj,
+                               nb::handle scale_a, nb::handle scale_b, std::optional<DType> ab_dtype) {
+  GroupedOperands g;
+  g.a = import_tensor(a_obj, "a", ab_dtype);
+  g.b = import_tensor(b_obj, "b", ab_dtype);
+  g.offs = import_tensor(offs_obj, "offs");
+  g.out = import_tensor(out_obj, "out");
+  const TensorArg &a = g.a, &b = g.b, &offs = g.offs, &out = g.out;
+  for (const TensorArg* t : {&a, &b, &offs, &out}) require_cuda(*t);
+  require_rank(a, 2, "the 2-D x 3-D grouped GEMM (a: (T, K))");
+  require_rank(b, 3, "the 2-D x 3-D grouped GEMM (b: (G, K, N))");
+  require_rank(offs, 1, "offs (cumulative end row of each group)");
+  require_rank(out, 2, "out (T, N)");
+  g.device = a.device;
+  for (const TensorArg* t : {&b, &offs, &out}) require_same_device(*t, g.device);
+  require_dtype(offs, DType::i32, "offs holds int32 cumulative row offsets");
+  if (a.dtype != b.dtype)
+    raise(errc::invalid_argument,
+          fmt::format("a is {} and b is {}: grouped_mm needs one input dtype", name(a.dtype), name(b.dtype)));
+  const std::int64_t rows = a.shape[0], k = a.shape[1], groups = b.shape[0], n = b.shape[2];
+  if (b.shape[1] != k)
+    raise(errc::invalid_argument, fmt::format("{}: K={} does not match a's K={}", b.describe(), b.shape[1], k));
+  if (offs.shape[0] != groups)
+    raise(errc::invalid_argument, fmt::format("{}: {} offsets for G={} groups of b (one cumulative end row per group)",
+                                              offs.describe(), offs.shape[0], groups));
+  if (groups > 1 && offs.strides[0] != 1)
+    raise(errc::invalid_argument, fmt::format("{}: offsets must be contiguous", offs.describe()));
+  if (out.shape[0] != rows || out.shape[1] != n)
+    raise(errc::invalid_argument, fmt::format("{}: must have shape ({}, {}) = (T, N)", out.describe(), rows, n));
+  if (rows > 0 && k > 1 && a.strides[1] != 1)
+    raise(errc::invalid_argument, fmt::format("{}: rows of a must be contiguous (stride 1 along K)", a.describe()));
+  if (rows > 0 && n > 1 && out.strides[1] != 1)
+    raise(errc::invalid_argument, fmt::format("{}: rows of out must be contiguous (stride 1 along N)", out.describe()));
+  if (b.strides[1] == 1 || k == 1) {
+    g.layout_b = kernels::MatrixLayout::col;  // b[g] is N x K row-major: torch's transposed weights (the "TN" kernels)
+    g.ldb = n == 1 ? k : b.strides[2];
+  } else if (b.strides[2] == 1 || n == 1) {
+    g.layout_b = kernels::MatrixLayout::row;  // b[g] is K x N row-major
+    g.ldb = b.strides[1];
+  } else {
+    raise(errc::invalid_argument,
+          fmt::format("{}: each b[g] needs K or N contiguous (stride 1 in dimension 1 or 2)", b.describe()));
+  }
+  const bool fp8 = is_low_precision_float(a.dtype);
+  if (!scale_a.is_none()) g.scale_a = import_tensor(scale_a, "scale_a");
+  if (!scale_b.is_none()) g.scale_b = import_tensor(scale_b, "scale_b");
+  if (fp8) {
+    if (!g.scale_a || !g.scale_b)
+      raise(errc::invalid_argument, fmt::format("a and b are {}: scale_a and scale_b are required", name(a.dtype)));
+    require_scale(*g.scale_a, groups, true);
+    require_scale(*g.scale_b, groups, false);
+    require_same_device(*g.scale_a, g.device);
+    require_same_device(*g.scale_b, g.device);
+  } else if (g.scale_a || g.scale_b) {
+    raise(errc::invalid_argument, fmt::format("scale_a/scale_b are fp8 scales, but a and b are {}", name(a.dtype)));
+  }
+  return g;
+}
+
+kernels::GroupedGemmSpec grouped_spec(const GroupedOperands& ops, std::optional<kernels::GemmSku> sku) {
+  const DeviceFacts& facts = device_facts(ops.device);
+  kernels::GroupedGemmSpec spec;
+  spec.a = ops.a.dtype;
+  spec.b = ops.b.dtype;
+  spec.d = ops.out.dtype;
+  spec.layout_b = ops.layout_b;
+  spec.arch = facts.arch;
+  spec.sm_count = facts.sm_count;
+  spec.device = ops.device;
+  const std::int64_t groups = std::max<std::int64_t>(1, ops.b.shape[0]);
+  spec.rows_per_group_hint = static_cast<int>(std::clamp<std::int64_t>(ops.a.shape[0] / groups, 1, 1 << 30));
+  spec.sku_override = std::move(sku);
+  return spec;
+}
+
+kernels::DeviceSizedGroups device_sized(const GroupedOperands& ops) {
+  kernels::DeviceSizedGroups g;
+  g.group_count = static_cast<int>(ops.b.shape[0]);
+  g.offsets = static_cast<const std::int32_t*>(ops.offs.data);
+  g.capacity_rows = ops.a.shape[0];
+  g.n = static_cast<int>(ops.b.shape[2]);
+  g.k = static_cast<int>(ops.a.shape[1]);
+  g.a = ops.a.data;
+  g.lda = ops.a.shape[0] <= 1 ? ops.a.shape[1] : ops.a.strides[0];
+  g.b = ops.b.data;
+  g.ldb = ops.ldb;
+  g.b_group_stride = ops.b.strides[0];
+  g.d = ops.out.data;
+  g.ldd = ops.out.shape[0] <= 1 ? ops.out.shape[1] : ops.out.strides[0];
+  return g;
+}
+
+kernels::GroupedScalars grouped_scalars(const GroupedOperands& ops) {
+  kernels::GroupedScalars s;
+  if (ops.scale_a) {
+    s.scale_a = static_cast<const float*>(ops.scale_a->data);
+    s.scale_a_per_group = ops.scale_a->numel() > 1;
+  }
+  if (ops.scale_b) s.scale_b = static_cast<const float*>(ops.scale_b->data);
+  return s;
+}
+
+void bind_ops(nb::module_& m) {
+  m.def("mm", &mm, nb::arg("a").none(), nb::arg("b").none(), nb::arg("out").none(), nb::arg("stream"),
+        nb::arg("alloc").none() = nb::none(),
+        "out = a @ b on `stream` (a cudaStream_t as an integer) with a catalog GemmPlan: rank 2 (M, K) x (K, N) -> "
+        "(M, N), or rank 3 with a common batch. `alloc(nbytes)` returns a device tensor for the plan's workspace, if "
+        "any (default: stream-ordered from the device's pool). Raises the cuactor.errors class of the failure.");
+  m.def("grouped_mm", &grouped_mm, nb::arg("a").none(), nb::arg("b").none(), nb::arg("offs").none(),
+        nb::arg("out").none(), nb::arg("stream"), nb::arg("alloc").none() = nb::none(),
+        nb::arg("scale_a").none() = nb::none(), nb::arg("scale_b").none() = nb::none(),
+        nb::arg("ab_dtype").none() = nb::none(),
+        "torch._grouped_mm's 2-D x 3-D case on `stream`: a (T, K), b (G, K, N), offs (G,) int32 cumulative end rows "
+        "in device memory, out (T, N); rows past offs[-1] are not written. fp8 (e4m3) inputs take scale_a (1 or G "
+        "float32) and scale_b (G float32); `ab_dtype` reinterprets a's and b's storage (fp8 passed as uint8). "
+        "`alloc(nbytes)` returns a device tensor for the workspace (default: stream-ordered from the device's pool).");
+}
+
+}  // namespace cuactor::pyext

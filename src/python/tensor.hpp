@@ -1,0 +1,70 @@
+/// @file
+/// Internal to the Python extension module: a borrowed view of a tensor handed in from Python
+/// (DLPack `__dlpack__` — PyTorch, CuPy, JAX, NumPy — or `__cuda_array_interface__` — Numba and
+/// others), never a copy, and the checks every operation applies to its operands ([E2]: each names
+/// the operand, the value and the rule).
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <array>
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "common.hpp"
+#include "cuactor/core/dtype.hpp"
+
+namespace cuactor::pyext {
+
+/// Where a tensor's memory lives (DLPack device types that matter here).
+enum class MemoryKind { cpu, cuda, other };
+
+/// A tensor's address, element type, shape and strides (in elements), borrowed from its Python
+/// object, which `owner` keeps alive while this view lives.
+struct TensorArg {
+  static constexpr int max_rank = 4;
+  std::string name;  ///< Operand name used in error messages ("a", "b", "offs", ...).
+  void* data = nullptr;
+  DType dtype = DType::f32;
+  std::optional<DType> stored;  ///< The producer's element type before a reinterpretation (none if unknown).
+  int ndim = 0;
+  std::array<std::int64_t, max_rank> shape{};
+  std::array<std::int64_t, max_rank> strides{};
+  MemoryKind memory = MemoryKind::other;
+  int device = -1;  ///< CUDA ordinal for cuda memory, -1 otherwise.
+  nb::object owner;
+
+  /// Bytes from data to one past the last element the shape and strides address (0 when empty).
+  [[nodiscard]] std::int64_t extent_bytes() const noexcept;
+  /// Number of elements.
+  [[nodiscard]] std::int64_t numel() const noexcept;
+  /// "a (bf16, shape (64, 128), strides (128, 1), cuda:0)" for messages.
+  [[nodiscard]] std::string describe() const;
+};
+
+/// Imports `obj` without copying: torch tensors directly, else DLPack, then
+/// `__cuda_array_interface__`. `as` reinterprets the element type (e.g. uint8 storage of fp8 values,
+/// uint16 bits of bf16 values); its size must equal the imported one's.
+/// `invalid_argument` naming the operand when `obj` is neither, or its dtype or rank is not one
+/// cuactor handles (rank 0-4).
+TensorArg import_tensor(nb::handle obj, const char* name, std::optional<DType> as = std::nullopt);
+
+/// Checks that `t` lives in CUDA device memory; `invalid_argument` naming where it lives otherwise.
+void require_cuda(const TensorArg& t);
+/// Checks the rank; `invalid_argument` naming the operand, its shape and the rank expected.
+void require_rank(const TensorArg& t, int rank, const char* what);
+/// Checks the element type; `invalid_argument` naming the operand, its dtype and the one expected.
+void require_dtype(const TensorArg& t, DType want, const char* rule);
+/// Checks that every operand is on `device`; `wrong_device` naming the operand otherwise.
+void require_same_device(const TensorArg& t, int device);
+
+/// The cuactor dtype of a name ("bf16", "float16", "float8_e4m3fn", ...); `invalid_argument` otherwise.
+DType dtype_from_name(const std::string& name);
+
+/// The stream handle Python passed (an integer: cudaStream_t's value; 0 = legacy default stream).
+inline cudaStream_t stream_from(std::uintptr_t handle) noexcept {
+  return reinterpret_cast<cudaStream_t>(handle);
+}
+
+}  // namespace cuactor::pyext

@@ -1,0 +1,142 @@
+"""CPU tests of the cuactor package (CI): import, info, errors, JIT cache, argument validation."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+
+import pytest
+
+import cuactor
+from cuactor import errors
+
+
+def test_import_and_version():
+    assert cuactor.__version__ == cuactor.info()["version"]
+    for name in ("grouped_mm", "mm", "scaled_grouped_mm", "GroupedGemmPlan", "Device", "GpuRef", "jit", "Error"):
+        assert hasattr(cuactor, name), name
+
+
+def test_public_entities_have_docstrings():
+    for name in cuactor.__all__:
+        obj = getattr(cuactor, name)
+        assert obj.__doc__, f"cuactor.{name} has no docstring"
+    for name in cuactor.jit.__all__:
+        assert getattr(cuactor.jit, name).__doc__, f"cuactor.jit.{name} has no docstring"
+
+
+def test_info_matches_cli():
+    info = cuactor.info()
+    for key in ("version", "driver_cuda_version", "runtime_cuda_version", "devices", "kernel_families", "nvrtc",
+                "nvcc", "cache_root", "jit_cache"):
+        assert key in info, key
+    build = os.environ.get("CUACTOR_BUILD_DIR")
+    cli = os.path.join(build, "tools", "cuactor") if build else shutil.which("cuactor")
+    if not cli or not os.path.exists(cli):
+        pytest.skip("the cuactor CLI is not at hand (CUACTOR_BUILD_DIR unset)")
+    from_cli = json.loads(subprocess.run([cli, "info", "--json"], check=True, capture_output=True, text=True).stdout)
+    for report in (info, from_cli):  # what may change between the two calls (other tests run meanwhile)
+        for d in report["devices"]:
+            d.pop("free_memory_bytes", None)
+        for k in ("files", "bytes"):
+            report["jit_cache"].pop(k, None)
+    assert from_cli == info
+
+
+def test_every_error_code_has_its_class():
+    names = cuactor._core._error_code_names()
+    assert len(names) >= 21
+    for value, code in names.items():
+        e = errors._from_code("cuactor", value, code, "message")
+        assert type(e) is not errors.Error, f"code {value} ({code}) maps to no class"
+        assert isinstance(e, cuactor.Error)
+        assert (e.category, e.value, e.code, str(e)) == ("cuactor", value, code, "message")
+    assert isinstance(errors._from_code("cuactor", 6, "unsupported", ""), NotImplementedError)
+    assert isinstance(errors._from_code("cuactor", 7, "invalid argument", ""), ValueError)
+    assert isinstance(errors._from_code("cuda", 2, "out of memory", ""), MemoryError)
+    assert type(errors._from_code("cuda", 700, "illegal address", "")) is errors.CudaError
+    for name in ("StaleHandleError", "ContextPoisonedError", "CircuitOpenError", "QueueFullError", "UnsupportedError",
+                 "InvalidArgumentError"):
+        assert issubclass(getattr(cuactor, name), cuactor.Error)
+
+
+def test_library_errors_arrive_as_classes():
+    with pytest.raises(cuactor.InvalidArgumentError, match="nothing to warm"):
+        cuactor.jit.warm()
+    with pytest.raises(cuactor.InvalidArgumentError, match="sm_99z"):
+        cuactor.jit.warm(["dense:sm_90a:bf16"], arch="sm_99z")
+    with pytest.raises(cuactor.InvalidArgumentError):
+        cuactor.jit.warm(["not a sku"])
+
+
+def test_jit_cache_functions(tmp_path):
+    d = tmp_path / "jit"
+    assert cuactor.jit.cache_dir(d) == str(d)
+    assert cuactor.jit.cache_dir().endswith("jit")
+    assert cuactor.jit.list(d) == []
+    assert cuactor.jit.verify(d) == []
+    (d / ("0" * 32 + ".cjit")).write_bytes(b"truncated")
+    (d / "keep.txt").write_text("not the cache's")
+    damaged = cuactor.jit.verify(d)
+    assert len(damaged) == 1 and damaged[0]["problem"]
+    assert cuactor.jit.clear(d) == str(d)
+    assert cuactor.jit.list(d) == []
+    assert (d / "keep.txt").exists()  # the cache removes only files of its own name forms
+
+
+def test_device_without_gpu_raises_no_device():
+    if cuactor.info()["devices"]:
+        pytest.skip("a GPU is present")
+    with pytest.raises(cuactor.Error):
+        cuactor.Device(0)
+
+
+def test_host_arrays_are_rejected_with_value_and_rule(np):
+    a = np.zeros((64, 128), np.float16)
+    b = np.zeros((4, 128, 256), np.float16)
+    offs = np.array([16, 32, 48, 64], np.int32)
+    out = np.zeros((64, 256), np.float16)
+    with pytest.raises(cuactor.InvalidArgumentError, match=r"a \(f16, shape \(64, 128\), strides \(128, 1\), cpu\): "
+                                                            r"must be in CUDA device memory"):
+        cuactor.grouped_mm(a, b, offs, out, stream=0)
+    with pytest.raises(ValueError):  # InvalidArgumentError is a ValueError
+        cuactor.mm(a, a.T.copy(), np.zeros((64, 64), np.float16), stream=0)
+
+
+def test_python_level_rules(np):
+    a = np.zeros((64, 128), np.float16)
+    with pytest.raises(cuactor.InvalidArgumentError, match="needs offs"):
+        cuactor.grouped_mm(a, np.zeros((4, 128, 8), np.float16), stream=0)
+    with pytest.raises(NotImplementedError, match="2-D x 2-D"):
+        cuactor.grouped_mm(a, np.zeros((128, 8), np.float16), np.zeros(4, np.int32), stream=0)
+    with pytest.raises(cuactor.InvalidArgumentError, match="stream=None"):
+        cuactor.grouped_mm(a, np.zeros((4, 128, 8), np.float16), np.zeros(4, np.int32), np.zeros((64, 8), np.float16))
+    with pytest.raises(cuactor.InvalidArgumentError, match="out=None"):
+        cuactor.mm(a, np.zeros((128, 8), np.float16), stream=0)
+    with pytest.raises(cuactor.UnsupportedError, match="2-D x 3-D"):
+        cuactor.scaled_grouped_mm(np.zeros((4, 4, 4)), np.zeros((4, 4, 4)), None, None, stream=0)
+
+
+def test_objects_that_are_not_tensors():
+    with pytest.raises(cuactor.InvalidArgumentError, match="a: a str is not a tensor"):
+        cuactor._core.mm("x", "y", "z", 0)
+    with pytest.raises(cuactor.InvalidArgumentError, match="a: is None"):
+        cuactor._core.grouped_mm(None, None, None, None, 0)
+
+
+class FakeCudaArray:
+    """An object exporting only __cuda_array_interface__ (as Numba's device arrays do)."""
+
+    def __init__(self, shape, typestr, strides=None):
+        self.__cuda_array_interface__ = {"shape": shape, "typestr": typestr, "data": (0, False), "strides": strides,
+                                         "version": 3}
+
+
+def test_cuda_array_interface_is_parsed():
+    with pytest.raises(cuactor.InvalidArgumentError, match=r"a \(f16, shape \(64, 128\), strides \(1, 64\)"):
+        cuactor._core.mm(FakeCudaArray((64, 128), "<f2", (2, 128)), FakeCudaArray((128, 8), "<f2"),
+                         FakeCudaArray((64, 8), "<f2"), 0)
+    with pytest.raises(cuactor.InvalidArgumentError, match="typestr"):
+        cuactor._core.mm(FakeCudaArray((4,), "<c8"), None, None, 0)

@@ -1,0 +1,287 @@
+"""GPU tests of the cuactor package: numerics against torch._grouped_mm / torch.mm and an fp64
+reference, torch.cuda.graph capture, the plan objects, the DLPack and __cuda_array_interface__
+paths, and the asyncio device actor. Marked ``gpu``: they skip without a CUDA device and fail under
+CUACTOR_REQUIRE_GPU=1."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+import cuactor
+
+pytestmark = pytest.mark.gpu
+
+TOL = {"bfloat16": 2e-2, "float16": 5e-3, "float32": 2e-2}  # relative Frobenius error vs fp64
+
+
+def rel_err(torch, got, ref):
+    got, ref = got.double(), ref.double()
+    return (torch.linalg.norm(got - ref) / torch.linalg.norm(ref).clamp_min(1e-30)).item()
+
+
+def moe_operands(torch, groups=8, k=256, n=512, dtype=None, b_transposed=True, rows=None, tokens=None):
+    """a (T, K), b (G, K, N) (a transposed view of (G, N, K) weights when b_transposed), offs."""
+    dtype = dtype or torch.bfloat16
+    rows = rows or [64 * (g % 3) + 8 * g for g in range(groups)]  # includes empty groups
+    total = sum(rows)
+    tokens = tokens or total
+    a = torch.randn(tokens, k, device="cuda", dtype=dtype)
+    if b_transposed:
+        b = torch.randn(groups, n, k, device="cuda", dtype=dtype).transpose(-2, -1)
+    else:
+        b = torch.randn(groups, k, n, device="cuda", dtype=dtype)
+    offs = torch.tensor(rows, device="cuda", dtype=torch.int32).cumsum(0, dtype=torch.int32)
+    return a, b, offs
+
+
+def reference(torch, a, b, offs):
+    """fp64 per group: out[rows of g] = a[rows of g] @ b[g]; rows past offs[-1] are left at 0."""
+    out = torch.zeros(a.shape[0], b.shape[2], dtype=torch.float64, device=a.device)
+    start = 0
+    for g, end in enumerate(offs.tolist()):
+        out[start:end] = a[start:end].double() @ b[g].double()
+        start = end
+    return out
+
+
+@pytest.mark.parametrize("b_transposed", [True, False], ids=["b_col", "b_row"])
+def test_grouped_mm_2d_3d_matches_torch(torch_cuda, b_transposed):
+    torch = torch_cuda
+    a, b, offs = moe_operands(torch, b_transposed=b_transposed)
+    end = int(offs[-1])
+    out = cuactor.grouped_mm(a, b, offs)
+    assert out.shape == (a.shape[0], b.shape[2]) and out.dtype == torch.bfloat16
+    ref = reference(torch, a, b, offs)
+    assert rel_err(torch, out[:end], ref[:end]) < TOL["bfloat16"]
+    if hasattr(torch, "_grouped_mm") and torch.cuda.get_device_capability() >= (9, 0):
+        theirs = torch._grouped_mm(a, b, offs=offs)
+        assert rel_err(torch, out[:end], theirs[:end].double()) < TOL["bfloat16"]
+
+
+def test_grouped_mm_out_dtype_float32_and_padding_rows(torch_cuda):
+    torch = torch_cuda
+    a, b, offs = moe_operands(torch, tokens=None)
+    a = torch.cat([a, torch.randn(24, a.shape[1], device="cuda", dtype=a.dtype)])  # capacity beyond offs[-1]
+    out = torch.full((a.shape[0], b.shape[2]), 7.0, device="cuda", dtype=torch.float32)
+    cuactor.grouped_mm(a, b, offs, out=out, out_dtype=torch.float32)
+    end = int(offs[-1])
+    assert rel_err(torch, out[:end], reference(torch, a, b, offs)[:end]) < TOL["float32"]
+    assert bool((out[end:] == 7.0).all()), "rows past offs[-1] must not be written"
+
+
+def test_grouped_mm_3d_3d_batched(torch_cuda):
+    torch = torch_cuda
+    a = torch.randn(4, 128, 256, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(4, 512, 256, device="cuda", dtype=torch.bfloat16).transpose(-2, -1)
+    out = cuactor.grouped_mm(a, b)
+    ref = a.double() @ b.double()
+    assert rel_err(torch, out, ref) < TOL["bfloat16"]
+    if hasattr(torch, "_grouped_mm") and torch.cuda.get_device_capability() >= (9, 0):
+        assert rel_err(torch, out, torch._grouped_mm(a, b).double()) < TOL["bfloat16"]
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_mm_matches_torch(torch_cuda, dtype):
+    torch = torch_cuda
+    dt = getattr(torch, dtype)
+    a = torch.randn(384, 256, device="cuda", dtype=dt)
+    w = torch.randn(512, 256, device="cuda", dtype=dt)
+    out = cuactor.mm(a, w.t())
+    assert rel_err(torch, out, a.double() @ w.double().t()) < TOL[dtype]
+    assert rel_err(torch, out, torch.mm(a, w.t()).double()) < TOL[dtype]
+
+
+def test_mm_runs_on_the_current_stream(torch_cuda):
+    torch = torch_cuda
+    a = torch.randn(256, 256, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(256, 256, device="cuda", dtype=torch.bfloat16)
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        out = cuactor.mm(a, b)
+        ref = torch.mm(a, b)
+    s.synchronize()
+    assert rel_err(torch, out, ref.double()) < TOL["bfloat16"]
+
+
+def test_grouped_mm_under_cuda_graph_serves_every_routing(torch_cuda):
+    torch = torch_cuda
+    groups, k, n, tokens = 8, 256, 512, 1024
+    a = torch.randn(tokens, k, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(groups, n, k, device="cuda", dtype=torch.bfloat16).transpose(-2, -1)
+    offs = torch.zeros(groups, device="cuda", dtype=torch.int32)
+    out = torch.zeros(tokens, n, device="cuda", dtype=torch.bfloat16)
+
+    def route(rows):
+        offs.copy_(torch.tensor(rows, dtype=torch.int32).cumsum(0, dtype=torch.int32))
+
+    route([tokens // groups] * groups)
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):  # warm up (plans, caches) outside the capture, as torch recommends
+        cuactor.grouped_mm(a, b, offs, out=out)
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        cuactor.grouped_mm(a, b, offs, out=out)
+    for rows in ([128] * 8, [0, 300, 0, 200, 100, 0, 324, 100], [1024, 0, 0, 0, 0, 0, 0, 0], [17, 33, 0, 5, 99, 1, 0, 7]):
+        route(rows)
+        out.zero_()
+        g.replay()
+        torch.cuda.synchronize()
+        end = sum(rows)
+        captured = out[:end].clone()
+        eager = cuactor.grouped_mm(a, b, offs)[:end]
+        assert torch.equal(captured, eager), f"replay differs from eager for rows {rows}"
+        assert rel_err(torch, captured, reference(torch, a, b, offs)[:end]) < TOL["bfloat16"]
+
+
+def test_plan_objects_prepare_once_run_many(torch_cuda):
+    torch = torch_cuda
+    a, b, offs = moe_operands(torch)
+    out = torch.empty(a.shape[0], b.shape[2], device="cuda", dtype=torch.bfloat16)
+    plan = cuactor.GroupedGemmPlan("bf16", "bf16", layout_b="col", device=0)
+    assert plan.sku.startswith("grouped:")
+    prepared = plan.prepare(a, b, offs, out)
+    assert prepared.group_count == b.shape[0] and prepared.sku == plan.sku and prepared.workspace_size > 0
+    ws = torch.empty(prepared.workspace_size, dtype=torch.uint8, device="cuda")
+    stream = torch.cuda.current_stream().cuda_stream
+    for _ in range(3):
+        prepared.run(stream, ws)
+    end = int(offs[-1])
+    assert rel_err(torch, out[:end], reference(torch, a, b, offs)[:end]) < TOL["bfloat16"]
+    small = torch.empty(16, dtype=torch.uint8, device="cuda")
+    with pytest.raises(cuactor.WorkspaceTooSmallError):
+        prepared.run(stream, small)
+    with pytest.raises(cuactor.InvalidArgumentError, match="layout_b"):
+        plan.prepare(a, b.contiguous(), offs, out)
+
+
+class DLPackOnly:
+    """Exports a tensor through DLPack only (as CuPy and JAX arrays do)."""
+
+    def __init__(self, t):
+        self._t = t
+        self.shape, self.ndim = tuple(t.shape), t.ndim
+
+    def __dlpack__(self, **kw):
+        return self._t.__dlpack__(**kw)
+
+    def __dlpack_device__(self):
+        return self._t.__dlpack_device__()
+
+
+class CaiOnly:
+    """Exports a tensor through __cuda_array_interface__ only (as Numba's device arrays do)."""
+
+    def __init__(self, t):
+        self._t = t
+        self.shape, self.ndim = tuple(t.shape), t.ndim
+        self.__cuda_array_interface__ = t.__cuda_array_interface__
+
+
+@pytest.mark.parametrize("wrap", [DLPackOnly, CaiOnly], ids=["dlpack", "cuda_array_interface"])
+def test_foreign_tensors_with_explicit_stream(torch_cuda, wrap):
+    torch = torch_cuda
+    a, b, offs = moe_operands(torch, dtype=torch.float16)
+    out = torch.zeros(a.shape[0], b.shape[2], device="cuda", dtype=torch.float16)
+    stream = torch.cuda.current_stream().cuda_stream
+    cuactor.grouped_mm(wrap(a), wrap(b), wrap(offs), wrap(out), stream=stream)
+    end = int(offs[-1])
+    assert rel_err(torch, out[:end], reference(torch, a, b, offs)[:end]) < TOL["float16"]
+    with pytest.raises(cuactor.InvalidArgumentError, match="stream=None"):
+        cuactor.grouped_mm(wrap(a), wrap(b), wrap(offs), wrap(out))
+
+
+def test_validation_names_operand_value_and_rule(torch_cuda):
+    torch = torch_cuda
+    a, b, offs = moe_operands(torch)
+    with pytest.raises(cuactor.InvalidArgumentError, match=r"offs .*int32"):
+        cuactor.grouped_mm(a, b, offs.long())
+    with pytest.raises(cuactor.InvalidArgumentError, match=r"b .*K=128 does not match a's K=256"):
+        cuactor.grouped_mm(a, b[:, :128, :], offs)
+    with pytest.raises(cuactor.InvalidArgumentError, match="one input dtype"):
+        cuactor.grouped_mm(a.half(), b, offs)
+    with pytest.raises(cuactor.InvalidArgumentError, match="contiguous"):
+        cuactor.grouped_mm(a.t().contiguous().t(), b, offs)
+    with pytest.raises(cuactor.InvalidArgumentError, match="CUDA device memory"):
+        cuactor.grouped_mm(a.cpu(), b, offs)
+    with pytest.raises(cuactor.InvalidArgumentError, match=r"K \(or N\)|K or N contiguous"):
+        cuactor.grouped_mm(a, b.permute(1, 0, 2).contiguous().permute(1, 0, 2)[:, :, ::2], offs)
+
+
+def test_scaled_grouped_mm_per_tensor_scales(torch_cuda):
+    torch = torch_cuda
+    if torch.cuda.get_device_capability() < (9, 0) or not hasattr(torch, "float8_e4m3fn"):
+        pytest.skip("fp8 grouped kernels are sm_90a only")
+    groups, k, n = 4, 256, 256
+    a16, b16, offs = moe_operands(torch, groups=groups, k=k, n=n)
+    a = (a16 / 4).to(torch.float8_e4m3fn)
+    b = (b16.transpose(-2, -1).contiguous() / 4).to(torch.float8_e4m3fn).transpose(-2, -1)
+    scale_a = torch.tensor([0.5], device="cuda")
+    scale_b = torch.linspace(0.5, 2.0, groups, device="cuda")
+    out = cuactor.scaled_grouped_mm(a, b, scale_a, scale_b, offs)
+    assert out.dtype == torch.bfloat16
+    ref = reference(torch, a.float(), b.float(), offs)
+    start = 0
+    for g, end in enumerate(offs.tolist()):
+        ref[start:end] *= 0.5 * scale_b[g].item()
+        start = end
+    end = int(offs[-1])
+    assert rel_err(torch, out[:end], ref[:end]) < TOL["bfloat16"]
+    with pytest.raises(NotImplementedError, match="row-wise"):
+        cuactor.scaled_grouped_mm(a, b, torch.ones(a.shape[0], device="cuda"), scale_b, offs)
+
+
+def test_device_actor_asyncio(torch_cuda):
+    torch = torch_cuda
+    np = pytest.importorskip("numpy")
+
+    async def main():
+        with cuactor.Device(0) as dev:
+            x = await dev.allocate((4, 256), "f32")
+            assert isinstance(x, cuactor.GpuRef) and x.shape == (4, 256) and x.is_valid()
+            await dev.fill(x, 2.5)
+            host = await dev.copy_to_host(x)
+            assert host.shape == (4, 256) and float(host.sum()) == 2.5 * 1024
+            src = np.arange(1024, dtype=np.float32).reshape(4, 256)
+            await dev.copy_to_device(x, src)
+            assert np.array_equal(await dev.copy_to_host(x), src)
+            view = torch.from_dlpack(x)  # zero-copy, after the generation check
+            assert view.device.type == "cuda" and torch.equal(view.cpu(), torch.from_numpy(src))
+            # Many requests in flight at once, resolved on this loop.
+            refs = await asyncio.gather(*(dev.allocate(64, "i32") for _ in range(32)))
+            await asyncio.gather(*(dev.fill(r, i) for i, r in enumerate(refs)))
+            assert [int((await dev.copy_to_host(r))[0]) for r in refs[:4]] == [0, 1, 2, 3]
+            with pytest.raises(cuactor.InvalidArgumentError, match="do not fit"):
+                await dev.copy_to_device(refs[0], np.zeros(65, np.int32))
+            h = await dev.allocate((8,), "bf16")  # bf16 has no NumPy dtype: its bits travel as uint16
+            bits = np.arange(8, dtype=np.uint16) + 0x3F80
+            await dev.copy_to_device(h, bits)
+            assert np.array_equal(await dev.copy_to_host(h), bits)
+            with pytest.raises(cuactor.InvalidArgumentError, match="f16 values into a bf16 buffer"):
+                await dev.copy_to_device(h, np.zeros(8, np.float16))
+            stats = dev.stats()
+            assert stats["generation"] >= 1
+
+            # grouped_mm through the actor, compared with the tensor path.
+            groups, k, n, rows = 4, 128, 256, [32, 0, 96, 128]
+            a, b, offs = moe_operands(torch, groups=groups, k=k, n=n, rows=rows)
+            ga = await dev.allocate(tuple(a.shape), "bf16")
+            gb = await dev.allocate((groups, n, k), "bf16")
+            go = await dev.allocate((groups,), "i32")
+            gd = await dev.allocate((a.shape[0], n), "bf16")
+            torch.from_dlpack(ga).copy_(a)
+            torch.from_dlpack(gb).copy_(b.transpose(-2, -1))
+            torch.from_dlpack(go).copy_(offs)
+            torch.cuda.synchronize()
+            res = await dev.grouped_mm(ga, gb, go, gd, layout_b="col")
+            assert res.shape == (a.shape[0], n)
+            got = torch.from_dlpack(gd)
+            assert rel_err(torch, got, reference(torch, a, b, offs)) < TOL["bfloat16"]
+        with pytest.raises(cuactor.DeviceShuttingDownError):
+            await dev.fill(x, 1.0)
+
+    asyncio.run(main())
