@@ -73,7 +73,10 @@ class PyGpuRef {
     nb::capsule owner(keep, [](void* p) noexcept { delete static_cast<Allocation*>(p); });
     const nb::dlpack::dtype dt = dlpack_dtype();
     nb::ndarray<> nd(ptr, shape.size(), shape.data(), owner, nullptr, dt, nb::device::cuda::value, device());
-    return nb::cast(nd).attr("__dlpack__")();
+    // A view, never a copy: the default policy makes nanobind copy the export, which fails for an array
+    // of no framework ("'PyCapsule' object has no attribute 'copy'", seen on the H100). `owner` keeps
+    // the buffer alive for as long as the consumer holds the capsule.
+    return nb::cast(nd, nb::rv_policy::reference).attr("__dlpack__")();
   }
 
  private:

@@ -103,7 +103,11 @@ TEST_F(IsolatedActorGpu, AllocateCopyFillAndLaunchAModule) {
   std::this_thread::sleep_for(200ms);
   const auto after = actor_->stats();
   EXPECT_EQ(after.worker_restarts, 0u);
-  EXPECT_GE(after.free_bytes + (4u << 20), before.free_bytes);
+  // The worker's own count: the device's free memory also moves with the loaded module, the kernel's
+  // local memory and other processes on the GPU (28 MiB on an H100), so it cannot show a leak.
+  EXPECT_TRUE(after.memory_known);
+  EXPECT_EQ(after.worker_buffers, before.worker_buffers);
+  EXPECT_EQ(after.worker_buffer_bytes, before.worker_buffer_bytes);
 }
 
 TEST_F(IsolatedActorGpu, CopiesLargerThanTheSharedRegionAreChunked) {

@@ -148,6 +148,8 @@ TEST(IsolatedBackend, MapsCommandsToWorkerMessagesAndChunksLargeCopies) {
   EXPECT_TRUE(s.memory_known);
   EXPECT_EQ(s.total_bytes, 1ull << 30);
   EXPECT_EQ(s.total_bytes - s.free_bytes, 4u << 20);  // the one live buffer
+  EXPECT_EQ(s.worker_buffers, 1u);
+  EXPECT_EQ(s.worker_buffer_bytes, 4u << 20);
   EXPECT_EQ(s.failed, 1u);
   EXPECT_EQ(s.circuit, CircuitState::closed);
 
@@ -157,6 +159,7 @@ TEST(IsolatedBackend, MapsCommandsToWorkerMessagesAndChunksLargeCopies) {
   filled = {};
   for (int i = 0; i < 100 && actor.stats().free_bytes != s.total_bytes; ++i) std::this_thread::sleep_for(10ms);
   EXPECT_EQ(actor.stats().free_bytes, s.total_bytes);
+  EXPECT_EQ(actor.stats().worker_buffers, 0u);
 }
 
 TEST(IsolatedBackend, HostClosuresAndLocalKernelsAnswerUnsupported) {

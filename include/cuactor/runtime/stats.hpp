@@ -46,8 +46,10 @@ struct DeviceStats {
   std::uint64_t poisonings = 0;                               ///< Poisonings detected since start.
   std::uint64_t rejected_full = 0;                            ///< Requests answered `queue_full`.
   std::uint64_t dispatch_ns = 0;  ///< Time the actor's thread spent validating and enqueueing requests (in-process).
-  std::uint64_t worker_restarts = 0;  ///< Worker processes replaced (isolated mode).
-  std::int64_t worker_pid = -1;       ///< Current worker process (isolated mode), -1 while none runs.
+  std::uint64_t worker_restarts = 0;      ///< Worker processes replaced (isolated mode).
+  std::uint64_t worker_buffers = 0;       ///< Live device buffers in the worker (isolated mode).
+  std::uint64_t worker_buffer_bytes = 0;  ///< Their bytes (isolated mode).
+  std::int64_t worker_pid = -1;           ///< Current worker process (isolated mode), -1 while none runs.
 };
 
 /// The snapshot as one JSON object (keys as the field names; circuit and completion as strings).

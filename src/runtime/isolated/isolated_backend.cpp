@@ -458,6 +458,8 @@ DeviceStats IsolatedBackend::stats() const {
       s.memory_known = true;
       s.free_bytes = d->free_bytes;
       s.total_bytes = d->total_bytes;
+      s.worker_buffers = d->buffers;
+      s.worker_buffer_bytes = d->buffer_bytes;
     }
   }
   return s;
