@@ -60,9 +60,10 @@ Fixture* fixture(cuactor::runtime::CompletionMode mode = cuactor::runtime::Compl
   return events ? &*events : nullptr;
 }
 
-cuactor::runtime::CompletionMode mode_arg(const benchmark::State& state) {
-  return state.range(0) == 0 ? cuactor::runtime::CompletionMode::sequence_word
-                             : cuactor::runtime::CompletionMode::event_query;
+/// The completion mode a benchmark's argument `index` names (0 = sequence word, 1 = event queries).
+cuactor::runtime::CompletionMode mode_arg(const benchmark::State& state, int index) {
+  return state.range(index) == 0 ? cuactor::runtime::CompletionMode::sequence_word
+                                 : cuactor::runtime::CompletionMode::event_query;
 }
 
 /// One tiny kernel (a 1-element fill) submitted through the actor; the caller spins on the reply.
@@ -95,7 +96,7 @@ BENCHMARK(BM_ActorRoundTrip)->Iterations(20000)->UseRealTime();
 /// Interleaved: per iteration one raw launch + cudaStreamSynchronize of the same 1-element fill on a
 /// plain stream, then one actor round trip; reports both and their ratios (the anchor).
 void BM_ActorVsRawSync(benchmark::State& state) {
-  Fixture* f = fixture(mode_arg(state));
+  Fixture* f = fixture(mode_arg(state, 0));
   if (!f) {
     state.SkipWithError("no CUDA device");
     return;
@@ -274,8 +275,7 @@ BENCHMARK(BM_StreamCallHostCost)->Arg(0)->Arg(1)->Arg(2)->Iterations(20000);
 /// Sustained throughput (target >= 250k ops/s): `threads` submitters keep the mailbox busy with tiny kernels (1-element
 /// fills), backing off near the mailbox bound; items/s = completed replies per second.
 void BM_ActorThroughput(benchmark::State& state) {
-  Fixture* f = fixture(state.range(1) == 0 ? cuactor::runtime::CompletionMode::sequence_word
-                                           : cuactor::runtime::CompletionMode::event_query);
+  Fixture* f = fixture(mode_arg(state, 1));
   if (!f) {
     state.SkipWithError("no CUDA device");
     return;

@@ -71,7 +71,8 @@ class PyGpuRef {
     std::vector<std::size_t> shape(shape_.begin(), shape_.end());
     auto* keep = new Allocation(allocation_);
     nb::capsule owner(keep, [](void* p) noexcept { delete static_cast<Allocation*>(p); });
-    const nb::dlpack::dtype dt = dlpack_dtype();
+    const DLPackType type = to_dlpack(dtype_);
+    const nb::dlpack::dtype dt{type.code, type.bits, 1};
     nb::ndarray<> nd(ptr, shape.size(), shape.data(), owner, nullptr, dt, nb::device::cuda::value, device());
     // A view, never a copy: the default policy makes nanobind copy the export, which fails for an array
     // of no framework ("'PyCapsule' object has no attribute 'copy'", seen on the H100). `owner` keeps
@@ -80,28 +81,6 @@ class PyGpuRef {
   }
 
  private:
-  [[nodiscard]] nb::dlpack::dtype dlpack_dtype() const {
-    const auto bits = static_cast<std::uint8_t>(size_bits(dtype_));
-    switch (dtype_) {
-      case DType::bf16:
-        return {static_cast<std::uint8_t>(nb::dlpack::dtype_code::Bfloat), bits, 1};
-      case DType::f16:
-      case DType::f32:
-      case DType::f64:
-        return {static_cast<std::uint8_t>(nb::dlpack::dtype_code::Float), bits, 1};
-      case DType::i8:
-      case DType::i32:
-      case DType::i64:
-        return {static_cast<std::uint8_t>(nb::dlpack::dtype_code::Int), bits, 1};
-      case DType::e4m3:
-        return {10, 8, 1};  // kDLFloat8_e4m3fn (DLPack 1.1)
-      case DType::e5m2:
-        return {12, 8, 1};  // kDLFloat8_e5m2
-      default:
-        return {static_cast<std::uint8_t>(nb::dlpack::dtype_code::UInt), bits, 1};
-    }
-  }
-
   Allocation allocation_;
   DType dtype_;
   std::vector<std::int64_t> shape_;

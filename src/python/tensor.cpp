@@ -43,6 +43,32 @@ std::optional<DType> from_dlpack(std::uint8_t code, std::uint8_t bits) {
   }
 }
 
+}  // namespace
+
+DLPackType to_dlpack(DType t) noexcept {
+  const auto bits = static_cast<std::uint8_t>(size_bits(t));
+  switch (t) {
+    case DType::bf16:
+      return {kBfloat, bits};
+    case DType::f16:
+    case DType::f32:
+    case DType::f64:
+      return {kFloat, bits};
+    case DType::i8:
+    case DType::i32:
+    case DType::i64:
+      return {kInt, bits};
+    case DType::e4m3:
+      return {kFloat8E4m3fn, 8};
+    case DType::e5m2:
+      return {kFloat8E5m2, 8};
+    default:
+      return {kUInt, bits};
+  }
+}
+
+namespace {
+
 /// numpy typestr of __cuda_array_interface__ ("<f2", "|u1", ...) to a dtype.
 std::optional<DType> from_typestr(const std::string& s) {
   if (s.size() < 3 || s[0] == '>') return std::nullopt;

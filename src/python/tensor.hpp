@@ -59,6 +59,14 @@ void require_dtype(const TensorArg& t, DType want, const char* rule);
 /// Checks that every operand is on `device`; `wrong_device` naming the operand otherwise.
 void require_same_device(const TensorArg& t, int device);
 
+/// The DLPack type of a cuactor dtype, for exporting a buffer: {type code, bits}. The inverse of
+/// the import mapping; types DLPack has no code for (tf32, e2m1, u8) export as unsigned integers.
+struct DLPackType {
+  std::uint8_t code;
+  std::uint8_t bits;
+};
+DLPackType to_dlpack(DType t) noexcept;
+
 /// The cuactor dtype of a name ("bf16", "float16", "float8_e4m3fn", ...); `invalid_argument` otherwise.
 DType dtype_from_name(const std::string& name);
 
