@@ -77,6 +77,17 @@ case $case in
     mkdir -p cache/jit && chmod 0777 cache/jit
     run "$cli" jit list
     expect_failure; expect_in err "cache/jit' has owner uid"; expect_in err "mode 0777" ;;
+  soak_bad_options)  # soak's options are checked before any device is touched (runs without a GPU)
+    run "$cli" soak --faults 3
+    expect_rc 2; expect_in err "only --isolated is implemented"
+    run "$cli" soak --isolated --faults -1
+    expect_rc 2; expect_in err "faults=-1 must be >= 0"
+    run "$cli" soak --isolated --threads 0
+    expect_rc 2; expect_in err "threads=0 >= 1"
+    run "$cli" soak --isolated --deadline-ms 5
+    expect_rc 2; expect_in err "deadline-ms=5 >= 100"
+    run "$cli" soak --isolated --faults many
+    expect_failure; expect_in err "faults" ;;
   *) echo "unknown case $case"; exit 2 ;;
 esac
 echo "ok [$case]"
