@@ -1,14 +1,18 @@
 /// @file
 /// Unit tests (no GPU) of the isolated worker's transport ([R10]): wire format, channel, shared
 /// memory and process supervision, against the CPU-only isolated_peer.
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <cstring>
+#include <filesystem>
 #include <map>
 #include <thread>
 
@@ -16,6 +20,7 @@
 #include "runtime/isolated/protocol.hpp"
 #include "runtime/isolated/shm.hpp"
 #include "runtime/isolated/spawn.hpp"
+#include "runtime/isolated/unique_fd.hpp"
 
 namespace cuactor::runtime::isolated {
 namespace {
@@ -143,6 +148,8 @@ TEST(IsolatedChannel, SendsAndReceivesMessagesInOrder) {
   EXPECT_EQ(m1->payload, bytes_of("one"));
   EXPECT_EQ(m2->id, 2u);
   EXPECT_TRUE(m2->payload.empty());
+  EXPECT_FALSE(m1->fd);  // ordinary messages carry no descriptor
+  EXPECT_FALSE(m2->fd);
 }
 
 TEST(IsolatedChannel, LargePayloadCrossesWhileTheOtherSideReads) {
@@ -210,6 +217,143 @@ TEST(IsolatedChannel, CloseWakesABlockedReceive) {
   closer.join();
   ASSERT_FALSE(m.has_value());
   EXPECT_TRUE(m.error() == errc::worker_lost);
+}
+
+// ---- descriptors passed with a message ---------------------------------------------------------
+
+/// A memfd holding `text`.
+UniqueFd memfd_with(std::string_view text) {
+  UniqueFd fd(::memfd_create("cuactor-channel-test", MFD_CLOEXEC));
+  EXPECT_TRUE(fd);
+  EXPECT_EQ(::write(fd.get(), text.data(), text.size()), static_cast<ssize_t>(text.size()));
+  return fd;
+}
+
+/// The number of descriptors this process has open.
+std::size_t open_fd_count() {
+  std::size_t n = 0;
+  for ([[maybe_unused]] const auto& entry : std::filesystem::directory_iterator("/proc/self/fd")) ++n;
+  return n;
+}
+
+TEST(IsolatedUniqueFd, ClosesOnceAndMovesOwnership) {
+  UniqueFd a(::memfd_create("cuactor-unique-fd-test", MFD_CLOEXEC));
+  ASSERT_TRUE(a);
+  const int raw = a.get();
+  UniqueFd b(std::move(a));
+  EXPECT_FALSE(a);  // NOLINT(bugprone-use-after-move): moved-from is empty by contract
+  EXPECT_EQ(b.get(), raw);
+  b = UniqueFd();
+  EXPECT_EQ(::fcntl(raw, F_GETFD), -1);  // closed by the assignment
+  UniqueFd c(::memfd_create("cuactor-unique-fd-test", MFD_CLOEXEC));
+  const int kept = c.release();
+  EXPECT_FALSE(c);
+  EXPECT_NE(::fcntl(kept, F_GETFD), -1);  // release() does not close
+  ::close(kept);
+}
+
+TEST(IsolatedChannel, DescriptorCrossesWithItsMessage) {
+  auto [a, b] = make_pair_channels();
+  const std::string_view text = "bytes of a shared host buffer";
+  auto mem = memfd_with(text);
+  ASSERT_TRUE(a->send(MsgKind::echo, 4, bytes_of("buffer"), mem.get()).has_value());
+  EXPECT_NE(::fcntl(mem.get(), F_GETFD), -1);  // the sender still owns its descriptor
+  mem = UniqueFd();                            // and the receiver's copy outlives it
+  auto m = b->receive();
+  ASSERT_TRUE(m.has_value()) << m.error().to_string();
+  EXPECT_EQ(m->id, 4u);
+  EXPECT_EQ(m->payload, bytes_of("buffer"));
+  ASSERT_TRUE(m->fd);
+  EXPECT_NE(::fcntl(m->fd.get(), F_GETFD) & FD_CLOEXEC, 0);
+  std::string seen(text.size(), '\0');
+  ASSERT_EQ(::pread(m->fd.get(), seen.data(), seen.size(), 0), static_cast<ssize_t>(seen.size()));
+  EXPECT_EQ(seen, text);
+}
+
+TEST(IsolatedChannel, DescriptorMessageKeepsTheFramingOfTheMessagesAfterIt) {
+  auto [a, b] = make_pair_channels();
+  auto mem = memfd_with("x");
+  // A blocking sendmsg returns short only when a signal interrupts it: a payload larger than the
+  // socket buffer, and a signal (handler without SA_RESTART) while nobody reads, make it send part
+  // of the message with the descriptor and leave the rest to plain writes.
+  struct sigaction on_signal {};
+  on_signal.sa_handler = [](int) {};
+  struct sigaction previous {};
+  ASSERT_EQ(::sigaction(SIGUSR1, &on_signal, &previous), 0);
+  std::vector<std::byte> big(8u << 20, std::byte{0x22});
+  std::thread sender([&, &sender_channel = a] {
+    EXPECT_TRUE(sender_channel->send(MsgKind::load_module, 1, big, mem.get()).has_value());
+    EXPECT_TRUE(sender_channel->send(MsgKind::echo, 2, bytes_of("two")).has_value());
+    EXPECT_TRUE(sender_channel->send(MsgKind::echo, 3, {}).has_value());
+  });
+  std::this_thread::sleep_for(100ms);
+  ::pthread_kill(sender.native_handle(), SIGUSR1);
+  auto m1 = b->receive();
+  auto m2 = b->receive();
+  auto m3 = b->receive();
+  sender.join();
+  ::sigaction(SIGUSR1, &previous, nullptr);
+  ASSERT_TRUE(m1 && m2 && m3);
+  EXPECT_EQ(m1->id, 1u);
+  EXPECT_EQ(m1->payload, big);
+  EXPECT_TRUE(m1->fd);
+  EXPECT_EQ(m2->id, 2u);
+  EXPECT_EQ(m2->payload, bytes_of("two"));
+  EXPECT_FALSE(m2->fd);
+  EXPECT_EQ(m3->id, 3u);
+  EXPECT_FALSE(m3->fd);
+}
+
+TEST(IsolatedChannel, MoreThanOneDescriptorIsProtocolErrorAndNoneLeaks) {
+  // 2 fit the receiver's control buffer; 20 overflow it (MSG_CTRUNC).
+  for (const std::size_t count : {std::size_t{2}, std::size_t{20}}) {
+    SCOPED_TRACE(count);
+    auto [a, b] = make_pair_channels();
+    std::vector<int> fds;
+    for (std::size_t i = 0; i < count; ++i) fds.push_back(::memfd_create("cuactor-channel-test", MFD_CLOEXEC));
+    // A hostile peer: one header with all of them attached, sent by hand.
+    auto h = encode_header(MsgKind::echo, 1, 0);
+    iovec iov{h.data(), h.size()};
+    std::vector<char> control(CMSG_SPACE(sizeof(int) * count));
+    msghdr msg{};
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control.data();
+    msg.msg_controllen = control.size();
+    cmsghdr* c = CMSG_FIRSTHDR(&msg);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(sizeof(int) * count);
+    std::memcpy(CMSG_DATA(c), fds.data(), sizeof(int) * count);
+    ASSERT_EQ(::sendmsg(a->native_handle(), &msg, MSG_NOSIGNAL), static_cast<ssize_t>(h.size()));
+    for (const int fd : fds) ::close(fd);
+    const std::size_t before = open_fd_count();
+    auto m = b->receive();
+    ASSERT_FALSE(m.has_value());
+    EXPECT_TRUE(m.error() == errc::protocol_error);
+    EXPECT_NE(m.error().message().find("echo #1 arrived with"), std::string::npos) << m.error().message();
+    EXPECT_NE(m.error().message().find(count == 2 ? "2 file descriptors" : "MSG_CTRUNC"), std::string::npos)
+        << m.error().message();
+    EXPECT_EQ(open_fd_count(), before);
+    EXPECT_TRUE(b->closed());
+  }
+}
+
+TEST(IsolatedChannel, SendingAnInvalidDescriptorIsInvalidArgument) {
+  auto [a, b] = make_pair_channels();
+  auto s = a->send(MsgKind::echo, 1, {}, -1);
+  ASSERT_FALSE(s.has_value());
+  EXPECT_TRUE(s.error() == errc::invalid_argument);
+  EXPECT_NE(s.error().message().find("fd -1"), std::string::npos) << s.error().message();
+  const int closed_fd = memfd_with("").release();
+  ::close(closed_fd);
+  EXPECT_TRUE(a->send(MsgKind::echo, 2, {}, closed_fd).error() == errc::invalid_argument);
+  // The caller's mistake does not close the channel.
+  EXPECT_FALSE(a->closed());
+  ASSERT_TRUE(a->send(MsgKind::echo, 3, {}).has_value());
+  auto m = b->receive();
+  ASSERT_TRUE(m.has_value());
+  EXPECT_EQ(m->id, 3u);
 }
 
 // ---- shared memory -----------------------------------------------------------------------------

@@ -8,6 +8,13 @@
 /// direction — peer gone, malformed/truncated/oversized/wrong-version message — closes the channel
 /// and every later call returns that same error: `worker_lost` when the peer went away,
 /// `protocol_error` when it spoke badly.
+///
+/// Descriptors: a message may carry one file descriptor (SCM_RIGHTS), attached to the first byte of
+/// its header. The sender keeps its own descriptor; the receiver gets a new, close-on-exec one in
+/// Message::fd. More than one descriptor with a message, or truncated control data, is
+/// `protocol_error`, and every descriptor that did arrive is closed. Only the header is read with
+/// control data: the kernel discards a descriptor attached to payload bytes (this sender never
+/// attaches one there).
 #pragma once
 
 #include <atomic>
@@ -38,9 +45,16 @@ class Channel {
   /// Sends one message (header and payload in one gather write). Fails with the channel's error
   /// once it is closed; a payload above 4 GiB - 1 is `invalid_argument`.
   Status send(MsgKind kind, std::uint64_t id, std::span<const std::byte> payload);
-  /// Sends `m`.
-  Status send(const Message& m) { return send(m.kind, m.id, m.payload); }
-  /// Blocks until one whole message arrived and was validated.
+  /// Sends one message with the file descriptor `fd` attached; `fd` stays owned by the caller (the
+  /// peer receives its own copy). A negative or closed `fd` is `invalid_argument`, and the channel
+  /// stays open.
+  Status send(MsgKind kind, std::uint64_t id, std::span<const std::byte> payload, int fd);
+  /// Sends `m`, with its descriptor if it holds one (which stays owned by `m`).
+  Status send(const Message& m) {
+    return m.fd ? send(m.kind, m.id, m.payload, m.fd.get()) : send(m.kind, m.id, m.payload);
+  }
+  /// Blocks until one whole message arrived and was validated; a descriptor that came with it is in
+  /// Message::fd.
   Result<Message> receive();
   /// Closes both directions (wakes a blocked receive() with `worker_lost`); idempotent.
   void close() noexcept;
@@ -54,6 +68,8 @@ class Channel {
  private:
   struct Impl;
   explicit Channel(std::unique_ptr<Impl> impl) noexcept;
+  /// Sends one message; `fd` travels with its first byte unless it is -1.
+  Status send_frame(MsgKind kind, std::uint64_t id, std::span<const std::byte> payload, int fd);
   /// Records `e` as the channel's error (first wins), closes, and returns the recorded error.
   Error fail_with(Error e);
 

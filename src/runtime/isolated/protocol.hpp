@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "cuactor/core/expected.hpp"
+#include "runtime/isolated/unique_fd.hpp"
 
 namespace cuactor::runtime::isolated {
 
@@ -71,11 +72,13 @@ struct Header {
   std::uint32_t payload_bytes = 0;
 };
 
-/// One message: header fields plus payload bytes.
+/// One message: header fields, payload bytes, and the descriptor that came with it. Move-only.
 struct Message {
   MsgKind kind = MsgKind::echo;
   std::uint64_t id = 0;
   std::vector<std::byte> payload;
+  /// The file descriptor that travelled with the message (SCM_RIGHTS); empty for ordinary messages.
+  UniqueFd fd;
 };
 
 /// Encodes the header of a message with `payload_bytes` bytes of payload.
