@@ -4,7 +4,6 @@
 #include <fmt/format.h>
 
 #include <boost/container/small_vector.hpp>
-
 #include <cstring>
 
 #include "cuactor/gpu/check.hpp"
@@ -87,6 +86,13 @@ Result<CommandResult> run(const LaunchModuleCmd& cmd, OpContext& ctx) {
   auto kernel = (*library)->kernel(cmd.kernel);
   if (!kernel) return fail(kernel.error());
   return run(LaunchCmd{*library, std::move(*kernel), cmd.shape, cmd.args}, ctx);
+}
+
+Result<CommandResult> run(const WorkerOpCmd& cmd, OpContext&) {
+  // Requests that carry one (submit_portable) run their closure in-process instead of this command.
+  return fail(
+      errc::unsupported,
+      fmt::format("worker operation {} runs only in an isolated worker (ActorOptions::isolation = worker)", cmd.op));
 }
 
 }  // namespace

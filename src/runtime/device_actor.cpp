@@ -55,4 +55,15 @@ void DeviceActor::shutdown() {
   if (backend_) backend_->shutdown();
 }
 
+std::function<void(WorkerOpCmd)> DeviceActor::detached_poster() const {
+  return [weak = std::weak_ptr<detail::ActorBackend>(backend_)](WorkerOpCmd cmd) {
+    auto backend = weak.lock();
+    if (!backend) return;
+    detail::initiate_command<std::monostate>(
+        std::move(backend), "release", {}, {}, Command(std::move(cmd)),
+        [](CommandResult&&) -> Result<std::monostate> { return std::monostate{}; },
+        [](std::error_code, std::monostate) {});
+  };
+}
+
 }  // namespace cuactor::runtime

@@ -18,7 +18,9 @@
 #include <numeric>
 #include <thread>
 
+#include "cuactor/graph/worker_capture.hpp"
 #include "cuactor/runtime/device_actor.hpp"
+#include "cuactor/runtime/worker_op.hpp"
 #include "runtime/isolated/host_copy.hpp"
 #include "runtime/isolated/shm_ring.hpp"
 
@@ -174,6 +176,77 @@ TEST(IsolatedBackend, HostClosuresAndLocalKernelsAnswerUnsupported) {
   // The device goes on.
   auto [ec4, ref] = wait(actor.allocate<float>(16, asio::use_future));
   EXPECT_FALSE(ec4);
+}
+
+TEST(IsolatedBackend, WorkerOpsCarryTheirPayloadAndBufferIdsAndReplyTheHandlersBytes) {
+  auto actor = sim_actor();
+  auto [ea, a] = wait(actor.allocate<float>(64, asio::use_future));
+  auto [eb, b] = wait(actor.allocate<float>(64, asio::use_future));
+  ASSERT_FALSE(ea || eb);
+  WorkerOpCmd cmd;
+  cmd.op = 0x7abc;
+  cmd.payload = {std::byte{1}, std::byte{2}, std::byte{3}};
+  cmd.buffers = {{a.allocation(), false}, {b.allocation(), true}};
+  bool closure_ran = false;
+  auto [ec, bytes] = wait(actor.submit_portable<std::vector<std::byte>>(
+      "custom",
+      [&](OpContext&) -> Result<std::vector<std::byte>> {
+        closure_ran = true;  // the in-process form; never on an isolated actor
+        return std::vector<std::byte>{};
+      },
+      cmd, [](std::vector<std::byte>&& out) -> Result<std::vector<std::byte>> { return out; }, asio::use_future));
+  ASSERT_FALSE(ec) << ec.message();
+  EXPECT_FALSE(closure_ran);
+  auto seen = WorkerOpMsg::decode(bytes);  // the stand-in answers with the request it received
+  ASSERT_TRUE(seen.has_value()) << seen.error().to_string();
+  EXPECT_EQ(seen->op, 0x7abc);
+  EXPECT_EQ(seen->payload, cmd.payload);
+  ASSERT_EQ(seen->buffers.size(), 2u);
+  EXPECT_EQ(seen->buffers[0].buffer, a.allocation()->remote_id());
+  EXPECT_FALSE(seen->buffers[0].written);
+  EXPECT_EQ(seen->buffers[1].buffer, b.allocation()->remote_id());
+  EXPECT_TRUE(seen->buffers[1].written);
+  // A conversion that fails answers the request with its error.
+  auto [ec2, v2] = wait(actor.submit_portable<int>(
+      "custom", [](OpContext&) -> Result<int> { return 1; }, cmd,
+      [](std::vector<std::byte>&&) -> Result<int> { return fail(errc::protocol_error, "bad reply"); },
+      asio::use_future));
+  EXPECT_EQ(ec2, make_error_code(errc::protocol_error));
+  // Too many operands are refused before anything is sent.
+  cmd.buffers.assign(kMaxWorkerOpBuffers + 1, {a.allocation(), false});
+  auto [ec3, v3] = wait(actor.submit_portable<int>(
+      "custom", [](OpContext&) -> Result<int> { return 1; }, cmd,
+      [](std::vector<std::byte>&&) -> Result<int> { return 1; }, asio::use_future));
+  EXPECT_EQ(ec3, make_error_code(errc::invalid_argument));
+}
+
+TEST(IsolatedBackend, WorkerGraphsReplayAndGoStaleWithTheirWorker) {
+  auto actor = sim_actor();
+  EXPECT_EQ(actor.isolation(), Isolation::worker);
+  auto capture = graph::WorkerCapture::begin(actor);
+  ASSERT_TRUE(capture.has_value()) << capture.error().to_string();
+  EXPECT_TRUE(capture->active());
+  auto g = capture->end_capture();
+  ASSERT_TRUE(g.has_value()) << g.error().to_string();
+  EXPECT_FALSE(capture->active());
+  EXPECT_EQ((*g)->id(), 7u);
+  std::shared_ptr<const graph::WorkerGraph> graph = *g;
+  auto [ec, v] = wait(graph::replay(actor, graph, asio::use_future));
+  EXPECT_FALSE(ec) << ec.message();
+  auto [ecn, vn] = wait(graph::replay(actor, std::shared_ptr<const graph::WorkerGraph>(), asio::use_future));
+  EXPECT_EQ(ecn, make_error_code(errc::invalid_argument));
+  // The worker that holds the graph is lost: the graph is stale, a capture begun there too.
+  auto again = graph::WorkerCapture::begin(actor);
+  ASSERT_TRUE(again.has_value());
+  const auto gen = actor.state()->generation();
+  auto [ecp, n] = wait(actor.launch(sim_module(), "poison", {}, KernelArgs{}, asio::use_future));
+  EXPECT_EQ(ecp, make_error_code(errc::context_poisoned));
+  ASSERT_TRUE(wait_new_worker(actor, gen));
+  auto [ec2, v2] = wait(graph::replay(actor, graph, asio::use_future));
+  EXPECT_EQ(ec2, make_error_code(errc::stale_handle));
+  auto ended = again->end_capture();
+  ASSERT_FALSE(ended.has_value());
+  EXPECT_EQ(ended.error().code(), make_error_code(errc::stale_handle));
 }
 
 TEST(IsolatedBackend, HandlesOfALostWorkerAreStaleAndTheNextRequestRunsOnANewWorker) {

@@ -59,7 +59,7 @@ TEST(IsolatedProtocol, RejectsBadMagicVersionKindReservedAndSize) {
   expect_header_rejected(h, "magic");
   h = encode_header(MsgKind::reply, 1, 0);
   h[4] = std::byte{7};
-  expect_header_rejected(h, "protocol version 7 is not the supported version 1");
+  expect_header_rejected(h, "protocol version 7 is not the supported version 2");
   h = encode_header(MsgKind::reply, 1, 0);
   h[6] = std::byte{0xe7};
   h[7] = std::byte{0x03};

@@ -260,6 +260,23 @@ int sim(iso::Channel& ch, const iso::SharedRegion& region) {
         }
         break;
       }
+      case iso::MsgKind::worker_op: {
+        // Graph operations keep one graph (id 7) per capture; any other operation answers with the
+        // request it received (re-encoded), so the client's tests can check what crossed.
+        auto w = iso::WorkerOpMsg::decode(m->payload);
+        if (!w) return 3;
+        for (const auto& b : w->buffers)
+          if (!find(b.buffer, 0, 0)) break;
+        if (r.error) break;
+        if (w->op == 0x0101) {  // capture_end
+          iso::Writer out;
+          out.put(std::uint64_t{7});
+          r.result = out.take();
+        } else if (w->op < 0x0100 || w->op > 0x0104) {
+          r.result = iso::encode_payload(*w);
+        }
+        break;
+      }
       case iso::MsgKind::stats: {
         iso::StatsReply s;
         s.total_bytes = total;
@@ -314,7 +331,7 @@ int main(int argc, char** argv) {
     write_raw(ch, h.data(), h.size());
   } else if (mode == "bad-version") {
     auto h = iso::encode_header(iso::MsgKind::reply, 1, 0);
-    h[4] = std::byte{0x02};
+    h[4] = std::byte{0x63};  // version 99
     write_raw(ch, h.data(), h.size());
   } else if (mode == "oversized") {
     auto h = iso::encode_header(iso::MsgKind::reply, 1, 0xffffffffu);

@@ -11,6 +11,8 @@
 #include <cstdlib>
 #include <string>
 
+#include "cuactor/kernels/dense_gemm_actor.hpp"
+#include "cuactor/kernels/grouped_actor.hpp"
 #include "cuactor/runtime/device_actor.hpp"
 #include "runtime/isolated/messages.hpp"
 #include "runtime/isolated/spawn.hpp"
@@ -30,6 +32,23 @@ int device_argument(const std::vector<std::string>& rest) {
     return ec == std::errc() && end == s.data() + s.size() && v >= 0 ? v : -1;
   }
   return 0;
+}
+
+/// The kernels layer's worker operations, with plan caches that live as long as the worker (their
+/// handlers all run on the worker actor's one thread).
+void register_kernel_ops(cuactor::worker::Server& server) {
+  namespace kernels = cuactor::kernels;
+  namespace ops = cuactor::runtime::worker_ops;
+  auto dense = std::make_shared<kernels::GemmPlanCache>();
+  auto grouped = std::make_shared<kernels::GroupedPlanCache>();
+  server.add_handler(ops::dense_gemm, [dense](auto& ctx, auto payload, auto buffers) {
+    return kernels::detail::handle_dense_worker_op(ctx, *dense, payload, buffers);
+  });
+  auto grouped_handler = [grouped](auto& ctx, auto payload, auto buffers) {
+    return kernels::detail::handle_grouped_worker_op(ctx, *grouped, payload, buffers);
+  };
+  server.add_handler(ops::grouped_gemm, grouped_handler);
+  server.add_handler(ops::grouped_gemm_device_sized, grouped_handler);
 }
 
 }  // namespace
@@ -72,6 +91,7 @@ int main(int argc, char** argv) {
   int status = 0;
   {
     cuactor::worker::Server server(*actor, channel, end->shm);
+    register_kernel_ops(server);
     status = server.run();
     actor->shutdown();  // completes what is in flight before the tables go away
   }

@@ -39,7 +39,30 @@ void submit_status(runtime::DeviceActor& actor, runtime::Reads reads, runtime::W
       });
 }
 
+/// Runs `fn(OpContext&) -> Result<Bytes>` as an actor operation and calls `done(Result<Bytes>)` once
+/// the work finished, keeping the function's own error message.
+template <class Fn, class Done>
+void submit_bytes(runtime::DeviceActor& actor, runtime::Reads reads, runtime::Writes writes, Fn fn, Done done) {
+  auto detail = std::make_shared<std::optional<Error>>();
+  actor.submit<std::vector<std::byte>>(
+      std::move(reads), std::move(writes),
+      [fn = std::move(fn), detail](OpContext& ctx) -> Result<std::vector<std::byte>> {
+        auto r = fn(ctx);
+        if (!r) *detail = r.error();
+        return r;
+      },
+      [detail, done = std::move(done)](std::error_code ec, std::vector<std::byte> out) mutable {
+        if (!ec) return done(Result<std::vector<std::byte>>(std::move(out)));
+        if (*detail && (*detail)->code() == ec) return done(fail(**detail));
+        done(fail(Error(ec, "the device work of the request failed")));
+      });
+}
+
 }  // namespace
+
+void Server::add_handler(std::uint16_t op, runtime::WorkerOpHandler handler) {
+  handlers_[op] = std::move(handler);
+}
 
 Server::Server(runtime::DeviceActor& actor, iso::Channel& channel, const iso::SharedRegion& shm)
     : actor_(actor), channel_(channel), shm_(shm) {}
@@ -121,6 +144,10 @@ void Server::dispatch(iso::Message& m) {
       auto d = iso::LaunchMsg::decode(m.payload);
       return d ? launch(id, *d) : bad(d.error());
     }
+    case iso::MsgKind::worker_op: {
+      auto d = iso::WorkerOpMsg::decode(m.payload);
+      return d ? worker_op(id, *d) : bad(d.error());
+    }
     case iso::MsgKind::stats:
       return stats(id);
     default:
@@ -144,6 +171,11 @@ void Server::allocate(std::uint64_t id, const iso::AllocateMsg& m) {
 
 void Server::copy(std::uint64_t id, const iso::CopyMsg& m, bool to_device) {
   const char* what = to_device ? "copy_to_device" : "copy_to_host";
+  if (capture_)
+    return reply(id, fail(errc::unsupported,
+                          fmt::format("{}: a copy through the shared staging region cannot be recorded into a graph "
+                                      "(the region is reused); copy before beginning the capture",
+                                      what)));
   auto ref = buffer(m.buffer, m.buffer_offset, m.bytes, what);
   if (!ref) return reply(id, fail(ref.error()));
   auto host = shm_.slice(m.shm_offset, m.bytes);
@@ -237,6 +269,94 @@ void Server::launch(std::uint64_t id, const iso::LaunchMsg& m) {
       [this, id](Status s) { reply(id, s ? Result<Bytes>(Bytes{}) : fail(s.error())); });
 }
 
+void Server::worker_op(std::uint64_t id, iso::WorkerOpMsg& m) {
+  if (m.op >= runtime::worker_ops::capture_begin && m.op <= runtime::worker_ops::graph_drop) return graph_op(id, m);
+  auto h = handlers_.find(m.op);
+  if (h == handlers_.end())
+    return reply(
+        id, fail(errc::unsupported, fmt::format("worker_op: this worker has no handler for operation 0x{:04x}", m.op)));
+  runtime::Reads reads;
+  runtime::Writes writes;
+  std::vector<GpuRef<std::byte>> refs;
+  for (std::size_t i = 0; i < m.buffers.size(); ++i) {
+    auto ref = buffer(m.buffers[i].buffer, 0, 0, fmt::format("worker_op 0x{:04x} buffer operand {}", m.op, i));
+    if (!ref) return reply(id, fail(ref.error()));
+    m.buffers[i].written ? (void)writes.add(*ref) : (void)reads.add(*ref);
+    refs.push_back(std::move(*ref));
+  }
+  submit_bytes(
+      actor_, std::move(reads), std::move(writes),
+      [handler = h->second, payload = std::move(m.payload), refs = std::move(refs)](OpContext& ctx) {
+        std::vector<runtime::WorkerOpBuffer> buffers;
+        buffers.reserve(refs.size());
+        for (const auto& r : refs) buffers.push_back({r.allocation()->data(), r.size_bytes()});
+        return handler(ctx, payload, buffers);
+      },
+      [this, id](Result<Bytes> out) { reply(id, std::move(out)); });
+}
+
+void Server::graph_op(std::uint64_t id, const iso::WorkerOpMsg& m) {
+  namespace ops = runtime::worker_ops;
+  runtime::wire::Reader r(m.payload, "graph worker operation");
+  switch (m.op) {
+    case ops::capture_begin: {
+      const auto mode = r.get<std::uint8_t>("capture mode");
+      if (mode > static_cast<std::uint8_t>(gpu::CaptureMode::relaxed))
+        r.reject(fmt::format("capture_begin: mode {} is not 0 (global), 1 (per_thread) or 2 (relaxed)", mode));
+      if (Status s = r.finish(); !s) return reply(id, fail(s.error()));
+      if (capture_)
+        return reply(id, fail(errc::invalid_argument, "capture_begin: this worker's stream is already capturing"));
+      auto capture = graph::ActorCapture::begin(actor_, static_cast<gpu::CaptureMode>(mode));
+      if (!capture) return reply(id, fail(capture.error()));
+      capture_.emplace(std::move(*capture));
+      return reply(id, Bytes{});
+    }
+    case ops::capture_end:
+    case ops::capture_abandon: {
+      if (Status s = r.finish(); !s) return reply(id, fail(s.error()));
+      if (!capture_) return reply(id, fail(errc::invalid_argument, "capture_end: no capture is in progress"));
+      auto capture = std::move(*capture_);
+      capture_.reset();
+      if (m.op == ops::capture_abandon) {
+        Status s = capture.abandon();
+        return reply(id, s ? Result<Bytes>(Bytes{}) : fail(s.error()));
+      }
+      auto graph = capture.end_capture();
+      if (!graph) return reply(id, fail(graph.error()));
+      std::uint64_t graph_id = 0;
+      {
+        std::lock_guard lock(mutex_);
+        graph_id = next_id_++;
+        graphs_.emplace(graph_id, std::make_shared<graph::CapturedGraph>(std::move(*graph)));
+      }
+      runtime::wire::Writer w;
+      w.put(graph_id);
+      return reply(id, w.take());
+    }
+    case ops::graph_replay:
+    case ops::graph_drop: {
+      const auto graph_id = r.get<std::uint64_t>("graph");
+      if (Status s = r.finish(); !s) return reply(id, fail(s.error()));
+      std::shared_ptr<graph::CapturedGraph> g;
+      {
+        std::lock_guard lock(mutex_);
+        auto it = graphs_.find(graph_id);
+        if (it != graphs_.end()) g = it->second;
+        if (m.op == ops::graph_drop && it != graphs_.end()) graphs_.erase(it);
+      }
+      if (!g)
+        return reply(id, fail(errc::invalid_argument, fmt::format("graph {} does not exist in this worker", graph_id)));
+      if (m.op == ops::graph_drop) return reply(id, Bytes{});
+      graph::replay(actor_, std::move(g), [this, id](std::error_code ec, std::monostate) {
+        reply(id, ec ? Result<Bytes>(fail(Error(ec, "replay of a graph held by the worker failed"))) : Bytes{});
+      });
+      return;
+    }
+    default:
+      return reply(id, fail(errc::unsupported, fmt::format("worker_op: unknown graph operation 0x{:04x}", m.op)));
+  }
+}
+
 void Server::stats(std::uint64_t id) {
   // Once the frees enqueued so far have completed (a marker operation behind them), hand the pool's
   // unused memory back to the device, so that free memory shows what the client's buffers hold.
@@ -265,6 +385,7 @@ void Server::send_stats(std::uint64_t id) {
     r.buffers = buffers_.size();
     for (const auto& [bid, ref] : buffers_) r.buffer_bytes += ref.size_bytes();
     r.modules = modules_.size();
+    r.graphs = graphs_.size();
   }
   reply(id, iso::encode_payload(r));
 }

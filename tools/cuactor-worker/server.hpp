@@ -13,10 +13,13 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <unordered_map>
 
 #include "cuactor/gpu/module.hpp"
+#include "cuactor/graph/actor_capture.hpp"
 #include "cuactor/runtime/device_actor.hpp"
+#include "cuactor/runtime/worker_op.hpp"
 #include "runtime/isolated/channel.hpp"
 #include "runtime/isolated/messages.hpp"
 #include "runtime/isolated/shm.hpp"
@@ -28,6 +31,9 @@ class Server {
  public:
   /// Serves `channel` with `actor`; `shm` is the (page-locked) shared region for bulk data.
   Server(runtime::DeviceActor& actor, runtime::isolated::Channel& channel, const runtime::isolated::SharedRegion& shm);
+
+  /// Registers the handler of worker operation `op` (runtime/worker_op.hpp); call before run().
+  void add_handler(std::uint16_t op, runtime::WorkerOpHandler handler);
 
   /// Receives and dispatches until the channel closes or a shutdown request arrives; returns the
   /// process exit status (0: clean, 3: protocol error from the client).
@@ -46,6 +52,9 @@ class Server {
   void fill(std::uint64_t id, const runtime::isolated::FillMsg& m);
   void load_module(std::uint64_t id, runtime::isolated::LoadModuleMsg& m);
   void launch(std::uint64_t id, const runtime::isolated::LaunchMsg& m);
+  void worker_op(std::uint64_t id, runtime::isolated::WorkerOpMsg& m);
+  /// Capture and replay of graphs held here (the graph layer's worker operations).
+  void graph_op(std::uint64_t id, const runtime::isolated::WorkerOpMsg& m);
   void stats(std::uint64_t id);
   void send_stats(std::uint64_t id);
 
@@ -55,6 +64,9 @@ class Server {
   mutable std::mutex mutex_;
   std::unordered_map<std::uint64_t, runtime::GpuRef<std::byte>> buffers_;
   std::unordered_map<std::uint64_t, std::shared_ptr<const gpu::Library>> modules_;
+  std::unordered_map<std::uint16_t, runtime::WorkerOpHandler> handlers_;
+  std::unordered_map<std::uint64_t, std::shared_ptr<graph::CapturedGraph>> graphs_;
+  std::optional<graph::ActorCapture> capture_;  ///< The capture in progress (dispatch thread only).
   std::uint64_t next_id_ = 1;
   std::atomic<std::uint64_t> completed_{0};
   std::atomic<std::uint64_t> failed_{0};

@@ -9,16 +9,22 @@
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
 #include <cuda_runtime_api.h>
+#include <fmt/format.h>
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "cuactor/gpu/check.hpp"
 #include "cuactor/kernels/gemm_plan.hpp"
 #include "cuactor/runtime/device_actor.hpp"
+#include "cuactor/runtime/wire.hpp"
+#include "cuactor/runtime/worker_op.hpp"
 
 namespace cuactor::kernels {
 
@@ -134,45 +140,186 @@ runtime::Reads dense_reads(const DenseGemmOperands<TA, TB, TD>& ops) {
   return reads;
 }
 
+/// Reads a token written by put_token() and parses it with `parse`; rejects unknown tokens naming `field`.
+template <class Parse>
+auto get_token(runtime::wire::Reader& r, std::string_view field, Parse parse) -> decltype(parse(std::string_view{})) {
+  const std::string token = r.get_string(field);
+  auto v = parse(token);
+  if (r.good() && !v) r.reject(fmt::format("field '{}' is '{}', not a known value", field, token));
+  return v;
+}
+
+/// The element types, layouts and scalars of a dense request, as both its forms use them: the
+/// in-process closure and the isolated worker's handler (which receives this through the wire).
+struct DenseRequest {
+  GemmProblem problem;
+  std::optional<GemmSku> sku_override;
+  GemmOperands operands;  ///< Scalars and strides; pointers are filled in where the work runs.
+  bool has_c = false;     ///< C is a separate operand.
+  bool c_is_d = false;    ///< C aliases D (in-place accumulate).
+  bool has_scale_a = false;
+  bool has_scale_b = false;
+
+  void encode(runtime::wire::Writer& w) const {
+    w.put_i64(problem.m).put_i64(problem.n).put_i64(problem.k).put_i64(problem.batch);
+    for (DType t : {problem.a, problem.b, problem.c, problem.d}) w.put_string(name(t));
+    for (MatrixLayout l : {problem.layout_a, problem.layout_b, problem.layout_c}) w.put_string(name(l));
+    w.put_string(sku_override ? sku_override->to_string() : std::string());
+    const GemmOperands& o = operands;
+    for (std::int64_t v :
+         {o.lda, o.ldb, o.ldc, o.ldd, o.batch_stride_a, o.batch_stride_b, o.batch_stride_c, o.batch_stride_d})
+      w.put_i64(v);
+    w.put_f64(o.alpha).put_f64(o.beta);
+    w.put_bool(has_c).put_bool(c_is_d).put_bool(has_scale_a).put_bool(has_scale_b);
+  }
+  static Result<DenseRequest> decode(std::span<const std::byte> payload) {
+    runtime::wire::Reader r(payload, "dense_gemm worker operation");
+    DenseRequest q;
+    GemmProblem& p = q.problem;
+    p.m = r.get_i64("m");
+    p.n = r.get_i64("n");
+    p.k = r.get_i64("k");
+    p.batch = r.get_i64("batch");
+    DType* types[] = {&p.a, &p.b, &p.c, &p.d};
+    for (DType* t : types) *t = get_token(r, "dtype", parse_dtype).value_or(DType::bf16);
+    MatrixLayout* layouts[] = {&p.layout_a, &p.layout_b, &p.layout_c};
+    for (MatrixLayout* l : layouts) *l = get_token(r, "layout", parse_layout).value_or(MatrixLayout::row);
+    p.epilogue =
+        is_low_precision_float(p.a) ? GemmEpilogue::scaled_linear_combination : GemmEpilogue::linear_combination;
+    if (const std::string sku = r.get_string("sku_override"); r.good() && !sku.empty()) {
+      auto parsed = GemmSku::parse(sku);
+      if (!parsed) return fail(parsed.error());
+      q.sku_override = *parsed;
+    }
+    GemmOperands& o = q.operands;
+    std::int64_t* fields[] = {
+        &o.lda, &o.ldb, &o.ldc, &o.ldd, &o.batch_stride_a, &o.batch_stride_b, &o.batch_stride_c, &o.batch_stride_d};
+    for (std::int64_t* f : fields) *f = r.get_i64("leading dimension or batch stride");
+    o.alpha = static_cast<float>(r.get_f64("alpha"));
+    o.beta = static_cast<float>(r.get_f64("beta"));
+    q.has_c = r.get_bool("has_c");
+    q.c_is_d = r.get_bool("c_is_d");
+    q.has_scale_a = r.get_bool("has_scale_a");
+    q.has_scale_b = r.get_bool("has_scale_b");
+    if (Status s = r.finish(); !s) return fail(s.error());
+    return q;
+  }
+  /// Buffer operands in wire order: a, b, [c], d, [scale_a], [scale_b].
+  [[nodiscard]] std::size_t buffer_count() const noexcept {
+    return 3 + (has_c ? 1 : 0) + (has_scale_a ? 1 : 0) + (has_scale_b ? 1 : 0);
+  }
+};
+
+/// Runs a dense request whose operand pointers are set in `o` (`bytes` = sizes of A, B, C, D) on
+/// ctx's stream with a plan from `plans`, allocating any workspace in stream order: the one body of
+/// both forms of the request. Returns the SKU that ran.
+inline Result<GemmSku> run_dense(runtime::OpContext& ctx, GemmPlanCache& plans, const DenseRequest& q,
+                                 const GemmOperands& o, std::array<std::size_t, 4> bytes) {
+  auto facts = dense_device_facts(ctx.device());
+  if (!facts) return fail(facts.error());
+  GemmPlanOptions options;
+  options.sku_override = q.sku_override;
+  options.sm_count = facts->second;
+  options.device = ctx.device();
+  auto plan = plans.get(q.problem, facts->first, options);
+  if (!plan) return fail(plan.error());
+  CUACTOR_TRY(plan->validate(o));
+  CUACTOR_TRY(plan->check_buffer_sizes(o, bytes[0], bytes[1], bytes[2], bytes[3]));
+  void* workspace = nullptr;
+  if (plan->workspace_size() > 0) {
+    auto ws = ctx.allocate_bytes(plan->workspace_size());
+    if (!ws) return fail(ws.error());
+    workspace = (*ws)->data();
+    ctx.keep_alive(std::move(*ws));
+  }
+  CUACTOR_TRY(plan->run(o, workspace, plan->workspace_size(), ctx.stream()));
+  return plan->sku();
+}
+
+/// The isolated worker's handler of runtime::worker_ops::dense_gemm: decodes the request, takes the
+/// operand pointers from `buffers` and runs it like the in-process closure; replies the SKU's string.
+inline Result<std::vector<std::byte>> handle_dense_worker_op(runtime::OpContext& ctx, GemmPlanCache& plans,
+                                                             std::span<const std::byte> payload,
+                                                             std::span<const runtime::WorkerOpBuffer> buffers) {
+  auto q = DenseRequest::decode(payload);
+  if (!q) return fail(q.error());
+  if (buffers.size() != q->buffer_count())
+    return fail(errc::protocol_error, fmt::format("dense_gemm worker operation: {} buffer operands, the request "
+                                                  "names {}",
+                                                  buffers.size(), q->buffer_count()));
+  std::size_t i = 0;
+  GemmOperands o = q->operands;
+  std::array<std::size_t, 4> bytes{};
+  o.a = buffers[i].data, bytes[0] = buffers[i++].bytes;
+  o.b = buffers[i].data, bytes[1] = buffers[i++].bytes;
+  if (q->has_c) o.c = buffers[i].data, bytes[2] = buffers[i++].bytes;
+  o.d = buffers[i].data, bytes[3] = buffers[i++].bytes;
+  if (q->c_is_d) o.c = o.d, bytes[2] = bytes[3];
+  if (q->has_scale_a) o.scale_a = static_cast<const float*>(buffers[i++].data);
+  if (q->has_scale_b) o.scale_b = static_cast<const float*>(buffers[i++].data);
+  auto sku = run_dense(ctx, plans, *q, o, bytes);
+  if (!sku) return fail(sku.error());
+  runtime::wire::Writer w;
+  w.put_string(sku->to_string());
+  return w.take();
+}
+
+/// Reads the SKU a worker's dense or grouped GEMM replied.
+inline Result<GemmSku> decode_sku_reply(std::vector<std::byte>&& bytes) {
+  runtime::wire::Reader r(bytes, "GEMM worker reply");
+  const std::string sku = r.get_string("sku");
+  if (Status s = r.finish(); !s) return fail(s.error());
+  return GemmSku::parse(sku);
+}
+
 }  // namespace detail
 
 /// Enqueues D = alpha * [scale_a * scale_b] * A B + beta * C on the actor's stream with a cached
 /// plan for the actor's device, allocating any workspace in stream order, and replies with the SKU
 /// that ran once the work finished. Validation failures ([E2]) reply `invalid_argument` naming the
-/// operand; combinations no kernel serves reply `unsupported`.
+/// operand; combinations no kernel serves reply `unsupported`. On an isolated actor the request runs
+/// in the worker, with the worker's own plan cache (`plans` is then not used).
 template <class TA, class TB, class TD, class Token>
 auto async_dense_gemm(runtime::DeviceActor& actor, GemmPlanCache& plans, DenseGemmShape shape,
                       DenseGemmOperands<TA, TB, TD> ops, Token&& token) {
-  runtime::Reads reads = detail::dense_reads(ops);
-  runtime::Writes writes{ops.d};
-  return actor.template submit<GemmSku>(
-      std::move(reads), std::move(writes),
-      [&plans, shape = std::move(shape), ops = std::move(ops)](runtime::OpContext& ctx) -> Result<GemmSku> {
-        auto facts = detail::dense_device_facts(ctx.device());
-        if (!facts) return fail(facts.error());
-        GemmPlanOptions options;
-        options.sku_override = shape.sku_override;
-        options.sm_count = facts->second;
-        options.device = ctx.device();
-        auto plan = plans.get(detail::dense_problem<TA, TB, TD>(shape), facts->first, options);
-        if (!plan) return fail(plan.error());
+  detail::DenseRequest q;
+  q.problem = detail::dense_problem<TA, TB, TD>(shape);
+  q.sku_override = shape.sku_override;
+  GemmOperands& o = q.operands;
+  o.lda = ops.lda;
+  o.ldb = ops.ldb;
+  o.ldc = ops.ldc;
+  o.ldd = ops.ldd;
+  o.batch_stride_a = ops.batch_stride_a;
+  o.batch_stride_b = ops.batch_stride_b;
+  o.batch_stride_c = ops.batch_stride_c;
+  o.batch_stride_d = ops.batch_stride_d;
+  o.alpha = ops.alpha;
+  o.beta = ops.beta;
+  q.c_is_d = !ops.c.empty() && ops.c.allocation() == ops.d.allocation();
+  q.has_c = !ops.c.empty() && !q.c_is_d;
+  q.has_scale_a = !ops.scale_a.empty();
+  q.has_scale_b = !ops.scale_b.empty();
+  runtime::WorkerOpCmd worker;
+  worker.op = runtime::worker_ops::dense_gemm;
+  runtime::wire::Writer w;
+  q.encode(w);
+  worker.payload = w.take();
+  worker.buffers.emplace_back(ops.a.allocation(), false);
+  worker.buffers.emplace_back(ops.b.allocation(), false);
+  if (q.has_c) worker.buffers.emplace_back(ops.c.allocation(), false);
+  worker.buffers.emplace_back(ops.d.allocation(), true);
+  if (q.has_scale_a) worker.buffers.emplace_back(ops.scale_a.allocation(), false);
+  if (q.has_scale_b) worker.buffers.emplace_back(ops.scale_b.allocation(), false);
+  return actor.template submit_portable<GemmSku>(
+      "dense_gemm",
+      [&plans, q, ops = std::move(ops)](runtime::OpContext& ctx) -> Result<GemmSku> {
         auto operands = detail::dense_operands(ops);
         if (!operands) return fail(operands.error());
-        const GemmOperands& o = *operands;
-        CUACTOR_TRY(plan->validate(o));
-        CUACTOR_TRY(plan->check_buffer_sizes(o, ops.a.size_bytes(), ops.b.size_bytes(), ops.c.size_bytes(),
-                                             ops.d.size_bytes()));
-        void* workspace = nullptr;
-        if (plan->workspace_size() > 0) {
-          auto ws = ctx.allocate_bytes(plan->workspace_size());
-          if (!ws) return fail(ws.error());
-          workspace = (*ws)->data();
-          ctx.keep_alive(std::move(*ws));
-        }
-        CUACTOR_TRY(plan->run(o, workspace, plan->workspace_size(), ctx.stream()));
-        return plan->sku();
+        return detail::run_dense(ctx, plans, q, *operands,
+                                 {ops.a.size_bytes(), ops.b.size_bytes(), ops.c.size_bytes(), ops.d.size_bytes()});
       },
-      std::forward<Token>(token));
+      std::move(worker), &detail::decode_sku_reply, std::forward<Token>(token));
 }
 
 }  // namespace cuactor::kernels

@@ -2,8 +2,10 @@
 /// Grouped GEMM requests on the device actor: the mixture-of-experts layout of torch._grouped_mm —
 /// one packed A (the rows of every group stacked), one tensor of group_count expert matrices B, one
 /// packed D — as GpuRefs, with plans from a GroupedPlanCache and the actor's write tracking (A, B
-/// and the row offsets are read, D is written). Header-only on top of DeviceActor::submit (the
-/// runtime's extension point); uses Boost.Asio, so include it from .cpp files only.
+/// and the row offsets are read, D is written). Header-only on top of DeviceActor::submit_portable:
+/// in-process the request runs as a closure on the actor's thread, on an isolated actor the same body
+/// runs in the worker (runtime/worker_op.hpp) with the worker's plan cache. Uses Boost.Asio, so
+/// include it from .cpp files only.
 #pragma once
 
 #include <fmt/format.h>
@@ -11,6 +13,8 @@
 #include <cstdint>
 #include <memory>
 #include <numeric>
+#include <span>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -18,6 +22,8 @@
 #include "cuactor/kernels/grouped_gemm.hpp"
 #include "cuactor/kernels/grouped_plan_cache.hpp"
 #include "cuactor/runtime/device_actor.hpp"
+#include "cuactor/runtime/wire.hpp"
+#include "cuactor/runtime/worker_op.hpp"
 
 namespace cuactor::kernels {
 
@@ -41,28 +47,35 @@ struct PackedGroupedOperands {
 
 namespace detail {
 
-/// Checks that the GpuRefs' element sizes match the plan's types and that `rows` fit in them.
+/// Checks that `rows` rows of the packed operands fit in A, B and D of `a_bytes`, `b_bytes` and
+/// `d_bytes` bytes, with the element types of `spec`.
+inline Status check_packed_bytes(const GroupedGemmSpec& spec, int n, int k, std::int64_t rows, int groups,
+                                 std::size_t a_bytes, std::size_t b_bytes, std::size_t d_bytes) {
+  if (n < 0 || k < 0) return fail(errc::invalid_argument, fmt::format("n={}, k={} must not be negative", n, k));
+  if (rows < 0) return fail(errc::invalid_argument, fmt::format("{} rows must not be negative", rows));
+  const auto need_a = storage_bytes(spec.a, static_cast<std::size_t>(rows) * k);
+  const auto need_d = storage_bytes(spec.d, static_cast<std::size_t>(rows) * n);
+  const auto need_b = storage_bytes(spec.b, static_cast<std::size_t>(groups) * n * k);
+  if (a_bytes < need_a)
+    return fail(errc::invalid_argument,
+                fmt::format("a has {} bytes, {} rows x k={} of {} need {}", a_bytes, rows, k, name(spec.a), need_a));
+  if (b_bytes < need_b)
+    return fail(errc::invalid_argument, fmt::format("b has {} bytes, {} experts of n={} x k={} of {} need {}", b_bytes,
+                                                    groups, n, k, name(spec.b), need_b));
+  if (d_bytes < need_d)
+    return fail(errc::invalid_argument,
+                fmt::format("d has {} bytes, {} rows x n={} of {} need {}", d_bytes, rows, n, name(spec.d), need_d));
+  return ok();
+}
+
+/// Checks that the GpuRefs' element sizes match the plan's types.
 template <class TA, class TD>
-Status check_packed(const PackedGroupedOperands<TA, TD>& ops, const GroupedGemmSpec& spec, std::int64_t rows,
-                    int groups) {
+Status check_element_sizes(const GroupedGemmSpec& spec) {
   if (sizeof(TA) * 8 != static_cast<std::size_t>(size_bits(spec.a)) ||
       sizeof(TD) * 8 != static_cast<std::size_t>(size_bits(spec.d)))
     return fail(errc::invalid_argument,
                 fmt::format("grouped GEMM request: GpuRef element sizes {} and {} bytes do not match a={} d={}",
                             sizeof(TA), sizeof(TD), name(spec.a), name(spec.d)));
-  if (ops.n < 0 || ops.k < 0)
-    return fail(errc::invalid_argument, fmt::format("n={}, k={} must not be negative", ops.n, ops.k));
-  const auto need_a = static_cast<std::size_t>(rows) * ops.k, need_d = static_cast<std::size_t>(rows) * ops.n;
-  const auto need_b = static_cast<std::size_t>(groups) * ops.n * ops.k;
-  if (ops.a.size() < need_a)
-    return fail(errc::invalid_argument,
-                fmt::format("a has {} elements, {} rows x k={} need {}", ops.a.size(), rows, ops.k, need_a));
-  if (ops.b.size() < need_b)
-    return fail(errc::invalid_argument, fmt::format("b has {} elements, {} experts of n={} x k={} need {}",
-                                                    ops.b.size(), groups, ops.n, ops.k, need_b));
-  if (ops.d.size() < need_d)
-    return fail(errc::invalid_argument,
-                fmt::format("d has {} elements, {} rows x n={} need {}", ops.d.size(), rows, ops.n, need_d));
   return ok();
 }
 
@@ -102,6 +115,174 @@ Status run_prepared(OpContext& ctx, const GroupedGemmPlan& plan, const Groups& g
   return ok();
 }
 
+/// A grouped request as both its forms run it: the in-process closure, and the isolated worker's
+/// handler, which receives it through the wire. Operands are A, B, D (and the device offsets of a
+/// device-sized request), with their sizes in bytes.
+struct GroupedRequest {
+  GroupedGemmSpec spec;
+  int n = 0;
+  int k = 0;
+  float alpha = 1.0f;
+  float beta = 0.0f;
+  bool raw_scales = false;         ///< GroupedScalars carried device pointers (in-process only).
+  bool device_sized = false;       ///< Rows come from device offsets, not `rows`.
+  std::vector<int> rows;           ///< Host-known rows per group.
+  std::int64_t capacity_rows = 0;  ///< Device-sized: rows of the packed buffers.
+
+  void encode(runtime::wire::Writer& w) const {
+    w.put_string(name(spec.a)).put_string(name(spec.b)).put_string(name(spec.d)).put_string(name(spec.layout_b));
+    w.put_i32(spec.sm_count).put_i32(spec.arch.major).put_i32(spec.arch.minor).put_bool(spec.arch.arch_specific);
+    w.put_i32(spec.rows_per_group_hint).put_string(spec.sku_override ? spec.sku_override->to_string() : std::string());
+    w.put_i32(n).put_i32(k).put_f64(alpha).put_f64(beta).put_bool(raw_scales).put_bool(device_sized);
+    w.put(static_cast<std::uint32_t>(rows.size()));
+    for (int r : rows) w.put_i32(r);
+    w.put_i64(capacity_rows);
+  }
+  static Result<GroupedRequest> decode(std::span<const std::byte> payload) {
+    constexpr std::uint32_t max_groups = 1u << 20;
+    runtime::wire::Reader r(payload, "grouped_gemm worker operation");
+    GroupedRequest q;
+    auto token = [&](std::string_view field) { return r.get_string(field); };
+    const auto a = parse_dtype(token("a")), b = parse_dtype(token("b")), d = parse_dtype(token("d"));
+    const auto layout = parse_layout(token("layout_b"));
+    if (r.good() && (!a || !b || !d || !layout)) r.reject("grouped_gemm worker operation: unknown dtype or layout");
+    q.spec.a = a.value_or(DType::bf16);
+    q.spec.b = b.value_or(DType::bf16);
+    q.spec.d = d.value_or(DType::bf16);
+    q.spec.layout_b = layout.value_or(MatrixLayout::col);
+    q.spec.sm_count = r.get_i32("sm_count");
+    q.spec.arch.major = r.get_i32("arch major");
+    q.spec.arch.minor = r.get_i32("arch minor");
+    q.spec.arch.arch_specific = r.get_bool("arch specific");
+    q.spec.rows_per_group_hint = r.get_i32("rows_per_group_hint");
+    if (const std::string sku = token("sku_override"); r.good() && !sku.empty()) {
+      auto parsed = GemmSku::parse(sku);
+      if (!parsed) return fail(parsed.error());
+      q.spec.sku_override = *parsed;
+    }
+    q.n = r.get_i32("n");
+    q.k = r.get_i32("k");
+    q.alpha = static_cast<float>(r.get_f64("alpha"));
+    q.beta = static_cast<float>(r.get_f64("beta"));
+    q.raw_scales = r.get_bool("raw_scales");
+    q.device_sized = r.get_bool("device_sized");
+    const auto groups = r.get_count("group count", max_groups);
+    for (std::uint32_t g = 0; g < groups && r.good(); ++g) q.rows.push_back(r.get_i32("rows"));
+    q.capacity_rows = r.get_i64("capacity_rows");
+    if (Status s = r.finish(); !s) return fail(s.error());
+    return q;
+  }
+};
+
+/// Runs a host-sized grouped request on A, B, D at `a`, `b`, `d` (`bytes` their sizes): the one body
+/// of both forms of async_grouped_gemm.
+inline Status run_grouped_host_sized(OpContext& ctx, GroupedPlanCache& plans, GroupedRequest q, const void* a,
+                                     const void* b, void* d, std::array<std::size_t, 3> bytes,
+                                     const GroupedScalars& scalars) {
+  if (ctx.capturing())
+    return fail(errc::unsupported,
+                "grouped GEMM request with host-known rows cannot be prepared while the actor's stream captures; "
+                "use async_grouped_gemm_device_sized");
+  CUACTOR_TRY(complete_spec(q.spec, ctx.device()));
+  const std::int64_t total = std::accumulate(q.rows.begin(), q.rows.end(), std::int64_t{0});
+  if (q.spec.rows_per_group_hint == 0 && !q.rows.empty())
+    q.spec.rows_per_group_hint = static_cast<int>(std::max<std::int64_t>(1, total / std::ssize(q.rows)));
+  CUACTOR_TRY(
+      check_packed_bytes(q.spec, q.n, q.k, total, static_cast<int>(q.rows.size()), bytes[0], bytes[1], bytes[2]));
+  auto plan = plans.get(q.spec);
+  if (!plan) return fail(plan.error());
+  const bool b_col = q.spec.layout_b == MatrixLayout::col;
+  const auto a_row = storage_bytes(q.spec.a, static_cast<std::size_t>(q.k));
+  const auto b_matrix = storage_bytes(q.spec.b, static_cast<std::size_t>(q.n) * q.k);
+  const auto d_row = storage_bytes(q.spec.d, static_cast<std::size_t>(q.n));
+  std::vector<GroupedProblem> groups(q.rows.size());
+  std::int64_t start = 0;
+  for (std::size_t g = 0; g < q.rows.size(); ++g) {
+    GroupedProblem& p = groups[g];
+    p.m = q.rows[g];
+    p.n = q.n;
+    p.k = q.k;
+    p.a = static_cast<const std::byte*>(a) + start * a_row;
+    p.lda = q.k;
+    p.b = static_cast<const std::byte*>(b) + g * b_matrix;
+    p.ldb = b_col ? q.k : q.n;
+    p.d = static_cast<std::byte*>(d) + start * d_row;
+    p.ldd = q.n;
+    start += q.rows[g];
+  }
+  return run_prepared(ctx, **plan, groups, scalars);
+}
+
+/// Runs a device-sized grouped request on A, B, D and the int32 cumulative `offsets` (`bytes`: sizes
+/// of A, B, D and offsets): the one body of both forms of async_grouped_gemm_device_sized.
+inline Status run_grouped_device_sized(OpContext& ctx, GroupedPlanCache& plans, GroupedRequest q, const void* a,
+                                       const void* b, void* d, const void* offsets, std::array<std::size_t, 4> bytes,
+                                       const GroupedScalars& scalars) {
+  CUACTOR_TRY(complete_spec(q.spec, ctx.device()));
+  const int groups = static_cast<int>(bytes[3] / sizeof(std::int32_t));
+  CUACTOR_TRY(check_packed_bytes(q.spec, q.n, q.k, q.capacity_rows, groups, bytes[0], bytes[1], bytes[2]));
+  auto plan = plans.get(q.spec);
+  if (!plan) return fail(plan.error());
+  DeviceSizedGroups g;
+  g.group_count = groups;
+  g.offsets = static_cast<const std::int32_t*>(offsets);
+  g.capacity_rows = q.capacity_rows;
+  g.n = q.n;
+  g.k = q.k;
+  g.a = a;
+  g.lda = q.k;
+  g.b = b;
+  g.ldb = q.spec.layout_b == MatrixLayout::col ? q.k : q.n;
+  g.b_group_stride = static_cast<std::int64_t>(q.n) * q.k;
+  g.d = d;
+  g.ldd = q.n;
+  return run_prepared(ctx, **plan, g, scalars);
+}
+
+/// The isolated worker's handler of runtime::worker_ops::grouped_gemm and grouped_gemm_device_sized:
+/// operands A, B, D (and offsets); replies nothing (the client replies with its own d).
+inline Result<std::vector<std::byte>> handle_grouped_worker_op(OpContext& ctx, GroupedPlanCache& plans,
+                                                               std::span<const std::byte> payload,
+                                                               std::span<const runtime::WorkerOpBuffer> buffers) {
+  auto q = GroupedRequest::decode(payload);
+  if (!q) return fail(q.error());
+  if (q->raw_scales)
+    return fail(errc::unsupported,
+                "grouped GEMM with fp8 scales given as device pointers (GroupedScalars::scale_a/scale_b) runs only "
+                "in-process: a pointer of the client's process means nothing in the isolated worker");
+  const std::size_t want = q->device_sized ? 4 : 3;
+  if (buffers.size() != want)
+    return fail(errc::protocol_error,
+                fmt::format("grouped_gemm worker operation: {} buffer operands, expected {}", buffers.size(), want));
+  GroupedScalars scalars;
+  scalars.alpha = q->alpha;
+  scalars.beta = q->beta;
+  Status s = q->device_sized
+                 ? run_grouped_device_sized(
+                       ctx, plans, std::move(*q), buffers[0].data, buffers[1].data, buffers[2].data, buffers[3].data,
+                       {buffers[0].bytes, buffers[1].bytes, buffers[2].bytes, buffers[3].bytes}, scalars)
+                 : run_grouped_host_sized(ctx, plans, std::move(*q), buffers[0].data, buffers[1].data, buffers[2].data,
+                                          {buffers[0].bytes, buffers[1].bytes, buffers[2].bytes}, scalars);
+  if (!s) return fail(s.error());
+  return std::vector<std::byte>{};
+}
+
+/// The worker form of a grouped request on `ops` (and `offsets` when device-sized).
+template <class TA, class TD>
+runtime::WorkerOpCmd grouped_worker_op(const GroupedRequest& q, const PackedGroupedOperands<TA, TD>& ops,
+                                       const GpuRef<std::int32_t>* offsets) {
+  runtime::WorkerOpCmd worker;
+  worker.op = q.device_sized ? runtime::worker_ops::grouped_gemm_device_sized : runtime::worker_ops::grouped_gemm;
+  runtime::wire::Writer w;
+  q.encode(w);
+  worker.payload = w.take();
+  worker.buffers.emplace_back(ops.a.allocation(), false);
+  worker.buffers.emplace_back(ops.b.allocation(), false);
+  worker.buffers.emplace_back(ops.d.allocation(), true);
+  if (offsets) worker.buffers.emplace_back(offsets->allocation(), false);
+  return worker;
+}
+
 }  // namespace detail
 
 /// Grouped GEMM with host-known rows per group (`rows[g]`, zeros allowed). `spec.sm_count` = 0 takes
@@ -112,41 +293,25 @@ template <class TA, class TD, class Token>
 auto async_grouped_gemm(DeviceActor& actor, GroupedPlanCache& plans, GroupedGemmSpec spec,
                         PackedGroupedOperands<TA, TD> ops, std::vector<int> rows, GroupedScalars scalars,
                         Token&& token) {
-  Reads reads{ops.a, ops.b};
-  Writes writes{ops.d};
-  return actor.template submit<GpuRef<TD>>(
-      std::move(reads), std::move(writes),
-      [&plans, spec, ops, rows = std::move(rows), scalars](OpContext& ctx) mutable -> Result<GpuRef<TD>> {
-        if (ctx.capturing())
-          return fail(errc::unsupported,
-                      "grouped GEMM request with host-known rows cannot be prepared while the actor's stream captures; "
-                      "use async_grouped_gemm_device_sized");
-        CUACTOR_TRY(detail::complete_spec(spec, ctx.device()));
-        const std::int64_t total = std::accumulate(rows.begin(), rows.end(), std::int64_t{0});
-        if (spec.rows_per_group_hint == 0 && !rows.empty())
-          spec.rows_per_group_hint = static_cast<int>(std::max<std::int64_t>(1, total / std::ssize(rows)));
-        CUACTOR_TRY(detail::check_packed(ops, spec, total, static_cast<int>(rows.size())));
-        auto plan = plans.get(spec);
-        if (!plan) return fail(plan.error());
-        const bool b_col = spec.layout_b == MatrixLayout::col;
-        std::vector<GroupedProblem> groups(rows.size());
-        std::int64_t start = 0;
-        for (std::size_t g = 0; g < rows.size(); ++g) {
-          GroupedProblem& p = groups[g];
-          p.m = rows[g];
-          p.n = ops.n;
-          p.k = ops.k;
-          p.a = static_cast<const TA*>(ops.a.allocation()->data()) + start * ops.k;
-          p.lda = ops.k;
-          p.b = static_cast<const TA*>(ops.b.allocation()->data()) + g * static_cast<std::size_t>(ops.n) * ops.k;
-          p.ldb = b_col ? ops.k : ops.n;
-          p.d = static_cast<TD*>(ops.d.allocation()->data()) + start * ops.n;
-          p.ldd = ops.n;
-          start += rows[g];
-        }
-        CUACTOR_TRY(detail::run_prepared(ctx, **plan, groups, scalars));
+  detail::GroupedRequest q;
+  q.spec = spec;
+  q.n = ops.n;
+  q.k = ops.k;
+  q.alpha = scalars.alpha;
+  q.beta = scalars.beta;
+  q.raw_scales = scalars.scale_a || scalars.scale_b;
+  q.rows = std::move(rows);
+  auto worker = detail::grouped_worker_op(q, ops, nullptr);
+  return actor.template submit_portable<GpuRef<TD>>(
+      "grouped_gemm",
+      [&plans, q = std::move(q), ops, scalars](OpContext& ctx) -> Result<GpuRef<TD>> {
+        CUACTOR_TRY((detail::check_element_sizes<TA, TD>(q.spec)));
+        CUACTOR_TRY(detail::run_grouped_host_sized(
+            ctx, plans, q, ops.a.allocation()->data(), ops.b.allocation()->data(), ops.d.allocation()->data(),
+            {ops.a.size_bytes(), ops.b.size_bytes(), ops.d.size_bytes()}, scalars));
         return ops.d;
       },
+      std::move(worker), [d = ops.d](std::vector<std::byte>&&) -> Result<GpuRef<TD>> { return d; },
       std::forward<Token>(token));
 }
 
@@ -157,32 +322,27 @@ template <class TA, class TD, class Token>
 auto async_grouped_gemm_device_sized(DeviceActor& actor, GroupedPlanCache& plans, GroupedGemmSpec spec,
                                      PackedGroupedOperands<TA, TD> ops, GpuRef<std::int32_t> offsets,
                                      std::int64_t capacity_rows, GroupedScalars scalars, Token&& token) {
-  Reads reads{ops.a, ops.b, offsets};
-  Writes writes{ops.d};
-  return actor.template submit<GpuRef<TD>>(
-      std::move(reads), std::move(writes),
-      [&plans, spec, ops, offsets, capacity_rows, scalars](OpContext& ctx) mutable -> Result<GpuRef<TD>> {
-        CUACTOR_TRY(detail::complete_spec(spec, ctx.device()));
-        const int groups = static_cast<int>(offsets.size());
-        CUACTOR_TRY(detail::check_packed(ops, spec, capacity_rows, groups));
-        auto plan = plans.get(spec);
-        if (!plan) return fail(plan.error());
-        DeviceSizedGroups g;
-        g.group_count = groups;
-        g.offsets = static_cast<const std::int32_t*>(offsets.allocation()->data());
-        g.capacity_rows = capacity_rows;
-        g.n = ops.n;
-        g.k = ops.k;
-        g.a = ops.a.allocation()->data();
-        g.lda = ops.k;
-        g.b = ops.b.allocation()->data();
-        g.ldb = spec.layout_b == MatrixLayout::col ? ops.k : ops.n;
-        g.b_group_stride = static_cast<std::int64_t>(ops.n) * ops.k;
-        g.d = ops.d.allocation()->data();
-        g.ldd = ops.n;
-        CUACTOR_TRY(detail::run_prepared(ctx, **plan, g, scalars));
+  detail::GroupedRequest q;
+  q.spec = spec;
+  q.n = ops.n;
+  q.k = ops.k;
+  q.alpha = scalars.alpha;
+  q.beta = scalars.beta;
+  q.raw_scales = scalars.scale_a || scalars.scale_b;
+  q.device_sized = true;
+  q.capacity_rows = capacity_rows;
+  auto worker = detail::grouped_worker_op(q, ops, &offsets);
+  return actor.template submit_portable<GpuRef<TD>>(
+      "grouped_gemm_device_sized",
+      [&plans, q = std::move(q), ops, offsets, scalars](OpContext& ctx) -> Result<GpuRef<TD>> {
+        CUACTOR_TRY((detail::check_element_sizes<TA, TD>(q.spec)));
+        CUACTOR_TRY(detail::run_grouped_device_sized(
+            ctx, plans, q, ops.a.allocation()->data(), ops.b.allocation()->data(), ops.d.allocation()->data(),
+            offsets.allocation()->data(),
+            {ops.a.size_bytes(), ops.b.size_bytes(), ops.d.size_bytes(), offsets.size_bytes()}, scalars));
         return ops.d;
       },
+      std::move(worker), [d = ops.d](std::vector<std::byte>&&) -> Result<GpuRef<TD>> { return d; },
       std::forward<Token>(token));
 }
 

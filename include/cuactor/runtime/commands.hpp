@@ -148,15 +148,32 @@ struct LaunchModuleCmd {
   KernelArgs args;
 };
 
+/// A request for a handler registered in an isolated worker (runtime/worker_op.hpp): how the layers
+/// above the runtime (dense and grouped GEMM, capture and replay) cross to the worker without the
+/// runtime knowing them. Only the isolated backend runs it; the in-process actor runs the same
+/// request's closure instead (DeviceActor::submit_portable).
+struct WorkerOpCmd {
+  std::uint16_t op = 0;            ///< Handler id (worker_op.hpp lists the ranges of each layer); 0 is none.
+  std::vector<std::byte> payload;  ///< The handler's arguments, encoded with runtime::wire::Writer.
+  /// Buffer operands in the handler's order, each with whether it is written; every one is also in the
+  /// request's Reads or Writes (submit_portable derives those from this list).
+  std::vector<std::pair<std::shared_ptr<DeviceAllocation>, bool>> buffers;
+  /// Worker generation of the objects the payload names by id (a graph), 0 when it names none; the
+  /// request answers `stale_handle` once that worker is gone.
+  std::uint64_t generation = 0;
+};
+
 /// One built-in operation.
-using Command = std::variant<AllocateCmd, CopyToDeviceCmd, CopyToHostCmd, FillCmd, LaunchCmd, LaunchModuleCmd>;
-/// What a command produces: nothing, or the new allocation (AllocateCmd).
-using CommandResult = std::variant<std::monostate, std::shared_ptr<DeviceAllocation>>;
+using Command =
+    std::variant<AllocateCmd, CopyToDeviceCmd, CopyToHostCmd, FillCmd, LaunchCmd, LaunchModuleCmd, WorkerOpCmd>;
+/// What a command produces: nothing, the new allocation (AllocateCmd), or a worker handler's reply
+/// bytes (WorkerOpCmd).
+using CommandResult = std::variant<std::monostate, std::shared_ptr<DeviceAllocation>, std::vector<std::byte>>;
 
 /// A FillCmd for `count` elements of `value`.
 template <class T>
-requires std::is_trivially_copyable_v<T>
-FillCmd make_fill(std::shared_ptr<DeviceAllocation> dst, std::size_t count, const T& value) {
+requires std::is_trivially_copyable_v<T> FillCmd make_fill(std::shared_ptr<DeviceAllocation> dst, std::size_t count,
+                                                           const T& value) {
   static_assert(sizeof(T) <= 16, "fill: element types of at most 16 bytes");
   FillCmd f{std::move(dst), count, static_cast<std::uint8_t>(sizeof(T)), {}};
   std::memcpy(f.pattern.data(), &value, sizeof(T));

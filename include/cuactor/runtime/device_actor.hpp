@@ -146,6 +146,28 @@ class DeviceActor {
     return detail::initiate<R>(backend_, detail::OpKind::stream, "submit", std::move(reads), std::move(writes),
                                std::forward<Fn>(fn), std::forward<Token>(token));
   }
+  /// A stream operation with an isolated form ([R10]): in-process, `fn(OpContext&) -> Result<R>` runs
+  /// as with submit(); in isolated mode `worker` goes to the worker's handler for worker.op
+  /// (runtime/worker_op.hpp) and `convert(std::vector<std::byte>&&) -> Result<R>` turns its reply into
+  /// R. Reads and writes are worker.buffers' (a `true` flag means written). This is how GEMM, grouped
+  /// GEMM and capture requests work in both modes behind one call.
+  template <class R, class Fn, class Convert, class Token>
+  auto submit_portable(std::string_view name, Fn&& fn, WorkerOpCmd worker, Convert convert, Token&& token) {
+    Reads r;
+    Writes w;
+    for (const auto& [allocation, written] : worker.buffers)
+      written ? (void)w.add(allocation) : (void)r.add(allocation);
+    return detail::initiate_portable<R>(backend_, name, std::move(r), std::move(w), std::forward<Fn>(fn),
+                                        std::move(worker), std::move(convert), std::forward<Token>(token));
+  }
+  /// Where this actor's context lives.
+  [[nodiscard]] Isolation isolation() const noexcept {
+    return backend_ && backend_->isolated() ? Isolation::worker : Isolation::in_process;
+  }
+  /// Posts `worker` to this actor without waiting for or reporting its outcome, as long as the actor
+  /// exists: returns a function that does so, for destructors of handles to worker objects (graphs).
+  [[nodiscard]] std::function<void(WorkerOpCmd)> detached_poster() const;
+
   /// Runs `fn(OpContext&)` on the actor's thread between two operations and replies as soon as it
   /// returns, without waiting for the stream (e.g. begin/end capture on ctx.stream()).
   template <class R, class Fn, class Token>

@@ -146,6 +146,20 @@ std::optional<Error> IsolatedBackend::check(const detail::OpRecord& op) const {
     if (f->count > f->dst->bytes() / f->element_bytes)
       return Error(errc::invalid_argument, fmt::format("fill #{}: {} elements of {} bytes exceed the {}-byte buffer",
                                                        op.id, f->count, f->element_bytes, f->dst->bytes()));
+  } else if (const auto* o = std::get_if<WorkerOpCmd>(command)) {
+    if (o->op == 0)
+      return Error(errc::invalid_argument,
+                   fmt::format("{} #{}: worker operation 0 names no operation (a null handle?)", op.name, op.id));
+    if (o->buffers.size() > kMaxWorkerOpBuffers)
+      return Error(errc::invalid_argument, fmt::format("{} #{}: {} buffer operands; at most {}", op.name, op.id,
+                                                       o->buffers.size(), kMaxWorkerOpBuffers));
+    for (const auto& [allocation, written] : o->buffers)
+      if (!allocation) return Error(errc::invalid_argument, fmt::format("{} #{}: empty GpuRef", op.name, op.id));
+    if (o->generation != 0 && o->generation != state_->generation())
+      return Error(errc::stale_handle,
+                   fmt::format("{} #{}: it names objects of worker generation {}, but device {} is at generation {} "
+                               "(the worker that held them is gone)",
+                               op.name, op.id, o->generation, ordinal_, state_->generation()));
   } else if (const auto* l = std::get_if<LaunchModuleCmd>(command)) {
     if (!l->module) return Error(errc::invalid_argument, fmt::format("launch #{}: null module image", op.id));
     if (l->kernel.empty()) return Error(errc::invalid_argument, fmt::format("launch #{}: empty kernel name", op.id));
@@ -353,6 +367,22 @@ bool IsolatedBackend::advance(const std::shared_ptr<Job>& job, std::vector<Send>
     return finish_if_idle();
   }
   if (const auto* c = std::get_if<LaunchModuleCmd>(&command)) return advance_launch(job, *c, sends);
+  if (const auto* c = std::get_if<WorkerOpCmd>(&command)) {
+    WorkerOpMsg m;
+    m.op = c->op;
+    m.payload = c->payload;
+    std::uint64_t generation = c->generation;
+    for (const auto& [allocation, written] : c->buffers) {
+      m.buffers.push_back({allocation->remote_id(), written});
+      if (generation == 0) generation = allocation->generation();
+    }
+    sends.push_back({request_for(job, MsgKind::worker_op, encode_payload(m), generation,
+                                 [job](Bytes& out, std::uint64_t) -> Status {
+                                   job->result = std::move(out);
+                                   return ok();
+                                 })});
+    return finish_if_idle();
+  }
   job->error = Error(errc::internal, fmt::format("request '{}': no isolated form of this command", job->op->name));
   return true;
 }

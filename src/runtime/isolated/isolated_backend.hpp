@@ -13,6 +13,8 @@
 /// - Buffers are DeviceAllocations naming the worker's buffer id and minted at the generation of the
 ///   worker that allocated them; the last reference frees the buffer in that worker, if it still runs.
 ///   After a worker loss every old handle answers `stale_handle`.
+/// - Worker operations (WorkerOpCmd: GEMM, grouped GEMM, capture) go to the worker's registered handler
+///   as they are; their reply bytes are the request's result.
 /// - Circuit and breaker: the WorkerLink's (it counts worker losses with ActorOptions::breaker and fires
 ///   ActorOptions::on_escalation when it trips); stats() reports them as circuit state and poisonings.
 #pragma once
@@ -49,6 +51,7 @@ class IsolatedBackend final : public detail::ActorBackend, public std::enable_sh
   /// the runtime's internal threads).
   [[nodiscard]] DeviceStats stats() const override;
   void shutdown() noexcept override;
+  [[nodiscard]] bool isolated() const noexcept override { return true; }
 
   struct Job;
   IsolatedBackend(int ordinal, std::shared_ptr<DeviceState> state, std::size_t queue_capacity);

@@ -216,12 +216,23 @@ Result<LaunchMsg> LaunchMsg::decode(std::span<const std::byte> payload) {
   });
 }
 
-void GraphMsg::encode(Writer& w) const {
-  w.put(graph);
+void WorkerOpMsg::encode(Writer& w) const {
+  w.put(op).put_bytes(payload).put(static_cast<std::uint32_t>(buffers.size()));
+  for (const auto& b : buffers) w.put(b.buffer).put_bool(b.written);
 }
-Result<GraphMsg> GraphMsg::decode(std::span<const std::byte> payload) {
-  return decode_with<GraphMsg>(payload, "graph message",
-                               [](Reader& r, GraphMsg& m) { m.graph = r.get<std::uint64_t>("graph"); });
+Result<WorkerOpMsg> WorkerOpMsg::decode(std::span<const std::byte> payload) {
+  return decode_with<WorkerOpMsg>(payload, "worker_op request", [](Reader& r, WorkerOpMsg& m) {
+    m.op = r.get<std::uint16_t>("op");
+    auto p = r.get_bytes("payload");
+    m.payload.assign(p.begin(), p.end());
+    const auto n = r.get_count("buffer count", kMaxWorkerOpBuffers);
+    for (std::uint32_t i = 0; i < n && r.good(); ++i) {
+      Buffer b;
+      b.buffer = r.get<std::uint64_t>("buffer");
+      b.written = r.get_bool("buffer written");
+      m.buffers.push_back(b);
+    }
+  });
 }
 
 void StatsReply::encode(Writer& w) const {

@@ -135,11 +135,22 @@ struct LaunchMsg {
   static Result<LaunchMsg> decode(std::span<const std::byte> payload);
 };
 
-/// replay / drop_graph: a graph captured in the worker.
-struct GraphMsg {
-  std::uint64_t graph = 0;
+/// Most buffer operands of one worker operation.
+inline constexpr std::uint32_t kMaxWorkerOpBuffers = 64;
+
+/// worker_op: a request for the handler registered as `op` in the worker (runtime/worker_op.hpp),
+/// with its encoded arguments and its buffer operands (worker ids; `written` ones are write-tracked).
+/// Reply: the handler's bytes.
+struct WorkerOpMsg {
+  struct Buffer {
+    std::uint64_t buffer = 0;
+    bool written = false;
+  };
+  std::uint16_t op = 0;
+  std::vector<std::byte> payload;
+  std::vector<Buffer> buffers;
   void encode(Writer& w) const;
-  static Result<GraphMsg> decode(std::span<const std::byte> payload);
+  static Result<WorkerOpMsg> decode(std::span<const std::byte> payload);
 };
 
 /// Result of stats.

@@ -81,6 +81,8 @@ class ActorBackend {
   [[nodiscard]] virtual DeviceStats stats() const = 0;
   /// Orderly shutdown (see DeviceActor::shutdown()); idempotent.
   virtual void shutdown() noexcept = 0;
+  /// True for the client of an isolated worker.
+  [[nodiscard]] virtual bool isolated() const noexcept { return false; }
 };
 
 /// True on threads where handlers must not run: the actors' and pollers' threads.
@@ -211,6 +213,37 @@ class CommandOp final : public ReplyOp<R> {
   Convert convert_;
 };
 
+/// A request with two forms: the closure `fn(OpContext&) -> Result<R>` that the in-process actor runs,
+/// and a WorkerOpCmd that an isolated backend sends to its worker, whose reply bytes `convert`
+/// turns into R.
+template <class R, class Fn, class Convert>
+class PortableOp final : public ReplyOp<R> {
+ public:
+  PortableOp(Fn fn, WorkerOpCmd worker, Convert convert, typename ReplyOp<R>::Handler handler)
+      : ReplyOp<R>(std::move(handler)), fn_(std::move(fn)), command_(std::move(worker)), convert_(std::move(convert)) {}
+
+  Status run(OpContext& ctx) override {
+    Result<R> r = fn_(ctx);
+    if (!r) return fail(std::move(r.error()));
+    this->set_value(std::move(*r));
+    return ok();
+  }
+  [[nodiscard]] const Command* command() const noexcept override { return &command_; }
+  Status set_result(CommandResult&& result) override {
+    auto* bytes = std::get_if<std::vector<std::byte>>(&result);
+    if (!bytes) return fail(errc::internal, "worker operation: the worker's reply carried no result bytes");
+    Result<R> value = convert_(std::move(*bytes));
+    if (!value) return fail(std::move(value.error()));
+    this->set_value(std::move(*value));
+    return ok();
+  }
+
+ private:
+  Fn fn_;
+  Command command_;
+  Convert convert_;
+};
+
 /// Initiates a request for any completion token: type-erases the handler into the record built by
 /// `make(handler)` and passes it to `start` (a backend, or a test's fake completion source).
 template <class R, class Token, class Make, class Start>
@@ -268,6 +301,21 @@ auto initiate_command(std::shared_ptr<ActorBackend> backend, std::string_view na
       OpKind::stream, name, std::move(reads), std::move(writes),
       [command = std::move(command), convert = std::move(convert)](auto handler) mutable {
         return std::make_shared<CommandOp<R, Convert>>(std::move(command), std::move(convert), std::move(handler));
+      },
+      std::forward<Token>(token), post_to(std::move(backend)));
+}
+
+/// Starts a request with an in-process closure and a worker form (see PortableOp) on `backend`.
+template <class R, class Token, class Fn, class Convert>
+auto initiate_portable(std::shared_ptr<ActorBackend> backend, std::string_view name, Reads reads, Writes writes,
+                       Fn&& fn, WorkerOpCmd worker, Convert convert, Token&& token) {
+  using F = std::decay_t<Fn>;
+  static_assert(std::is_invocable_r_v<Result<R>, F&, OpContext&>, "fn must be callable as Result<R>(OpContext&)");
+  return initiate_record<R>(
+      OpKind::stream, name, std::move(reads), std::move(writes),
+      [f = F(std::forward<Fn>(fn)), worker = std::move(worker), convert = std::move(convert)](auto handler) mutable {
+        return std::make_shared<PortableOp<R, F, Convert>>(std::move(f), std::move(worker), std::move(convert),
+                                                           std::move(handler));
       },
       std::forward<Token>(token), post_to(std::move(backend)));
 }

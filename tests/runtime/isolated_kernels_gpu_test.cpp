@@ -1,0 +1,231 @@
+/// @file
+/// GEMM, grouped GEMM and capture/replay on an isolated device ([R10]): the same request functions
+/// as in-process (kernels::async_dense_gemm, async_grouped_gemm[_device_sized]), run by the real
+/// cuactor-worker, against fp64 host references; a captured sequence held in the worker replays like
+/// the same requests run eagerly.
+#include <cuda_bf16.h>
+
+#include <boost/asio/use_future.hpp>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <future>
+#include <random>
+
+#include "cuactor/graph/worker_capture.hpp"
+#include "cuactor/kernels/dense_gemm_actor.hpp"
+#include "cuactor/kernels/grouped_actor.hpp"
+#include "support/gpu_test.hpp"
+
+namespace cuactor::runtime {
+namespace {
+
+using namespace std::chrono_literals;
+namespace asio = boost::asio;
+using bf16 = __nv_bfloat16;
+
+template <class R>
+std::tuple<std::error_code, R> wait(std::future<std::tuple<std::error_code, R>> f) {
+  if (f.wait_for(120s) != std::future_status::ready) {
+    ADD_FAILURE() << "no answer within 120 s (a hang)";
+    return {make_error_code(errc::timeout), R{}};
+  }
+  return f.get();
+}
+
+std::vector<bf16> random_bf16(std::size_t n, unsigned seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> d(-1.0f, 1.0f);
+  std::vector<bf16> v(n);
+  for (auto& x : v) x = __float2bfloat16(d(rng));
+  return v;
+}
+
+double f64(bf16 x) {
+  return double(__bfloat162float(x));
+}
+
+/// Relative Frobenius error of `got` against `ref`.
+double relative_error(const std::vector<bf16>& got, const std::vector<double>& ref) {
+  double num = 0, den = 0;
+  for (std::size_t i = 0; i < ref.size(); ++i) {
+    const double g = f64(got[i]);
+    num += (g - ref[i]) * (g - ref[i]);
+    den += ref[i] * ref[i];
+  }
+  return std::sqrt(num / den);
+}
+
+/// D rows of the grouped reference: rows of group g times expert g (N x K, "TN").
+std::vector<double> grouped_reference(const std::vector<bf16>& a, const std::vector<bf16>& b,
+                                      const std::vector<int>& rows, int n, int k) {
+  std::vector<double> d;
+  std::size_t row = 0;
+  for (std::size_t g = 0; g < rows.size(); ++g)
+    for (int r = 0; r < rows[g]; ++r, ++row)
+      for (int j = 0; j < n; ++j) {
+        double acc = 0;
+        for (int q = 0; q < k; ++q) acc += f64(a[row * k + q]) * f64(b[(g * n + j) * k + q]);
+        d.push_back(acc);
+      }
+  return d;
+}
+
+std::vector<std::int32_t> offsets_of(const std::vector<int>& rows) {
+  std::vector<std::int32_t> offs;
+  std::int32_t end = 0;
+  for (int r : rows) offs.push_back(end += r);
+  return offs;
+}
+
+class IsolatedKernelsGpu : public test_support::GpuTest {
+ protected:
+  void SetUp() override {
+    GpuTest::SetUp();
+    if (IsSkipped() || HasFatalFailure()) return;
+    ActorOptions o;
+    o.isolation = Isolation::worker;
+    o.worker_path = CUACTOR_WORKER_EXE;
+    auto a = DeviceActor::create(0, std::move(o));
+    ASSERT_TRUE(a.has_value()) << a.error().to_string();
+    actor_.emplace(std::move(*a));
+  }
+  void TearDown() override {
+    if (actor_) actor_->shutdown();
+  }
+  template <class T>
+  GpuRef<T> upload(const std::vector<T>& host) {
+    auto [ec, ref] = wait(actor_->allocate<T>(host.size(), asio::use_future));
+    EXPECT_FALSE(ec) << ec.message();
+    auto [ec2, same] = wait(actor_->copy_to_device(ref, std::span<const T>(host), asio::use_future));
+    EXPECT_FALSE(ec2) << ec2.message();
+    return same;
+  }
+  template <class T>
+  std::vector<T> download(const GpuRef<T>& ref) {
+    auto [ec, v] = wait(actor_->copy_to_host(ref, asio::use_future));
+    EXPECT_FALSE(ec) << ec.message();
+    return v;
+  }
+
+  std::optional<DeviceActor> actor_;
+  kernels::GemmPlanCache unused_plans_;  // an isolated actor plans in its worker
+  kernels::GroupedPlanCache unused_grouped_;
+};
+
+TEST_F(IsolatedKernelsGpu, DenseGemmRunsInTheWorkerAndMatchesTheReference) {
+  constexpr int m = 200, n = 264, k = 328;  // tails in every dimension
+  const auto a = random_bf16(std::size_t{m} * k, 1), b = random_bf16(std::size_t{n} * k, 2);
+  const auto c = random_bf16(std::size_t{m} * n, 3);
+  kernels::DenseGemmOperands<bf16, bf16, bf16> ops;
+  ops.a = upload(a);
+  ops.b = upload(b);
+  ops.c = upload(c);
+  ops.d = upload(std::vector<bf16>(std::size_t{m} * n, __float2bfloat16(NAN)));  // poisoned
+  ops.alpha = 0.5f;
+  ops.beta = -1.0f;
+  kernels::DenseGemmShape shape;
+  shape.m = m;
+  shape.n = n;
+  shape.k = k;
+  auto [ec, sku] = wait(kernels::async_dense_gemm(*actor_, unused_plans_, shape, ops, asio::use_future));
+  ASSERT_FALSE(ec) << ec.message();
+  EXPECT_EQ(sku.a, DType::bf16);
+  EXPECT_EQ(unused_plans_.size(), 0u);
+  std::vector<double> ref(std::size_t{m} * n);
+  for (int i = 0; i < m; ++i)
+    for (int j = 0; j < n; ++j) {
+      double acc = 0;
+      for (int q = 0; q < k; ++q) acc += f64(a[std::size_t(i) * k + q]) * f64(b[std::size_t(j) * k + q]);
+      ref[std::size_t(i) * n + j] = 0.5 * acc - f64(c[std::size_t(i) * n + j]);
+    }
+  EXPECT_LT(relative_error(download(ops.d), ref), 8e-3);
+  // A D too small is the worker's typed error; the worker stays.
+  ops.d = upload(std::vector<bf16>(16));
+  auto [ec2, s2] = wait(kernels::async_dense_gemm(*actor_, unused_plans_, shape, ops, asio::use_future));
+  EXPECT_EQ(ec2, make_error_code(errc::invalid_argument));
+  EXPECT_EQ(actor_->stats().worker_restarts, 0u);
+}
+
+TEST_F(IsolatedKernelsGpu, GroupedGemmHostAndDeviceSizedMatchTheReference) {
+  const std::vector<int> rows = {0, 37, 130, 1, 64};  // an empty group and tails
+  constexpr int n = 192, k = 128;
+  const int groups = static_cast<int>(rows.size());
+  const std::int64_t total = 232;
+  const auto a = random_bf16(std::size_t(total) * k, 4), b = random_bf16(std::size_t(groups) * n * k, 5);
+  kernels::PackedGroupedOperands<bf16, bf16> ops;
+  ops.a = upload(a);
+  ops.b = upload(b);
+  ops.d = upload(std::vector<bf16>(std::size_t(total) * n, __float2bfloat16(NAN)));
+  ops.n = n;
+  ops.k = k;
+  const auto ref = grouped_reference(a, b, rows, n, k);
+  kernels::GroupedGemmSpec spec;
+  auto [ec, d] = wait(kernels::async_grouped_gemm(*actor_, unused_grouped_, spec, ops, rows, {}, asio::use_future));
+  ASSERT_FALSE(ec) << ec.message();
+  EXPECT_LT(relative_error(download(d), ref), 8e-3);
+  ops.d = upload(std::vector<bf16>(std::size_t(total) * n, __float2bfloat16(NAN)));
+  auto offsets = upload(offsets_of(rows));
+  auto [ec2, d2] = wait(kernels::async_grouped_gemm_device_sized(*actor_, unused_grouped_, spec, ops, offsets, total,
+                                                                 {}, asio::use_future));
+  ASSERT_FALSE(ec2) << ec2.message();
+  EXPECT_LT(relative_error(download(d2), ref), 8e-3);
+  // fp8 scales given as raw device pointers cannot cross to the worker.
+  kernels::GroupedScalars raw;
+  static const float one = 1.0f;
+  raw.scale_b = &one;
+  auto [ec3, d3] = wait(kernels::async_grouped_gemm(*actor_, unused_grouped_, spec, ops, rows, raw, asio::use_future));
+  EXPECT_EQ(ec3, make_error_code(errc::unsupported));
+}
+
+TEST_F(IsolatedKernelsGpu, CapturedSequenceHeldByTheWorkerReplaysLikeEagerForNewRoutings) {
+  constexpr int n = 128, k = 64, groups = 4;
+  constexpr std::int64_t capacity = 256;
+  const auto a = random_bf16(std::size_t(capacity) * k, 6), b = random_bf16(std::size_t(groups) * n * k, 7);
+  kernels::PackedGroupedOperands<bf16, bf16> ops;
+  ops.a = upload(a);
+  ops.b = upload(b);
+  ops.d = upload(std::vector<bf16>(std::size_t(capacity) * n));
+  ops.n = n;
+  ops.k = k;
+  auto offsets = upload(offsets_of({10, 20, 30, 40}));
+  kernels::GroupedGemmSpec spec;
+  spec.rows_per_group_hint = 64;
+
+  auto capture = graph::WorkerCapture::begin(*actor_);
+  ASSERT_TRUE(capture.has_value()) << capture.error().to_string();
+  // Recorded: poison D, then the device-sized grouped GEMM over it.
+  auto [ef, f] = wait(actor_->fill(ops.d, __float2bfloat16(NAN), asio::use_future));
+  ASSERT_FALSE(ef) << ef.message();
+  auto [eg, g] = wait(kernels::async_grouped_gemm_device_sized(*actor_, unused_grouped_, spec, ops, offsets, capacity,
+                                                               {}, asio::use_future));
+  ASSERT_FALSE(eg) << eg.message();
+  // Copies through the staging region are refused while capturing; the capture goes on.
+  auto [ec, c] = wait(actor_->copy_to_device(offsets, std::vector<std::int32_t>{1, 2, 3, 4}, asio::use_future));
+  EXPECT_EQ(ec, make_error_code(errc::unsupported));
+  auto graph = capture->end_capture();
+  ASSERT_TRUE(graph.has_value()) << graph.error().to_string();
+  std::shared_ptr<const graph::WorkerGraph> held = *graph;
+
+  for (const std::vector<int>& rows : {std::vector<int>{64, 0, 100, 92}, std::vector<int>{1, 2, 3, 250}}) {
+    auto [eo, o] = wait(actor_->copy_to_device(offsets, offsets_of(rows), asio::use_future));
+    ASSERT_FALSE(eo) << eo.message();
+    auto [er, r] = wait(graph::replay(*actor_, held, asio::use_future));
+    ASSERT_FALSE(er) << er.message();
+    auto replayed = download(ops.d);
+    EXPECT_LT(relative_error({replayed.begin(), replayed.begin() + std::ptrdiff_t(capacity) * n},
+                             grouped_reference(a, b, rows, n, k)),
+              8e-3);
+    // The same two requests eagerly give the same bits.
+    auto [ef2, f2] = wait(actor_->fill(ops.d, __float2bfloat16(NAN), asio::use_future));
+    auto [eg2, g2] = wait(kernels::async_grouped_gemm_device_sized(*actor_, unused_grouped_, spec, ops, offsets,
+                                                                   capacity, {}, asio::use_future));
+    ASSERT_FALSE(ef2 || eg2);
+    auto eager = download(ops.d);
+    EXPECT_EQ(0, std::memcmp(eager.data(), replayed.data(), eager.size() * sizeof(bf16)));
+  }
+  EXPECT_EQ(actor_->stats().worker_restarts, 0u);
+}
+
+}  // namespace
+}  // namespace cuactor::runtime
