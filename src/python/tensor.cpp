@@ -184,7 +184,8 @@ bool import_dlpack(nb::handle obj, TensorArg& t, std::optional<DType> as) {
              : type == kCpu || type == kCudaHost   ? MemoryKind::cpu
                                                    : MemoryKind::other;
   t.device = t.memory == MemoryKind::cuda ? a.device_id() : -1;
-  t.owner = nb::cast(a);
+  t.owner = nb::borrow(obj);  // not nb::cast(a): exporting `a` back to Python would try to copy it
+  t.imported = std::move(a);
   return true;
 }
 

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cuda_runtime_api.h>
+#include <nanobind/ndarray.h>
 
 #include <array>
 #include <cstdint>
@@ -34,6 +35,7 @@ struct TensorArg {
   MemoryKind memory = MemoryKind::other;
   int device = -1;  ///< CUDA ordinal for cuda memory, -1 otherwise.
   nb::object owner;
+  nb::ndarray<> imported;  ///< A DLPack import, kept alive with the call (its deleter frees a raw capsule's memory).
 
   /// Bytes from data to one past the last element the shape and strides address (0 when empty).
   [[nodiscard]] std::int64_t extent_bytes() const noexcept;

@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "cuactor/gpu/check.hpp"
+#include "cuactor/gpu/memory.hpp"
 #include "cuactor/runtime/op_context.hpp"
 #include "runtime/kernels.hpp"
 
@@ -86,6 +87,15 @@ Result<CommandResult> run(const LaunchModuleCmd& cmd, OpContext& ctx) {
   auto kernel = (*library)->kernel(cmd.kernel);
   if (!kernel) return fail(kernel.error());
   return run(LaunchCmd{*library, std::move(*kernel), cmd.shape, cmd.args}, ctx);
+}
+
+Result<CommandResult> run(const AllocateHostCmd& cmd, OpContext&) {
+  if (cmd.bytes == 0) return fail(errc::invalid_argument, "allocate_host: 0 bytes; a host buffer needs at least 1");
+  auto pinned = gpu::PinnedBuffer::allocate(cmd.bytes);
+  if (!pinned) return fail(pinned.error());
+  auto storage = std::make_shared<gpu::PinnedBuffer>(std::move(*pinned));
+  auto* data = static_cast<std::byte*>(storage->data());
+  return CommandResult(std::make_shared<HostBuffer>(std::move(storage), data, cmd.bytes));
 }
 
 Result<CommandResult> run(const WorkerOpCmd& cmd, OpContext&) {

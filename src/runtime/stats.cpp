@@ -46,6 +46,8 @@ std::string to_json(const DeviceStats& s) {
   j["dispatch_ns"] = s.dispatch_ns;
   j["worker_buffers"] = s.worker_buffers;
   j["worker_buffer_bytes"] = s.worker_buffer_bytes;
+  j["worker_graphs"] = s.worker_graphs;
+  j["worker_host_buffers"] = s.worker_host_buffers;
   j["worker_restarts"] = s.worker_restarts;
   j["worker_pid"] = s.worker_pid;
   return j.dump();

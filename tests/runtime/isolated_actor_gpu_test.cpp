@@ -11,6 +11,7 @@
 #include <boost/asio/use_future.hpp>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <future>
 #include <numeric>
 #include <thread>
@@ -128,6 +129,42 @@ TEST_F(IsolatedActorGpu, CopiesLargerThanTheSharedRegionAreChunked) {
   EXPECT_TRUE(back == host);
   const auto mib_s = [](auto d) { return 200.0 / std::chrono::duration<double>(d).count(); };
   std::printf("200 MiB isolated: to device %.0f MiB/s, to host %.0f MiB/s\n", mib_s(t1 - t0), mib_s(t2 - t1));
+}
+
+TEST_F(IsolatedActorGpu, HostBuffersCopyWithoutStagingAndSurviveAWorkerLoss) {
+  constexpr std::size_t n = std::size_t{96} << 18;  // 96 MiB of floats: larger than the 64 MiB staging region
+  auto [eh, in] = wait(actor_->allocate_host(n * sizeof(float), asio::use_future));
+  ASSERT_FALSE(eh) << eh.message();
+  auto [eo, out] = wait(actor_->allocate_host(n * sizeof(float), asio::use_future));
+  ASSERT_FALSE(eo) << eo.message();
+  auto values = in->as<float>();
+  for (std::size_t i = 0; i < n; ++i) values[i] = static_cast<float>(i % 1000003);
+  std::fill(out->as<float>().begin(), out->as<float>().end(), -1.0f);  // poisoned
+  auto [ea, dev] = wait(actor_->allocate<float>(n, asio::use_future));
+  ASSERT_FALSE(ea) << ea.message();
+  auto [e1, d1] = wait(actor_->copy_to_device(dev, std::shared_ptr<const HostBuffer>(in), asio::use_future));
+  ASSERT_FALSE(e1) << e1.message();
+  auto [e2, o2] = wait(actor_->copy_to_host(dev, out, asio::use_future));
+  ASSERT_FALSE(e2) << e2.message();
+  EXPECT_EQ(0, std::memcmp(in->data(), out->data(), n * sizeof(float)));
+  EXPECT_EQ(actor_->stats().worker_host_buffers, 2u);
+  // The worker dies; the host buffers are the client's and serve the next worker.
+  auto [ek, k] = wait(actor_->launch(module_, "cuactor_rt_fault", {}, KernelArgs::make(1), asio::use_future));
+  EXPECT_TRUE(ek == make_error_code(errc::context_poisoned) || ek == make_error_code(errc::worker_lost))
+      << ek.message();
+  auto [ea2, dev2] = wait(actor_->allocate<float>(n, asio::use_future));
+  ASSERT_FALSE(ea2) << ea2.message();
+  values[7] = 42.0f;
+  auto [e3, d3] = wait(actor_->copy_to_device(dev2, std::shared_ptr<const HostBuffer>(in), asio::use_future));
+  ASSERT_FALSE(e3) << e3.message();
+  auto [e4, o4] = wait(actor_->copy_to_host(dev2, out, asio::use_future));
+  ASSERT_FALSE(e4) << e4.message();
+  EXPECT_EQ(out->as<float>()[7], 42.0f);
+  EXPECT_EQ(0, std::memcmp(in->data(), out->data(), n * sizeof(float)));
+  in.reset();
+  out.reset();
+  for (int i = 0; i < 100 && actor_->stats().worker_host_buffers != 0; ++i) std::this_thread::sleep_for(10ms);
+  EXPECT_EQ(actor_->stats().worker_host_buffers, 0u);
 }
 
 TEST_F(IsolatedActorGpu, IllegalAddressFailsOnceAndTheNextRequestRunsOnANewWorker) {

@@ -220,6 +220,52 @@ TEST(IsolatedBackend, WorkerOpsCarryTheirPayloadAndBufferIdsAndReplyTheHandlersB
   EXPECT_EQ(ec3, make_error_code(errc::invalid_argument));
 }
 
+TEST(IsolatedBackend, HostBuffersCopyWithoutStagingAndOutliveTheirWorker) {
+  auto actor = sim_actor();  // a 256 KiB staging region: the 1 MiB copies below would be chunked
+  constexpr std::size_t n = 1u << 18;
+  auto [eh, in] = wait(actor.allocate_host(n * sizeof(std::uint32_t), asio::use_future));
+  ASSERT_FALSE(eh) << eh.message();
+  ASSERT_TRUE(in);
+  EXPECT_GE(in->shared_fd(), 0);
+  std::iota(in->as<std::uint32_t>().begin(), in->as<std::uint32_t>().end(), 7u);
+  auto [eo, out] = wait(actor.allocate_host(n * sizeof(std::uint32_t), asio::use_future));
+  ASSERT_FALSE(eo) << eo.message();
+  auto [ea, dev] = wait(actor.allocate<std::uint32_t>(n, asio::use_future));
+  ASSERT_FALSE(ea);
+  auto [e1, d1] = wait(actor.copy_to_device(dev, std::shared_ptr<const HostBuffer>(in), asio::use_future));
+  ASSERT_FALSE(e1) << e1.message();
+  auto [e2, back] = wait(actor.copy_to_host(dev, out, asio::use_future));
+  ASSERT_FALSE(e2) << e2.message();
+  EXPECT_EQ(back, out);
+  EXPECT_TRUE(
+      std::equal(in->as<std::uint32_t>().begin(), in->as<std::uint32_t>().end(), out->as<std::uint32_t>().begin()));
+  EXPECT_EQ(actor.stats().worker_buffers, 1u);
+  // The worker is lost: the host buffers are the client's and serve the next worker after one
+  // registration there.
+  const auto gen = actor.state()->generation();
+  auto [ep, p] = wait(actor.launch(sim_module(), "poison", {}, KernelArgs{}, asio::use_future));
+  EXPECT_EQ(ep, make_error_code(errc::context_poisoned));
+  ASSERT_TRUE(wait_new_worker(actor, gen));
+  auto [ea2, dev2] = wait(actor.allocate<std::uint32_t>(n, asio::use_future));
+  ASSERT_FALSE(ea2);
+  in->as<std::uint32_t>()[5] = 12345u;
+  auto [e3, d3] = wait(actor.copy_to_device(dev2, std::shared_ptr<const HostBuffer>(in), asio::use_future));
+  ASSERT_FALSE(e3) << e3.message();
+  std::fill(out->as<std::uint32_t>().begin(), out->as<std::uint32_t>().end(), 0u);
+  auto [e4, b4] = wait(actor.copy_to_host(dev2, out, asio::use_future));
+  ASSERT_FALSE(e4) << e4.message();
+  EXPECT_EQ(out->as<std::uint32_t>()[5], 12345u);
+  EXPECT_EQ(out->as<std::uint32_t>()[n - 1], 7u + n - 1);
+  // Dropping a host buffer releases its mapping in the worker.
+  EXPECT_EQ(actor.stats().worker_host_buffers, 2u);
+  in.reset();
+  for (int i = 0; i < 100 && actor.stats().worker_host_buffers != 1u; ++i) std::this_thread::sleep_for(10ms);
+  EXPECT_EQ(actor.stats().worker_host_buffers, 1u);
+  // Rejected before sending: zero bytes.
+  auto [ez, z] = wait(actor.allocate_host(0, asio::use_future));
+  EXPECT_EQ(ez, make_error_code(errc::invalid_argument));
+}
+
 TEST(IsolatedBackend, WorkerGraphsReplayAndGoStaleWithTheirWorker) {
   auto actor = sim_actor();
   EXPECT_EQ(actor.isolation(), Isolation::worker);

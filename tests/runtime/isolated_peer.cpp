@@ -163,6 +163,7 @@ int sim(iso::Channel& ch, const iso::SharedRegion& region) {
   hello.total_bytes = total;
   if (!ch.send(iso::MsgKind::hello, 0, iso::encode_payload(hello))) return 2;
   std::map<std::uint64_t, std::vector<std::byte>> buffers;
+  std::map<std::uint64_t, iso::SharedRegion> hosts;  // registered host buffers
   std::uint64_t next = 1, modules = 0, used = 0;
   for (;;) {
     auto m = ch.receive();
@@ -260,6 +261,49 @@ int sim(iso::Channel& ch, const iso::SharedRegion& region) {
         }
         break;
       }
+      case iso::MsgKind::register_host: {
+        auto h = iso::RegisterHostMsg::decode(m->payload);
+        if (!h) return 3;
+        if (!m->fd) {
+          r.error = sim_error(cuactor::errc::protocol_error, "register_host without a descriptor");
+          break;
+        }
+        auto mapped = iso::SharedRegion::map(m->fd.release(), h->bytes);
+        if (!mapped) {
+          r.error = mapped.error();
+          break;
+        }
+        hosts.emplace(next, std::move(*mapped));
+        r.result = iso::encode_payload(iso::HostReply{next++});
+        break;
+      }
+      case iso::MsgKind::unregister_host: {
+        auto h = iso::RegisterHostMsg::decode(m->payload);
+        if (h) hosts.erase(h->host);
+        continue;
+      }
+      case iso::MsgKind::copy_host_to_device:
+      case iso::MsgKind::copy_device_to_host: {
+        auto c = iso::CopyHostMsg::decode(m->payload);
+        if (!c) return 3;
+        auto* b = find(c->buffer, c->buffer_offset, c->bytes);
+        if (!b) break;
+        auto h = hosts.find(c->host);
+        if (h == hosts.end()) {
+          r.error = sim_error(cuactor::errc::invalid_argument, "no host buffer " + std::to_string(c->host));
+          break;
+        }
+        auto range = h->second.slice(c->host_offset, c->bytes);
+        if (!range) {
+          r.error = range.error();
+          break;
+        }
+        if (m->kind == iso::MsgKind::copy_host_to_device)
+          std::copy(range->begin(), range->end(), b->begin() + static_cast<std::ptrdiff_t>(c->buffer_offset));
+        else
+          std::copy_n(b->begin() + static_cast<std::ptrdiff_t>(c->buffer_offset), c->bytes, range->begin());
+        break;
+      }
       case iso::MsgKind::worker_op: {
         // Graph operations keep one graph (id 7) per capture; any other operation answers with the
         // request it received (re-encoded), so the client's tests can check what crossed.
@@ -284,6 +328,7 @@ int sim(iso::Channel& ch, const iso::SharedRegion& region) {
         s.buffers = buffers.size();
         s.buffer_bytes = used;
         s.modules = modules;
+        s.host_buffers = hosts.size();
         r.result = iso::encode_payload(s);
         break;
       }

@@ -8,6 +8,7 @@
 #include <variant>
 
 #include "cuactor/core/log.hpp"
+#include "cuactor/gpu/check.hpp"
 #include "cuactor/gpu/memory.hpp"
 
 namespace cuactor::worker {
@@ -59,6 +60,13 @@ void submit_bytes(runtime::DeviceActor& actor, runtime::Reads reads, runtime::Wr
 }
 
 }  // namespace
+
+struct Server::HostMapping {
+  iso::SharedRegion region;
+  ~HostMapping() {
+    if (region.data() && cudaHostUnregister(region.data()) != cudaSuccess) (void)cudaGetLastError();
+  }
+};
 
 void Server::add_handler(std::uint16_t op, runtime::WorkerOpHandler handler) {
   handlers_[op] = std::move(handler);
@@ -143,6 +151,22 @@ void Server::dispatch(iso::Message& m) {
     case iso::MsgKind::launch: {
       auto d = iso::LaunchMsg::decode(m.payload);
       return d ? launch(id, *d) : bad(d.error());
+    }
+    case iso::MsgKind::register_host: {
+      auto d = iso::RegisterHostMsg::decode(m.payload);
+      return d ? register_host(id, *d, std::move(m.fd)) : bad(d.error());
+    }
+    case iso::MsgKind::unregister_host: {
+      auto d = iso::RegisterHostMsg::decode(m.payload);
+      if (!d) return bad(d.error());
+      std::lock_guard lock(mutex_);
+      hosts_.erase(d->host);  // unpinned once no copy in flight holds it
+      return;
+    }
+    case iso::MsgKind::copy_host_to_device:
+    case iso::MsgKind::copy_device_to_host: {
+      auto d = iso::CopyHostMsg::decode(m.payload);
+      return d ? copy_host(id, *d, m.kind == iso::MsgKind::copy_host_to_device) : bad(d.error());
     }
     case iso::MsgKind::worker_op: {
       auto d = iso::WorkerOpMsg::decode(m.payload);
@@ -269,6 +293,55 @@ void Server::launch(std::uint64_t id, const iso::LaunchMsg& m) {
       [this, id](Status s) { reply(id, s ? Result<Bytes>(Bytes{}) : fail(s.error())); });
 }
 
+void Server::register_host(std::uint64_t id, const iso::RegisterHostMsg& m, iso::UniqueFd fd) {
+  if (!fd) return reply(id, fail(errc::protocol_error, "register_host: no file descriptor came with the message"));
+  if (m.bytes == 0) return reply(id, fail(errc::invalid_argument, "register_host: 0 bytes"));
+  auto region = iso::SharedRegion::map(fd.release(), m.bytes);
+  if (!region) return reply(id, fail(region.error()));
+  auto mapping = std::make_shared<HostMapping>();
+  mapping->region = std::move(*region);
+  if (const cudaError_t e = cudaHostRegister(mapping->region.data(), m.bytes, cudaHostRegisterPortable);
+      e != cudaSuccess) {
+    mapping->region = iso::SharedRegion{};  // nothing to unregister
+    return reply(id, fail(gpu::make_error(e, fmt::format("register_host: page-locking {} bytes", m.bytes))));
+  }
+  std::uint64_t host = 0;
+  {
+    std::lock_guard lock(mutex_);
+    host = next_id_++;
+    hosts_.emplace(host, std::move(mapping));
+  }
+  reply(id, iso::encode_payload(iso::HostReply{host}));
+}
+
+void Server::copy_host(std::uint64_t id, const iso::CopyHostMsg& m, bool to_device) {
+  const char* what = to_device ? "copy_host_to_device" : "copy_device_to_host";
+  std::shared_ptr<HostMapping> mapping;
+  {
+    std::lock_guard lock(mutex_);
+    if (auto it = hosts_.find(m.host); it != hosts_.end()) mapping = it->second;
+  }
+  if (!mapping)
+    return reply(id, fail(errc::invalid_argument, fmt::format("{}: host buffer {} does not exist", what, m.host)));
+  auto host = mapping->region.slice(m.host_offset, m.bytes);
+  if (!host) return reply(id, fail(host.error()));
+  auto ref = buffer(m.buffer, m.buffer_offset, m.bytes, what);
+  if (!ref) return reply(id, fail(ref.error()));
+  runtime::Reads reads;
+  runtime::Writes writes;
+  to_device ? (void)writes.add(*ref) : (void)reads.add(*ref);
+  submit_status(
+      actor_, std::move(reads), std::move(writes),
+      [ref = *ref, host = *host, mapping, offset = m.buffer_offset, to_device](OpContext& ctx) -> Status {
+        auto* device = static_cast<std::byte*>(ref.allocation()->data()) + offset;
+        CUACTOR_TRY(to_device ? gpu::copy_async(device, host.data(), host.size(), ctx.stream())
+                              : gpu::copy_async(host.data(), device, host.size(), ctx.stream()));
+        ctx.keep_alive(mapping);  // pinned and mapped until the copy completed (or its graph is gone)
+        return ok();
+      },
+      [this, id](Status s) { reply(id, s ? Result<Bytes>(Bytes{}) : fail(s.error())); });
+}
+
 void Server::worker_op(std::uint64_t id, iso::WorkerOpMsg& m) {
   if (m.op >= runtime::worker_ops::capture_begin && m.op <= runtime::worker_ops::graph_drop) return graph_op(id, m);
   auto h = handlers_.find(m.op);
@@ -386,6 +459,7 @@ void Server::send_stats(std::uint64_t id) {
     for (const auto& [bid, ref] : buffers_) r.buffer_bytes += ref.size_bytes();
     r.modules = modules_.size();
     r.graphs = graphs_.size();
+    r.host_buffers = hosts_.size();
   }
   reply(id, iso::encode_payload(r));
 }

@@ -52,6 +52,8 @@ class Server {
   void fill(std::uint64_t id, const runtime::isolated::FillMsg& m);
   void load_module(std::uint64_t id, runtime::isolated::LoadModuleMsg& m);
   void launch(std::uint64_t id, const runtime::isolated::LaunchMsg& m);
+  void register_host(std::uint64_t id, const runtime::isolated::RegisterHostMsg& m, runtime::isolated::UniqueFd fd);
+  void copy_host(std::uint64_t id, const runtime::isolated::CopyHostMsg& m, bool to_device);
   void worker_op(std::uint64_t id, runtime::isolated::WorkerOpMsg& m);
   /// Capture and replay of graphs held here (the graph layer's worker operations).
   void graph_op(std::uint64_t id, const runtime::isolated::WorkerOpMsg& m);
@@ -65,6 +67,10 @@ class Server {
   std::unordered_map<std::uint64_t, runtime::GpuRef<std::byte>> buffers_;
   std::unordered_map<std::uint64_t, std::shared_ptr<const gpu::Library>> modules_;
   std::unordered_map<std::uint16_t, runtime::WorkerOpHandler> handlers_;
+  /// A client's host buffer mapped here and page-locked; unpinned and unmapped when the last copy
+  /// that uses it is done.
+  struct HostMapping;
+  std::unordered_map<std::uint64_t, std::shared_ptr<HostMapping>> hosts_;
   std::unordered_map<std::uint64_t, std::shared_ptr<graph::CapturedGraph>> graphs_;
   std::optional<graph::ActorCapture> capture_;  ///< The capture in progress (dispatch thread only).
   std::uint64_t next_id_ = 1;

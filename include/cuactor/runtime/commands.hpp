@@ -19,6 +19,7 @@
 #include "cuactor/core/expected.hpp"
 #include "cuactor/gpu/module.hpp"
 #include "cuactor/runtime/gpu_ref.hpp"
+#include "cuactor/runtime/host_buffer.hpp"
 #include "cuactor/runtime/module_image.hpp"
 
 namespace cuactor::runtime {
@@ -99,14 +100,21 @@ struct HostSource {
   std::shared_ptr<const void> owner;
   const void* data = nullptr;
   std::size_t bytes = 0;
-  bool pinned = false;  ///< Page-locked: the copy is asynchronous.
+  bool pinned = false;                      ///< Page-locked: the copy is asynchronous.
+  const HostBuffer* host_buffer = nullptr;  ///< Set when the bytes are (the start of) a HostBuffer `owner` holds.
 };
 /// Host bytes a command writes; `owner` keeps them alive until the data has arrived.
 struct HostSink {
   std::shared_ptr<void> owner;
   void* data = nullptr;
   std::size_t bytes = 0;
-  bool pinned = false;  ///< Page-locked: the copy is asynchronous.
+  bool pinned = false;                      ///< Page-locked: the copy is asynchronous.
+  const HostBuffer* host_buffer = nullptr;  ///< Set when the bytes are (the start of) a HostBuffer `owner` holds.
+};
+
+/// Allocates `bytes` of page-locked host memory for copies (HostBuffer); the result is the buffer.
+struct AllocateHostCmd {
+  std::size_t bytes = 0;
 };
 
 /// Allocates `bytes` of device memory in stream order; the result is the allocation.
@@ -164,11 +172,12 @@ struct WorkerOpCmd {
 };
 
 /// One built-in operation.
-using Command =
-    std::variant<AllocateCmd, CopyToDeviceCmd, CopyToHostCmd, FillCmd, LaunchCmd, LaunchModuleCmd, WorkerOpCmd>;
-/// What a command produces: nothing, the new allocation (AllocateCmd), or a worker handler's reply
-/// bytes (WorkerOpCmd).
-using CommandResult = std::variant<std::monostate, std::shared_ptr<DeviceAllocation>, std::vector<std::byte>>;
+using Command = std::variant<AllocateCmd, CopyToDeviceCmd, CopyToHostCmd, FillCmd, LaunchCmd, LaunchModuleCmd,
+                             WorkerOpCmd, AllocateHostCmd>;
+/// What a command produces: nothing, the new allocation (AllocateCmd), a worker handler's reply
+/// bytes (WorkerOpCmd) or the new host buffer (AllocateHostCmd).
+using CommandResult = std::variant<std::monostate, std::shared_ptr<DeviceAllocation>, std::vector<std::byte>,
+                                   std::shared_ptr<HostBuffer>>;
 
 /// A FillCmd for `count` elements of `value`.
 template <class T>

@@ -190,6 +190,39 @@ class DeviceActor {
         std::forward<Token>(token));
   }
 
+  /// Allocates `bytes` of page-locked host memory for copies on this actor without staging (see
+  /// HostBuffer): pinned in-process, shared with the worker and pinned there in isolated mode.
+  template <class Token>
+  auto allocate_host(std::size_t bytes, Token&& token) {
+    return detail::initiate_command<std::shared_ptr<HostBuffer>>(
+        backend_, "allocate_host", {}, {}, AllocateHostCmd{bytes},
+        [](CommandResult&& r) -> Result<std::shared_ptr<HostBuffer>> {
+          auto* h = std::get_if<std::shared_ptr<HostBuffer>>(&r);
+          if (!h) return fail(errc::internal, "allocate_host: no host buffer in the result");
+          return std::move(*h);
+        },
+        std::forward<Token>(token));
+  }
+  /// Copies min(src->size(), dst bytes) bytes of a host buffer of this actor to `dst` as one DMA
+  /// transfer (no host copy, in isolated mode too); `src` stays alive and must not change until the
+  /// reply. Replies with dst.
+  template <class T, class Token>
+  auto copy_to_device(GpuRef<T> dst, std::shared_ptr<const HostBuffer> src, Token&& token) {
+    const HostBuffer* h = src.get();
+    HostSource source{src, h ? h->data() : nullptr, h ? std::min(h->size(), dst.size_bytes()) : 0, true, h};
+    return copy_in(std::move(dst), std::move(source), "copy_to_device(host buffer)", std::forward<Token>(token));
+  }
+  /// Copies min(src bytes, dst->size()) bytes of `src` into a host buffer of this actor as one DMA
+  /// transfer; replies with dst once the data has arrived.
+  template <class T, class Token>
+  auto copy_to_host(GpuRef<T> src, std::shared_ptr<HostBuffer> dst, Token&& token) {
+    HostBuffer* h = dst.get();
+    HostSink sink{dst, h ? h->data() : nullptr, h ? h->size() : 0, true, h};
+    return detail::initiate_command<std::shared_ptr<HostBuffer>>(
+        backend_, "copy_to_host(host buffer)", Reads{src}, {}, CopyToHostCmd{src.allocation(), std::move(sink)},
+        [dst](CommandResult&&) -> Result<std::shared_ptr<HostBuffer>> { return dst; }, std::forward<Token>(token));
+  }
+
   /// Copies pageable host data to `dst` (the data is copied at the call, so `src` may be reused at once);
   /// `src.size()` must not exceed dst.size(). Replies with dst.
   template <class T, class Token>

@@ -49,6 +49,8 @@ struct DeviceStats {
   std::uint64_t worker_restarts = 0;      ///< Worker processes replaced (isolated mode).
   std::uint64_t worker_buffers = 0;       ///< Live device buffers in the worker (isolated mode).
   std::uint64_t worker_buffer_bytes = 0;  ///< Their bytes (isolated mode).
+  std::uint64_t worker_graphs = 0;        ///< Graphs held by the worker (isolated mode).
+  std::uint64_t worker_host_buffers = 0;  ///< Host buffers the worker has mapped and pinned (isolated mode).
   std::int64_t worker_pid = -1;           ///< Current worker process (isolated mode), -1 while none runs.
 };
 

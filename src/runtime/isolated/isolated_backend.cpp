@@ -8,6 +8,7 @@
 
 #include "cuactor/core/log.hpp"
 #include "runtime/isolated/host_copy.hpp"
+#include "runtime/isolated/shm.hpp"
 
 namespace cuactor::runtime::isolated {
 
@@ -130,13 +131,23 @@ std::optional<Error> IsolatedBackend::check(const detail::OpRecord& op) const {
       if (Status s = a->access(ordinal_); !s) return s.error();
     }
   }
+  auto foreign_host = [&](const HostBuffer* h) -> std::optional<Error> {
+    if (h && h->shared_fd() < 0)
+      return Error(errc::invalid_argument,
+                   fmt::format("{} #{}: the host buffer was allocated by an in-process actor; allocate it with "
+                               "isolated device {}'s allocate_host()",
+                               op.name, op.id, ordinal_));
+    return std::nullopt;
+  };
   if (const auto* c = std::get_if<CopyToDeviceCmd>(command)) {
+    if (auto e = foreign_host(c->src.host_buffer)) return e;
     if (!c->src.owner || (!c->src.data && c->src.bytes > 0))
       return Error(errc::invalid_argument, fmt::format("{} #{}: null host buffer", op.name, op.id));
     if (c->src.bytes > c->dst->bytes())
       return Error(errc::invalid_argument, fmt::format("{} #{}: {} bytes do not fit the {}-byte destination", op.name,
                                                        op.id, c->src.bytes, c->dst->bytes()));
   } else if (const auto* h = std::get_if<CopyToHostCmd>(command)) {
+    if (auto e = foreign_host(h->dst.host_buffer)) return e;
     if (!h->dst.owner || (!h->dst.data && h->dst.bytes > 0))
       return Error(errc::invalid_argument, fmt::format("{} #{}: null host buffer", op.name, op.id));
   } else if (const auto* f = std::get_if<FillCmd>(command)) {
@@ -146,6 +157,10 @@ std::optional<Error> IsolatedBackend::check(const detail::OpRecord& op) const {
     if (f->count > f->dst->bytes() / f->element_bytes)
       return Error(errc::invalid_argument, fmt::format("fill #{}: {} elements of {} bytes exceed the {}-byte buffer",
                                                        op.id, f->count, f->element_bytes, f->dst->bytes()));
+  } else if (const auto* a = std::get_if<AllocateHostCmd>(command)) {
+    if (a->bytes == 0)
+      return Error(errc::invalid_argument,
+                   fmt::format("allocate_host #{}: 0 bytes; a host buffer needs at least 1", op.id));
   } else if (const auto* o = std::get_if<WorkerOpCmd>(command)) {
     if (o->op == 0)
       return Error(errc::invalid_argument,
@@ -324,6 +339,31 @@ bool IsolatedBackend::advance(const std::shared_ptr<Job>& job, std::vector<Send>
                                  })});
     return finish_if_idle();
   }
+  if (const auto* c = std::get_if<AllocateHostCmd>(&command)) {
+    if (!std::holds_alternative<std::shared_ptr<HostBuffer>>(job->result)) {
+      auto region = SharedRegion::create("cuactor-host-buffer", c->bytes);
+      if (!region) {
+        job->error = region.error();
+        return finish_if_idle();
+      }
+      auto storage = std::make_shared<SharedRegion>(std::move(*region));
+      std::weak_ptr<IsolatedBackend> weak = shared_from_this();
+      job->result =
+          std::make_shared<HostBuffer>(storage, storage->data(), c->bytes, storage->fd(), [weak](std::uint64_t id) {
+            if (auto self = weak.lock()) self->release_host(id);
+          });
+    }
+    // Registered with the worker before the reply, so a failure to pin shows here, not at a copy.
+    const auto& host = std::get<std::shared_ptr<HostBuffer>>(job->result);
+    if (!registered_host(*host, host, sends)) return false;
+    return finish_if_idle();
+  }
+  if (const auto* c = std::get_if<CopyToDeviceCmd>(&command); c && c->src.host_buffer)
+    return advance_host_copy(job, *c->src.host_buffer, c->src.owner, static_cast<const std::byte*>(c->src.data),
+                             *c->dst, c->src.bytes, true, sends);
+  if (const auto* c = std::get_if<CopyToHostCmd>(&command); c && c->dst.host_buffer)
+    return advance_host_copy(job, *c->dst.host_buffer, c->dst.owner, static_cast<const std::byte*>(c->dst.data),
+                             *c->src, std::min(c->src->bytes(), c->dst.bytes), false, sends);
   if (const auto* c = std::get_if<CopyToDeviceCmd>(&command)) {
     job->total = c->src.bytes;
     const auto* src = static_cast<const std::byte*>(c->src.data);
@@ -451,6 +491,77 @@ bool IsolatedBackend::advance_launch(const std::shared_ptr<Job>& job, const Laun
   return true;
 }
 
+std::optional<std::uint64_t> IsolatedBackend::registered_host(const HostBuffer& host, std::shared_ptr<const void> owner,
+                                                              std::vector<Send>& sends) {
+  auto& reg = hosts_[host.id()];
+  if (reg.generation == state_->generation() && reg.host != 0) return reg.host;
+  if (reg.registering) return std::nullopt;
+  reg.registering = true;
+  LinkRequest r;
+  r.kind = MsgKind::register_host;
+  r.payload = encode_payload(RegisterHostMsg{host.size(), 0});
+  r.name = "register_host";
+  r.fd = host.shared_fd();
+  r.fd_owner = std::move(owner);
+  r.done = [self = shared_from_this(), id = host.id()](Result<Bytes> out, std::uint64_t served) {
+    {
+      std::lock_guard lock(self->mutex_);
+      auto it = self->hosts_.find(id);
+      std::optional<Error> error;
+      if (it != self->hosts_.end()) {
+        it->second.registering = false;
+        if (out) {
+          if (auto d = HostReply::decode(*out)) {
+            it->second.host = d->host;
+            it->second.generation = served;
+          } else {
+            error = d.error();
+          }
+        } else if (out.error() != errc::worker_lost && out.error() != errc::context_poisoned) {
+          error = out.error();  // a lost worker is not the buffer's fault: register with the next one
+        }
+      }
+      if (error && !self->queue_.empty() && !self->queue_.front()->error) self->queue_.front()->error = *error;
+    }
+    self->pump();
+  };
+  sends.push_back({std::move(r)});
+  return std::nullopt;
+}
+
+bool IsolatedBackend::advance_host_copy(const std::shared_ptr<Job>& job, const HostBuffer& host,
+                                        std::shared_ptr<const void> owner, const std::byte* at,
+                                        const DeviceAllocation& device, std::size_t bytes, bool to_device,
+                                        std::vector<Send>& sends) {
+  const auto id = registered_host(host, std::move(owner), sends);
+  if (!id) return false;
+  CopyHostMsg m{device.remote_id(), 0, *id, static_cast<std::uint64_t>(at - host.data()), bytes};
+  sends.push_back({request_for(job, to_device ? MsgKind::copy_host_to_device : MsgKind::copy_device_to_host,
+                               encode_payload(m), device.generation())});
+  job->all_posted = true;
+  return true;
+}
+
+void IsolatedBackend::release_host(std::uint64_t id) noexcept {
+  try {
+    std::lock_guard lock(mutex_);
+    auto it = hosts_.find(id);
+    if (it == hosts_.end()) return;
+    if (it->second.host != 0 && it->second.generation == state_->generation() && link_) {
+      LinkRequest r;
+      r.kind = MsgKind::unregister_host;
+      r.payload = encode_payload(RegisterHostMsg{0, it->second.host});
+      r.generation = it->second.generation;  // dropped if that worker is gone
+      r.name = "unregister_host";
+      link_->post(std::move(r));
+    }
+    hosts_.erase(it);
+  } catch (const std::exception& e) {
+    log(LogLevel::error,
+        fmt::format("isolated device {}: releasing host buffer #{} failed: {}", ordinal_, id, e.what()));
+  }
+}
+
 DeviceStats IsolatedBackend::stats() const {
   DeviceStats s;
   s.device = ordinal_;
@@ -489,6 +600,8 @@ DeviceStats IsolatedBackend::stats() const {
       s.free_bytes = d->free_bytes;
       s.total_bytes = d->total_bytes;
       s.worker_buffers = d->buffers;
+      s.worker_graphs = d->graphs;
+      s.worker_host_buffers = d->host_buffers;
       s.worker_buffer_bytes = d->buffer_bytes;
     }
   }

@@ -9,7 +9,9 @@
 ///   stream sees them in that order. A request that must wait (no room in the shared region for the
 ///   next chunk of a copy, a module being loaded into a new worker) holds back the ones behind it.
 /// - Copies go through the shared region in chunks of at most a quarter of it: one host memcpy per
-///   byte (into the region before a copy to the device, out of it after a copy to the host).
+///   byte (into the region before a copy to the device, out of it after a copy to the host). Copies
+///   from and to a HostBuffer of this actor (a memfd the worker maps and pins) need no host copy: one
+///   request, one DMA transfer. A host buffer is registered with each worker at its first use there.
 /// - Buffers are DeviceAllocations naming the worker's buffer id and minted at the generation of the
 ///   worker that allocated them; the last reference frees the buffer in that worker, if it still runs.
 ///   After a worker loss every old handle answers `stale_handle`.
@@ -23,6 +25,7 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -64,6 +67,12 @@ class IsolatedBackend final : public detail::ActorBackend, public std::enable_sh
     const std::byte* stage_from = nullptr;
     std::size_t stage_bytes = 0;
   };
+  /// A host buffer's registration with a worker.
+  struct HostRegistration {
+    std::uint64_t generation = 0;  ///< Of the worker that mapped it.
+    std::uint64_t host = 0;        ///< The worker's id.
+    bool registering = false;      ///< A register_host request is on its way.
+  };
   /// A module image loaded in a worker.
   struct LoadedModule {
     std::uint64_t generation = 0;  ///< Of the worker that loaded it.
@@ -76,6 +85,16 @@ class IsolatedBackend final : public detail::ActorBackend, public std::enable_sh
   /// Moves the head job on: appends its next requests to `sends`. False while it must wait.
   bool advance(const std::shared_ptr<Job>& job, std::vector<Send>& sends, std::vector<std::shared_ptr<Job>>& done);
   bool advance_launch(const std::shared_ptr<Job>& job, const LaunchModuleCmd& cmd, std::vector<Send>& sends);
+  /// The worker's id of `host` once it is registered with the current worker; otherwise sends its
+  /// registration (once) and returns nullopt: the job waits, pump() runs again at the reply.
+  std::optional<std::uint64_t> registered_host(const HostBuffer& host, std::shared_ptr<const void> owner,
+                                               std::vector<Send>& sends);
+  /// A copy between a host buffer and a device buffer as one worker request.
+  bool advance_host_copy(const std::shared_ptr<Job>& job, const HostBuffer& host, std::shared_ptr<const void> owner,
+                         const std::byte* at, const DeviceAllocation& device, std::size_t bytes, bool to_device,
+                         std::vector<Send>& sends);
+  /// Called when a host buffer dies: releases its mapping in the current worker.
+  void release_host(std::uint64_t id) noexcept;
   /// One request of `job` (counted as outstanding); `on_ok` runs outside the lock on success.
   LinkRequest request_for(const std::shared_ptr<Job>& job, MsgKind kind, std::vector<std::byte> payload,
                           std::uint64_t generation,
@@ -97,8 +116,9 @@ class IsolatedBackend final : public detail::ActorBackend, public std::enable_sh
   mutable std::mutex mutex_;
   std::deque<std::shared_ptr<Job>> queue_;  // not fully sent yet, in order
   ShmRing ring_{0};
-  std::unordered_map<std::uint64_t, LoadedModule> modules_;  // by ModuleImage::id()
-  std::shared_ptr<AllocationOwner> owner_;                   // of the current worker generation
+  std::unordered_map<std::uint64_t, LoadedModule> modules_;    // by ModuleImage::id()
+  std::unordered_map<std::uint64_t, HostRegistration> hosts_;  // by HostBuffer::id()
+  std::shared_ptr<AllocationOwner> owner_;                     // of the current worker generation
   bool draining_ = false;
   bool again_ = false;
   bool stopping_ = false;

@@ -216,6 +216,35 @@ Result<LaunchMsg> LaunchMsg::decode(std::span<const std::byte> payload) {
   });
 }
 
+void RegisterHostMsg::encode(Writer& w) const {
+  w.put(bytes).put(host);
+}
+Result<RegisterHostMsg> RegisterHostMsg::decode(std::span<const std::byte> payload) {
+  return decode_with<RegisterHostMsg>(payload, "register_host message", [](Reader& r, RegisterHostMsg& m) {
+    m.bytes = r.get<std::uint64_t>("bytes");
+    m.host = r.get<std::uint64_t>("host");
+  });
+}
+void HostReply::encode(Writer& w) const {
+  w.put(host);
+}
+Result<HostReply> HostReply::decode(std::span<const std::byte> payload) {
+  return decode_with<HostReply>(payload, "register_host reply",
+                                [](Reader& r, HostReply& m) { m.host = r.get<std::uint64_t>("host"); });
+}
+void CopyHostMsg::encode(Writer& w) const {
+  w.put(buffer).put(buffer_offset).put(host).put(host_offset).put(bytes);
+}
+Result<CopyHostMsg> CopyHostMsg::decode(std::span<const std::byte> payload) {
+  return decode_with<CopyHostMsg>(payload, "host buffer copy request", [](Reader& r, CopyHostMsg& m) {
+    m.buffer = r.get<std::uint64_t>("buffer");
+    m.buffer_offset = r.get<std::uint64_t>("buffer_offset");
+    m.host = r.get<std::uint64_t>("host");
+    m.host_offset = r.get<std::uint64_t>("host_offset");
+    m.bytes = r.get<std::uint64_t>("bytes");
+  });
+}
+
 void WorkerOpMsg::encode(Writer& w) const {
   w.put(op).put_bytes(payload).put(static_cast<std::uint32_t>(buffers.size()));
   for (const auto& b : buffers) w.put(b.buffer).put_bool(b.written);
@@ -236,13 +265,20 @@ Result<WorkerOpMsg> WorkerOpMsg::decode(std::span<const std::byte> payload) {
 }
 
 void StatsReply::encode(Writer& w) const {
-  w.put(free_bytes).put(total_bytes).put(buffers).put(buffer_bytes).put(modules).put(graphs).put(in_flight);
+  w.put(free_bytes)
+      .put(total_bytes)
+      .put(buffers)
+      .put(buffer_bytes)
+      .put(modules)
+      .put(graphs)
+      .put(host_buffers)
+      .put(in_flight);
   w.put(completed).put(failed);
 }
 Result<StatsReply> StatsReply::decode(std::span<const std::byte> payload) {
   return decode_with<StatsReply>(payload, "stats reply", [](Reader& r, StatsReply& m) {
-    for (auto* f : {&m.free_bytes, &m.total_bytes, &m.buffers, &m.buffer_bytes, &m.modules, &m.graphs, &m.in_flight,
-                    &m.completed, &m.failed})
+    for (auto* f : {&m.free_bytes, &m.total_bytes, &m.buffers, &m.buffer_bytes, &m.modules, &m.graphs, &m.host_buffers,
+                    &m.in_flight, &m.completed, &m.failed})
       *f = r.get<std::uint64_t>("stats field");
   });
 }

@@ -135,6 +135,32 @@ struct LaunchMsg {
   static Result<LaunchMsg> decode(std::span<const std::byte> payload);
 };
 
+/// register_host: `bytes` of the memfd attached to the message, for the worker to map and page-lock.
+/// Reply: HostReply. unregister_host (request id 0, no reply) names the host id in `host`.
+struct RegisterHostMsg {
+  std::uint64_t bytes = 0;
+  std::uint64_t host = 0;  ///< unregister_host: the id to release.
+  void encode(Writer& w) const;
+  static Result<RegisterHostMsg> decode(std::span<const std::byte> payload);
+};
+/// Result of register_host: the worker's id of the mapping.
+struct HostReply {
+  std::uint64_t host = 0;
+  void encode(Writer& w) const;
+  static Result<HostReply> decode(std::span<const std::byte> payload);
+};
+/// copy_host_to_device / copy_device_to_host: `bytes` between buffer `buffer` at `buffer_offset` and
+/// registered host buffer `host` at `host_offset`, as one DMA transfer.
+struct CopyHostMsg {
+  std::uint64_t buffer = 0;
+  std::uint64_t buffer_offset = 0;
+  std::uint64_t host = 0;
+  std::uint64_t host_offset = 0;
+  std::uint64_t bytes = 0;
+  void encode(Writer& w) const;
+  static Result<CopyHostMsg> decode(std::span<const std::byte> payload);
+};
+
 /// Most buffer operands of one worker operation.
 inline constexpr std::uint32_t kMaxWorkerOpBuffers = 64;
 
@@ -161,6 +187,7 @@ struct StatsReply {
   std::uint64_t buffer_bytes = 0;  ///< Their bytes.
   std::uint64_t modules = 0;
   std::uint64_t graphs = 0;
+  std::uint64_t host_buffers = 0;  ///< Registered host buffers.
   std::uint64_t in_flight = 0;
   std::uint64_t completed = 0;
   std::uint64_t failed = 0;

@@ -50,6 +50,14 @@ std::string kind_name(std::uint16_t kind) {
       return "echo";
     case MsgKind::worker_op:
       return "worker_op";
+    case MsgKind::register_host:
+      return "register_host";
+    case MsgKind::copy_host_to_device:
+      return "copy_host_to_device";
+    case MsgKind::copy_device_to_host:
+      return "copy_device_to_host";
+    case MsgKind::unregister_host:
+      return "unregister_host";
   }
   return fmt::format("kind {}", kind);
 }

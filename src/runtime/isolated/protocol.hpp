@@ -54,8 +54,12 @@ enum class MsgKind : std::uint16_t {
   launch = 22,
   // 23-28 were reserved for GEMM and capture in version 1 and never used: those travel as worker_op.
   stats = 29,
-  echo = 30,       ///< Test and health check: the worker replies with the payload unchanged.
-  worker_op = 31,  ///< A request for a handler registered in the worker (runtime/worker_op.hpp).
+  echo = 30,                 ///< Test and health check: the worker replies with the payload unchanged.
+  worker_op = 31,            ///< A request for a handler registered in the worker (runtime/worker_op.hpp).
+  register_host = 32,        ///< A host buffer's memfd (attached descriptor) for the worker to map and pin.
+  copy_host_to_device = 33,  ///< A copy from a registered host buffer, no staging.
+  copy_device_to_host = 34,  ///< A copy into a registered host buffer, no staging.
+  unregister_host = 35,      ///< Release a registered host buffer (no reply).
 };
 /// Name of a kind for messages, e.g. "copy_to_device"; "kind 999" for unknown values.
 std::string kind_name(std::uint16_t kind);

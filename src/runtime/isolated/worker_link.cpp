@@ -95,6 +95,8 @@ struct WorkerLink::Impl {
       const std::uint64_t id = r.done ? next_id++ : 0;  // id 0: no reply expected (free)
       const auto kind = r.kind;
       auto payload = std::move(r.payload);
+      const int fd = r.fd;
+      const auto fd_owner = r.fd_owner;
       if (id != 0) {
         const auto deadline = Clock::now() + r.deadline.value_or(options.deadline);
         in_flight.emplace(id, InFlight{std::move(r), deadline});
@@ -104,7 +106,7 @@ struct WorkerLink::Impl {
       run_all(completions);
       // A failed send closes the channel; the reader reports the loss and the supervisor fails this
       // request with the others in flight.
-      (void)w->channel().send(kind, id, payload);
+      (void)(fd >= 0 ? w->channel().send(kind, id, payload, fd) : w->channel().send(kind, id, payload));
       lock.lock();
       supervisor_cv.notify_all();  // a new deadline may be the earliest
     }

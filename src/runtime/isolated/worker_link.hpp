@@ -53,6 +53,8 @@ struct LinkRequest {
   std::optional<std::chrono::milliseconds> deadline;  ///< Overrides LinkOptions::deadline.
   ReplyHandler done;                                  ///< Runs exactly once (null: fire and forget).
   std::string name;                                   ///< For messages, e.g. "copy_to_device".
+  int fd = -1;                                        ///< A descriptor sent with the message (register_host), or -1.
+  std::shared_ptr<const void> fd_owner;               ///< Keeps `fd` open until the message was sent.
 };
 
 /// Configuration of a WorkerLink.
