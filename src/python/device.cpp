@@ -77,7 +77,10 @@ class PyGpuRef {
     // A view, never a copy: the default policy makes nanobind copy the export, which fails for an array
     // of no framework ("'PyCapsule' object has no attribute 'copy'", seen on the H100). `owner` keeps
     // the buffer alive for as long as the consumer holds the capsule.
-    return nb::cast(nd, nb::rv_policy::reference).attr("__dlpack__")();
+    nb::object exported = nb::cast(nd, nb::rv_policy::reference);
+    // nanobind exports an ndarray of no framework as the DLPack capsule itself (seen on the H100).
+    if (PyCapsule_CheckExact(exported.ptr())) return exported;
+    return exported.attr("__dlpack__")();
   }
 
  private:

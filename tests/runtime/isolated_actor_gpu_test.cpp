@@ -161,8 +161,13 @@ TEST_F(IsolatedActorGpu, HostBuffersCopyWithoutStagingAndSurviveAWorkerLoss) {
   ASSERT_FALSE(e4) << e4.message();
   EXPECT_EQ(out->as<float>()[7], 42.0f);
   EXPECT_EQ(0, std::memcmp(in->data(), out->data(), n * sizeof(float)));
+  // The last reference releases the worker's mapping (the copy replies hold `out` too).
   in.reset();
+  for (int i = 0; i < 100 && actor_->stats().worker_host_buffers != 1; ++i) std::this_thread::sleep_for(10ms);
+  EXPECT_EQ(actor_->stats().worker_host_buffers, 1u);
   out.reset();
+  o2.reset();
+  o4.reset();
   for (int i = 0; i < 100 && actor_->stats().worker_host_buffers != 0; ++i) std::this_thread::sleep_for(10ms);
   EXPECT_EQ(actor_->stats().worker_host_buffers, 0u);
 }
