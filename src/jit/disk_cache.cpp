@@ -192,6 +192,26 @@ Result<Artifact> decode_entry(std::span<const std::byte> bytes) {
   return a;
 }
 
+Result<std::shared_ptr<const runtime::ModuleImage>> module_image(DiskCache& cache, const Digest& key) {
+  auto entry = cache.load(key);
+  if (!entry) return fail(entry.error());
+  if (!*entry)
+    return fail(
+        errc::invalid_argument,
+        fmt::format("module_image: the JIT cache has no entry {} (warm it first: cuactor jit warm)", key.hex()));
+  Artifact& a = **entry;
+  switch (a.kind) {
+    case ArtifactKind::cubin:
+      return runtime::ModuleImage::from_bytes(std::move(a.payload));
+    case ArtifactKind::ptx:
+      return runtime::ModuleImage::from_ptx(
+          std::string_view(reinterpret_cast<const char*>(a.payload.data()), a.payload.size()));
+    default:
+      return fail(errc::unsupported, fmt::format("module_image: entry {} is a {}, not device code (cubin or PTX)",
+                                                 key.hex(), name(a.kind)));
+  }
+}
+
 Result<fs::path> default_cache_directory() {
   auto root = cache_root();
   if (!root) return fail(root.error());

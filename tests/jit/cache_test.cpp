@@ -67,6 +67,26 @@ TEST(JitDiskCache, MissThenStoreThenHit) {
   EXPECT_EQ(files, 1);
 }
 
+TEST(JitDiskCache, EntriesOfDeviceCodeBecomeModuleImagesForLaunchesByKey) {
+  TempDir dir;
+  CUACTOR_ASSERT_OK_AND_ASSIGN(cache, DiskCache::open({dir.path(), 1 << 20}));
+  Artifact cubin = make_artifact(512, 3);
+  const char elf[] = {0x7f, 'E', 'L', 'F'};  // a binary image is kept byte for byte (PTX gets a NUL)
+  for (int i = 0; i < 4; ++i) cubin.payload[static_cast<std::size_t>(i)] = static_cast<std::byte>(elf[i]);
+  CUACTOR_ASSERT_OK(cache.store(key_of("cubin"), cubin));
+  CUACTOR_ASSERT_OK_AND_ASSIGN(image, module_image(cache, key_of("cubin")));
+  EXPECT_TRUE(std::equal(image->bytes().begin(), image->bytes().end(), cubin.payload.begin(), cubin.payload.end()));
+  Artifact so = make_artifact(64, 4);
+  so.kind = ArtifactKind::shared_object;
+  CUACTOR_ASSERT_OK(cache.store(key_of("so"), so));
+  auto host = module_image(cache, key_of("so"));
+  ASSERT_FALSE(host.has_value());
+  EXPECT_EQ(host.error().code(), make_error_code(errc::unsupported));
+  auto missing = module_image(cache, key_of("nothing"));
+  ASSERT_FALSE(missing.has_value());
+  EXPECT_NE(missing.error().message().find(key_of("nothing").hex()), std::string::npos);
+}
+
 TEST(JitDiskCache, TruncatedEntryIsDetectedRemovedAndRebuilt) {
   TempDir dir;
   CUACTOR_ASSERT_OK_AND_ASSIGN(cache, DiskCache::open({dir.path(), 1 << 20}));

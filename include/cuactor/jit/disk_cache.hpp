@@ -24,6 +24,7 @@
 
 #include "cuactor/core/expected.hpp"
 #include "cuactor/jit/hash.hpp"
+#include "cuactor/runtime/module_image.hpp"
 
 namespace cuactor::jit {
 
@@ -44,6 +45,13 @@ struct Artifact {
   std::string metadata;
   std::vector<std::byte> payload;
 };
+
+class DiskCache;
+
+/// The module image of cache entry `key` (a cubin or PTX artifact), for DeviceActor::launch(module,
+/// ...) in-process or in an isolated worker ([R10]: launches by JIT key): `invalid_argument` naming the
+/// key when the cache has no such entry, `unsupported` for a shared-object artifact (host code).
+Result<std::shared_ptr<const runtime::ModuleImage>> module_image(DiskCache& cache, const Digest& key);
 
 /// The default cache directory: cuactor::cache_root() / "jit" (cache_root's error when it has none).
 Result<std::filesystem::path> default_cache_directory();
