@@ -31,7 +31,10 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   (void)iso::LoadModuleMsg::decode(bytes);
   (void)iso::ModuleReply::decode(bytes);
   (void)iso::LaunchMsg::decode(bytes);
-  (void)iso::GraphMsg::decode(bytes);
+  (void)iso::WorkerOpMsg::decode(bytes);
+  (void)iso::RegisterHostMsg::decode(bytes);
+  (void)iso::HostReply::decode(bytes);
+  (void)iso::CopyHostMsg::decode(bytes);
   (void)iso::StatsReply::decode(bytes);
   return 0;
 }
