@@ -19,27 +19,6 @@ using runtime::OpContext;
 
 namespace {
 
-/// Runs `fn(OpContext&) -> Status` as an actor operation and calls `done(Result<void>)` once the work
-/// finished, keeping the function's own error message (the completion only carries the code).
-template <class Fn, class Done>
-void submit_status(runtime::DeviceActor& actor, runtime::Reads reads, runtime::Writes writes, Fn fn, Done done) {
-  auto detail = std::make_shared<std::optional<Error>>();
-  actor.submit<std::monostate>(
-      std::move(reads), std::move(writes),
-      [fn = std::move(fn), detail](OpContext& ctx) -> Result<std::monostate> {
-        if (Status s = fn(ctx); !s) {
-          *detail = s.error();
-          return fail(s.error());
-        }
-        return std::monostate{};
-      },
-      [detail, done = std::move(done)](std::error_code ec, std::monostate) mutable {
-        if (!ec) return done(ok());
-        if (*detail && (*detail)->code() == ec) return done(fail(**detail));
-        done(fail(Error(ec, "the device work of the request failed")));
-      });
-}
-
 /// Runs `fn(OpContext&) -> Result<Bytes>` as an actor operation and calls `done(Result<Bytes>)` once
 /// the work finished, keeping the function's own error message.
 template <class Fn, class Done>
@@ -56,6 +35,20 @@ void submit_bytes(runtime::DeviceActor& actor, runtime::Reads reads, runtime::Wr
         if (!ec) return done(Result<std::vector<std::byte>>(std::move(out)));
         if (*detail && (*detail)->code() == ec) return done(fail(**detail));
         done(fail(Error(ec, "the device work of the request failed")));
+      });
+}
+
+/// submit_bytes() for `fn(OpContext&) -> Status`; `done(Status)`.
+template <class Fn, class Done>
+void submit_status(runtime::DeviceActor& actor, runtime::Reads reads, runtime::Writes writes, Fn fn, Done done) {
+  submit_bytes(
+      actor, std::move(reads), std::move(writes),
+      [fn = std::move(fn)](OpContext& ctx) -> Result<std::vector<std::byte>> {
+        if (Status s = fn(ctx); !s) return fail(s.error());
+        return std::vector<std::byte>{};
+      },
+      [done = std::move(done)](Result<std::vector<std::byte>> out) mutable {
+        done(out ? ok() : Status(fail(std::move(out.error()))));
       });
 }
 
@@ -204,15 +197,22 @@ void Server::copy(std::uint64_t id, const iso::CopyMsg& m, bool to_device) {
   if (!ref) return reply(id, fail(ref.error()));
   auto host = shm_.slice(m.shm_offset, m.bytes);
   if (!host) return reply(id, fail(host.error()));
+  enqueue_copy(id, *ref, m.buffer_offset, *host, nullptr, to_device);
+}
+
+void Server::enqueue_copy(std::uint64_t id, GpuRef<std::byte> ref, std::uint64_t offset, std::span<std::byte> host,
+                          std::shared_ptr<const void> keep, bool to_device) {
   runtime::Reads reads;
   runtime::Writes writes;
-  to_device ? (void)writes.add(*ref) : (void)reads.add(*ref);
+  to_device ? (void)writes.add(ref) : (void)reads.add(ref);
   submit_status(
       actor_, std::move(reads), std::move(writes),
-      [ref = *ref, host = *host, offset = m.buffer_offset, to_device](OpContext& ctx) -> Status {
+      [ref, host, offset, keep = std::move(keep), to_device](OpContext& ctx) -> Status {
         auto* device = static_cast<std::byte*>(ref.allocation()->data()) + offset;
-        return to_device ? gpu::copy_async(device, host.data(), host.size(), ctx.stream())
-                         : gpu::copy_async(host.data(), device, host.size(), ctx.stream());
+        CUACTOR_TRY(to_device ? gpu::copy_async(device, host.data(), host.size(), ctx.stream())
+                              : gpu::copy_async(host.data(), device, host.size(), ctx.stream()));
+        if (keep) ctx.keep_alive(keep);  // e.g. a host mapping: pinned until the copy completed
+        return ok();
       },
       [this, id](Status s) { reply(id, s ? Result<Bytes>(Bytes{}) : fail(s.error())); });
 }
@@ -327,19 +327,7 @@ void Server::copy_host(std::uint64_t id, const iso::CopyHostMsg& m, bool to_devi
   if (!host) return reply(id, fail(host.error()));
   auto ref = buffer(m.buffer, m.buffer_offset, m.bytes, what);
   if (!ref) return reply(id, fail(ref.error()));
-  runtime::Reads reads;
-  runtime::Writes writes;
-  to_device ? (void)writes.add(*ref) : (void)reads.add(*ref);
-  submit_status(
-      actor_, std::move(reads), std::move(writes),
-      [ref = *ref, host = *host, mapping, offset = m.buffer_offset, to_device](OpContext& ctx) -> Status {
-        auto* device = static_cast<std::byte*>(ref.allocation()->data()) + offset;
-        CUACTOR_TRY(to_device ? gpu::copy_async(device, host.data(), host.size(), ctx.stream())
-                              : gpu::copy_async(host.data(), device, host.size(), ctx.stream()));
-        ctx.keep_alive(mapping);  // pinned and mapped until the copy completed (or its graph is gone)
-        return ok();
-      },
-      [this, id](Status s) { reply(id, s ? Result<Bytes>(Bytes{}) : fail(s.error())); });
+  enqueue_copy(id, *ref, m.buffer_offset, *host, mapping, to_device);
 }
 
 void Server::worker_op(std::uint64_t id, iso::WorkerOpMsg& m) {

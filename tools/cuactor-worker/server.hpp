@@ -14,6 +14,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <unordered_map>
 
 #include "cuactor/gpu/module.hpp"
@@ -54,6 +55,10 @@ class Server {
   void launch(std::uint64_t id, const runtime::isolated::LaunchMsg& m);
   void register_host(std::uint64_t id, const runtime::isolated::RegisterHostMsg& m, runtime::isolated::UniqueFd fd);
   void copy_host(std::uint64_t id, const runtime::isolated::CopyHostMsg& m, bool to_device);
+  /// Copies between `host` and buffer `ref` at `offset` on the actor's stream and replies; `keep`
+  /// (may be null) lives until the copy completed.
+  void enqueue_copy(std::uint64_t id, runtime::GpuRef<std::byte> ref, std::uint64_t offset, std::span<std::byte> host,
+                    std::shared_ptr<const void> keep, bool to_device);
   void worker_op(std::uint64_t id, runtime::isolated::WorkerOpMsg& m);
   /// Capture and replay of graphs held here (the graph layer's worker operations).
   void graph_op(std::uint64_t id, const runtime::isolated::WorkerOpMsg& m);

@@ -96,6 +96,24 @@ GemmProblem dense_problem(const DenseGemmShape& shape) {
   return p;
 }
 
+/// The leading dimensions, batch strides and scalars of a typed request (no pointers: those are
+/// known only where the work runs).
+template <class TA, class TB, class TD>
+GemmOperands dense_scalars(const DenseGemmOperands<TA, TB, TD>& ops) {
+  GemmOperands o;
+  o.lda = ops.lda;
+  o.ldb = ops.ldb;
+  o.ldc = ops.ldc;
+  o.ldd = ops.ldd;
+  o.batch_stride_a = ops.batch_stride_a;
+  o.batch_stride_b = ops.batch_stride_b;
+  o.batch_stride_c = ops.batch_stride_c;
+  o.batch_stride_d = ops.batch_stride_d;
+  o.alpha = ops.alpha;
+  o.beta = ops.beta;
+  return o;
+}
+
 /// The untyped operands (raw device pointers, null for empty refs) of a typed request; call it on
 /// the actor's thread, after submit validated the refs.
 template <class TA, class TB, class TD>
@@ -109,21 +127,11 @@ Result<GemmOperands> dense_operands(const DenseGemmOperands<TA, TB, TD>& ops) {
     if (!*r) return fail(r->error());
   auto d = ops.d.raw_device_ptr();
   if (!d) return fail(d.error());
-  GemmOperands o;
+  GemmOperands o = dense_scalars(ops);
   o.a = *a;
   o.b = *b;
   o.c = *c;
   o.d = *d;
-  o.lda = ops.lda;
-  o.ldb = ops.ldb;
-  o.ldc = ops.ldc;
-  o.ldd = ops.ldd;
-  o.batch_stride_a = ops.batch_stride_a;
-  o.batch_stride_b = ops.batch_stride_b;
-  o.batch_stride_c = ops.batch_stride_c;
-  o.batch_stride_d = ops.batch_stride_d;
-  o.alpha = ops.alpha;
-  o.beta = ops.beta;
   o.scale_a = static_cast<const float*>(*sa);
   o.scale_b = static_cast<const float*>(*sb);
   return o;
@@ -138,15 +146,6 @@ runtime::Reads dense_reads(const DenseGemmOperands<TA, TB, TD>& ops) {
   if (!ops.scale_a.empty()) reads.add(ops.scale_a);
   if (!ops.scale_b.empty()) reads.add(ops.scale_b);
   return reads;
-}
-
-/// Reads a token written by put_token() and parses it with `parse`; rejects unknown tokens naming `field`.
-template <class Parse>
-auto get_token(runtime::wire::Reader& r, std::string_view field, Parse parse) -> decltype(parse(std::string_view{})) {
-  const std::string token = r.get_string(field);
-  auto v = parse(token);
-  if (r.good() && !v) r.reject(fmt::format("field '{}' is '{}', not a known value", field, token));
-  return v;
 }
 
 /// The element types, layouts and scalars of a dense request, as both its forms use them: the
@@ -181,9 +180,9 @@ struct DenseRequest {
     p.k = r.get_i64("k");
     p.batch = r.get_i64("batch");
     DType* types[] = {&p.a, &p.b, &p.c, &p.d};
-    for (DType* t : types) *t = get_token(r, "dtype", parse_dtype).value_or(DType::bf16);
+    for (DType* t : types) *t = r.get_parsed("dtype", parse_dtype).value_or(DType::bf16);
     MatrixLayout* layouts[] = {&p.layout_a, &p.layout_b, &p.layout_c};
-    for (MatrixLayout* l : layouts) *l = get_token(r, "layout", parse_layout).value_or(MatrixLayout::row);
+    for (MatrixLayout* l : layouts) *l = r.get_parsed("layout", parse_layout).value_or(MatrixLayout::row);
     p.epilogue =
         is_low_precision_float(p.a) ? GemmEpilogue::scaled_linear_combination : GemmEpilogue::linear_combination;
     if (const std::string sku = r.get_string("sku_override"); r.good() && !sku.empty()) {
@@ -285,17 +284,7 @@ auto async_dense_gemm(runtime::DeviceActor& actor, GemmPlanCache& plans, DenseGe
   detail::DenseRequest q;
   q.problem = detail::dense_problem<TA, TB, TD>(shape);
   q.sku_override = shape.sku_override;
-  GemmOperands& o = q.operands;
-  o.lda = ops.lda;
-  o.ldb = ops.ldb;
-  o.ldc = ops.ldc;
-  o.ldd = ops.ldd;
-  o.batch_stride_a = ops.batch_stride_a;
-  o.batch_stride_b = ops.batch_stride_b;
-  o.batch_stride_c = ops.batch_stride_c;
-  o.batch_stride_d = ops.batch_stride_d;
-  o.alpha = ops.alpha;
-  o.beta = ops.beta;
+  q.operands = detail::dense_scalars(ops);
   q.c_is_d = !ops.c.empty() && ops.c.allocation() == ops.d.allocation();
   q.has_c = !ops.c.empty() && !q.c_is_d;
   q.has_scale_a = !ops.scale_a.empty();

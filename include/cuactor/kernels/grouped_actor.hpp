@@ -142,20 +142,16 @@ struct GroupedRequest {
     constexpr std::uint32_t max_groups = 1u << 20;
     runtime::wire::Reader r(payload, "grouped_gemm worker operation");
     GroupedRequest q;
-    auto token = [&](std::string_view field) { return r.get_string(field); };
-    const auto a = parse_dtype(token("a")), b = parse_dtype(token("b")), d = parse_dtype(token("d"));
-    const auto layout = parse_layout(token("layout_b"));
-    if (r.good() && (!a || !b || !d || !layout)) r.reject("grouped_gemm worker operation: unknown dtype or layout");
-    q.spec.a = a.value_or(DType::bf16);
-    q.spec.b = b.value_or(DType::bf16);
-    q.spec.d = d.value_or(DType::bf16);
-    q.spec.layout_b = layout.value_or(MatrixLayout::col);
+    q.spec.a = r.get_parsed("a", parse_dtype).value_or(DType::bf16);
+    q.spec.b = r.get_parsed("b", parse_dtype).value_or(DType::bf16);
+    q.spec.d = r.get_parsed("d", parse_dtype).value_or(DType::bf16);
+    q.spec.layout_b = r.get_parsed("layout_b", parse_layout).value_or(MatrixLayout::col);
     q.spec.sm_count = r.get_i32("sm_count");
     q.spec.arch.major = r.get_i32("arch major");
     q.spec.arch.minor = r.get_i32("arch minor");
     q.spec.arch.arch_specific = r.get_bool("arch specific");
     q.spec.rows_per_group_hint = r.get_i32("rows_per_group_hint");
-    if (const std::string sku = token("sku_override"); r.good() && !sku.empty()) {
+    if (const std::string sku = r.get_string("sku_override"); r.good() && !sku.empty()) {
       auto parsed = GemmSku::parse(sku);
       if (!parsed) return fail(parsed.error());
       q.spec.sku_override = *parsed;
@@ -267,6 +263,20 @@ inline Result<std::vector<std::byte>> handle_grouped_worker_op(OpContext& ctx, G
   return std::vector<std::byte>{};
 }
 
+/// The request of `spec` on `ops` with `scalars` (rows or device sizing are set by the caller).
+template <class TA, class TD>
+GroupedRequest grouped_request(const GroupedGemmSpec& spec, const PackedGroupedOperands<TA, TD>& ops,
+                               const GroupedScalars& scalars) {
+  GroupedRequest q;
+  q.spec = spec;
+  q.n = ops.n;
+  q.k = ops.k;
+  q.alpha = scalars.alpha;
+  q.beta = scalars.beta;
+  q.raw_scales = scalars.scale_a || scalars.scale_b;
+  return q;
+}
+
 /// The worker form of a grouped request on `ops` (and `offsets` when device-sized).
 template <class TA, class TD>
 runtime::WorkerOpCmd grouped_worker_op(const GroupedRequest& q, const PackedGroupedOperands<TA, TD>& ops,
@@ -293,13 +303,7 @@ template <class TA, class TD, class Token>
 auto async_grouped_gemm(DeviceActor& actor, GroupedPlanCache& plans, GroupedGemmSpec spec,
                         PackedGroupedOperands<TA, TD> ops, std::vector<int> rows, GroupedScalars scalars,
                         Token&& token) {
-  detail::GroupedRequest q;
-  q.spec = spec;
-  q.n = ops.n;
-  q.k = ops.k;
-  q.alpha = scalars.alpha;
-  q.beta = scalars.beta;
-  q.raw_scales = scalars.scale_a || scalars.scale_b;
+  detail::GroupedRequest q = detail::grouped_request(spec, ops, scalars);
   q.rows = std::move(rows);
   auto worker = detail::grouped_worker_op(q, ops, nullptr);
   return actor.template submit_portable<GpuRef<TD>>(
@@ -322,13 +326,7 @@ template <class TA, class TD, class Token>
 auto async_grouped_gemm_device_sized(DeviceActor& actor, GroupedPlanCache& plans, GroupedGemmSpec spec,
                                      PackedGroupedOperands<TA, TD> ops, GpuRef<std::int32_t> offsets,
                                      std::int64_t capacity_rows, GroupedScalars scalars, Token&& token) {
-  detail::GroupedRequest q;
-  q.spec = spec;
-  q.n = ops.n;
-  q.k = ops.k;
-  q.alpha = scalars.alpha;
-  q.beta = scalars.beta;
-  q.raw_scales = scalars.scale_a || scalars.scale_b;
+  detail::GroupedRequest q = detail::grouped_request(spec, ops, scalars);
   q.device_sized = true;
   q.capacity_rows = capacity_rows;
   auto worker = detail::grouped_worker_op(q, ops, &offsets);

@@ -77,6 +77,16 @@ class Reader {
   std::span<const std::byte> get_bytes(std::string_view field);
   /// Reads a u32 length and that many characters.
   std::string get_string(std::string_view field);
+  /// Reads a string token and returns `parse(token)` (an optional); a token `parse` does not know is
+  /// an error naming `field` and the token.
+  template <class Parse>
+  auto get_parsed(std::string_view field, Parse parse) -> decltype(parse(std::string_view{})) {
+    const std::string token = get_string(field);
+    auto value = parse(token);
+    if (good() && !value)
+      reject(std::string(what_) + ": field '" + std::string(field) + "' is '" + token + "', not a known value");
+    return value;
+  }
   /// Reads a u32 count that must not exceed `max` (guards later allocations).
   std::uint32_t get_count(std::string_view field, std::uint32_t max);
   /// Records an error found by the caller's own check (first error wins).
