@@ -284,7 +284,7 @@ void BM_ActorThroughput(benchmark::State& state) {
   const int threads = static_cast<int>(state.range(0));
   constexpr int per_thread_ops = 50000;
   std::int64_t total_ops = 0;
-  const std::uint64_t dispatch_before = f->actor.stats().dispatch_ns;
+  const auto before = f->actor.stats();
   for (auto _ : state) {
     std::atomic<int> replies{0}, errors{0}, submitted{0};
     std::vector<std::thread> submitters;
@@ -314,8 +314,11 @@ void BM_ActorThroughput(benchmark::State& state) {
   }
   state.SetItemsProcessed(total_ops);
   // The actor thread's share of each operation: validation, leases, the launch itself, batching.
+  const auto after = f->actor.stats();
   state.counters["dispatch_us_per_op"] =
-      static_cast<double>(f->actor.stats().dispatch_ns - dispatch_before) / 1e3 / static_cast<double>(total_ops);
+      static_cast<double>(after.dispatch_ns - before.dispatch_ns) / 1e3 / static_cast<double>(total_ops);
+  state.counters["ops_per_batch"] = static_cast<double>(after.completed - before.completed) /
+                                    static_cast<double>(std::max<std::uint64_t>(1, after.batches - before.batches));
 }
 BENCHMARK(BM_ActorThroughput)
     ->Args({1, 0})

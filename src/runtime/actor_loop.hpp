@@ -82,10 +82,11 @@ class ActorLoop final : public ActorBackend, private OpServices, private Recover
   bool stopping_ = false;
   bool sleeping_ = false;
   std::optional<Error> poison_report_;  // from the poller
-  std::atomic<std::size_t> queued_{0};   // mirror of the mailbox size for the lock-free spin
+  std::atomic<std::size_t> queued_{0};  // mirror of the mailbox size for the lock-free spin
   std::atomic<bool> wants_slots_{false};
   std::atomic<std::uint64_t> rejected_full_{0};
   std::atomic<std::uint64_t> dispatch_ns_{0};  // time spent in process()
+  std::atomic<std::uint64_t> batches_{0};      // completion markers enqueued
 
   // Actor thread (stats() reads memory under context_mutex_).
   mutable std::shared_mutex context_mutex_;

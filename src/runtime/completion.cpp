@@ -9,10 +9,7 @@
 #include "cuactor/core/log.hpp"
 #include "cuactor/gpu/check.hpp"
 #include "runtime/incarnation.hpp"
-
-#if defined(__x86_64__) || defined(__i386__)
-#include <immintrin.h>
-#endif
+#include "runtime/spin.hpp"
 
 namespace cuactor::runtime::detail {
 namespace {
@@ -20,14 +17,6 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 constexpr std::size_t kWordBytes = 4096;
-
-inline void cpu_relax() noexcept {
-#if defined(__x86_64__) || defined(__i386__)
-  _mm_pause();
-#else
-  std::this_thread::yield();
-#endif
-}
 
 /// True when `seq` was reached by `observed` (serial-number arithmetic: the words wrap).
 inline bool reached(std::uint32_t observed, std::uint32_t seq) noexcept {
@@ -202,8 +191,7 @@ bool Completion::check_poisoned(Clock::time_point now) {
   std::shared_ptr<Incarnation> inc;
   {
     std::lock_guard lock(mutex_);
-    if (halted_ || batches_.empty() || now - batches_.front().submitted < watchdog_ ||
-        now - last_watchdog_ < watchdog_)
+    if (halted_ || batches_.empty() || now - batches_.front().submitted < watchdog_ || now - last_watchdog_ < watchdog_)
       return false;
     last_watchdog_ = now;
     inc = inc_;

@@ -44,6 +44,7 @@ std::string to_json(const DeviceStats& s) {
   j["poisonings"] = s.poisonings;
   j["rejected_full"] = s.rejected_full;
   j["dispatch_ns"] = s.dispatch_ns;
+  j["batches"] = s.batches;
   j["worker_buffers"] = s.worker_buffers;
   j["worker_buffer_bytes"] = s.worker_buffer_bytes;
   j["worker_graphs"] = s.worker_graphs;

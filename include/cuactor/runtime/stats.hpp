@@ -46,6 +46,7 @@ struct DeviceStats {
   std::uint64_t poisonings = 0;                               ///< Poisonings detected since start.
   std::uint64_t rejected_full = 0;                            ///< Requests answered `queue_full`.
   std::uint64_t dispatch_ns = 0;  ///< Time the actor's thread spent validating and enqueueing requests (in-process).
+  std::uint64_t batches = 0;  ///< Completion markers enqueued (in-process): operations per batch = completed / batches.
   std::uint64_t worker_restarts = 0;      ///< Worker processes replaced (isolated mode).
   std::uint64_t worker_buffers = 0;       ///< Live device buffers in the worker (isolated mode).
   std::uint64_t worker_buffer_bytes = 0;  ///< Their bytes (isolated mode).

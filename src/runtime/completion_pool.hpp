@@ -1,0 +1,85 @@
+/// @file
+/// The runtime's completion pool (internal): threads that run reply handlers without an executor of
+/// their own, and the Asio executor that targets them.
+///
+/// Why not an io_context: its threads, spinning on poll() for low latency, take the scheduler's mutex
+/// on every poll, and the completion poller that hands a reply over has to win that mutex against
+/// them. Here a spinning thread only reads an atomic count; the mutex is taken once per hand-off.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstddef>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+namespace cuactor::runtime::detail {
+
+/// A fixed set of threads running posted functions in FIFO order. Each thread spins for `spin` after
+/// its last function (a hand-off under load then costs no futex wake-up) before it sleeps.
+class CompletionPool {
+ public:
+  /// Starts `threads` threads.
+  CompletionPool(int threads, std::chrono::microseconds spin);
+  /// Runs what is queued, then joins the threads.
+  ~CompletionPool();
+  CompletionPool(const CompletionPool&) = delete;
+  CompletionPool& operator=(const CompletionPool&) = delete;
+
+  /// Queues `f` (callable as void()); it runs on a pool thread, never inside this call.
+  template <class F>
+  void post(F&& f) {
+    push(std::make_unique<Job<std::decay_t<F>>>(std::forward<F>(f)));
+  }
+
+  /// The Asio executor of this pool (what completion_pool_executor() wraps in an any_completion_executor).
+  class Executor {
+   public:
+    explicit Executor(CompletionPool* pool) noexcept : pool_(pool) {}
+    template <class F>
+    void execute(F&& f) const {
+      pool_->post(std::forward<F>(f));
+    }
+    friend bool operator==(const Executor& a, const Executor& b) noexcept { return a.pool_ == b.pool_; }
+    friend bool operator!=(const Executor& a, const Executor& b) noexcept { return a.pool_ != b.pool_; }
+
+   private:
+    CompletionPool* pool_;
+  };
+  Executor executor() noexcept { return Executor(this); }
+
+ private:
+  struct JobBase {
+    virtual ~JobBase() = default;
+    virtual void run() = 0;
+  };
+  template <class F>
+  struct Job final : JobBase {
+    explicit Job(F f) : fn(std::move(f)) {}
+    void run() override { fn(); }
+    F fn;
+  };
+
+  void push(std::unique_ptr<JobBase> job);
+  void run() noexcept;
+
+  const std::chrono::microseconds spin_;
+  std::atomic<std::size_t> queued_{0};  // read by spinning threads without the mutex
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  std::vector<std::unique_ptr<JobBase>> jobs_;  // FIFO from head_
+  std::size_t head_ = 0;
+  int sleepers_ = 0;
+  bool stop_ = false;
+  std::vector<std::thread> threads_;
+};
+
+/// The process's completion pool (two threads, created on first use).
+CompletionPool& completion_pool();
+
+}  // namespace cuactor::runtime::detail

@@ -1,0 +1,93 @@
+// The completion pool: runs posted functions in order on its own threads, never inside the posting
+// call, survives a throwing handler, drains what is queued when destroyed, and works as the Asio
+// executor of handlers that have none (any_completion_executor, boost::asio::post).
+#include "runtime/completion_pool.hpp"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <boost/asio/any_completion_executor.hpp>
+#include <chrono>
+#include <mutex>
+#include <stdexcept>
+#include <thread>
+#include <vector>
+
+namespace cuactor::runtime::detail {
+namespace {
+
+using namespace std::chrono_literals;
+
+/// Waits (bounded) until `pred` holds.
+template <class Pred>
+bool eventually(Pred pred) {
+  const auto until = std::chrono::steady_clock::now() + 10s;
+  while (!pred()) {
+    if (std::chrono::steady_clock::now() > until) return false;
+    std::this_thread::sleep_for(100us);
+  }
+  return true;
+}
+
+TEST(CompletionPool, OneThreadRunsJobsInPostingOrderOffTheCallersThread) {
+  CompletionPool pool(1, 20us);
+  std::mutex m;
+  std::vector<int> order;
+  std::atomic<bool> inline_run{false};
+  const auto caller = std::this_thread::get_id();
+  for (int i = 0; i < 1000; ++i)
+    pool.post([&, i] {
+      if (std::this_thread::get_id() == caller) inline_run = true;
+      std::lock_guard lock(m);
+      order.push_back(i);
+    });
+  ASSERT_TRUE(eventually([&] {
+    std::lock_guard lock(m);
+    return order.size() == 1000;
+  }));
+  EXPECT_FALSE(inline_run.load());
+  for (int i = 0; i < 1000; ++i) ASSERT_EQ(order[static_cast<std::size_t>(i)], i);
+}
+
+TEST(CompletionPool, AThrowingJobDoesNotStopTheThreads) {
+  CompletionPool pool(2, 20us);
+  std::atomic<int> ran{0};
+  pool.post([] { throw std::runtime_error("handler failure"); });
+  pool.post([] { throw 7; });
+  for (int i = 0; i < 10; ++i) pool.post([&] { ran.fetch_add(1); });
+  EXPECT_TRUE(eventually([&] { return ran.load() == 10; }));
+}
+
+TEST(CompletionPool, DestructionRunsEverythingAlreadyQueued) {
+  std::atomic<int> ran{0};
+  {
+    CompletionPool pool(2, 0us);  // no spin: threads fall asleep between jobs
+    for (int i = 0; i < 500; ++i) pool.post([&] { ran.fetch_add(1); });
+  }
+  EXPECT_EQ(ran.load(), 500);
+}
+
+TEST(CompletionPool, SleepingThreadsWakeForLaterJobs) {
+  CompletionPool pool(2, 0us);
+  std::atomic<int> ran{0};
+  for (int round = 0; round < 20; ++round) {
+    std::this_thread::sleep_for(1ms);  // both threads are asleep by now
+    pool.post([&] { ran.fetch_add(1); });
+    ASSERT_TRUE(eventually([&] { return ran.load() == round + 1; })) << "round " << round;
+  }
+}
+
+TEST(CompletionPool, ServesAsAnAsioExecutor) {
+  CompletionPool pool(2, 20us);
+  std::atomic<int> ran{0};
+  boost::asio::any_completion_executor any(pool.executor());
+  any.execute([&] { ran.fetch_add(1); });
+  pool.executor().execute([&] { ran.fetch_add(1); });
+  EXPECT_TRUE(eventually([&] { return ran.load() == 2; }));
+  EXPECT_TRUE(pool.executor() == pool.executor());
+  CompletionPool other(1, 0us);
+  EXPECT_TRUE(pool.executor() != other.executor());
+}
+
+}  // namespace
+}  // namespace cuactor::runtime::detail
