@@ -297,15 +297,14 @@ void ActorLoop::process(std::vector<std::shared_ptr<OpRecord>>& batch) {
 
 void ActorLoop::flush(std::vector<std::shared_ptr<OpRecord>>& pending) {
   if (pending.empty()) return;
-  Status recorded = writes_.record_pending(inc_->stream());
-  if (!recorded && classify(recorded.error().code()) == FailureClass::context_poisoned) {
-    poison(recorded.error(), std::move(pending));
-    pending.clear();
-    return;
-  }
-  if (!recorded)
+  // Write events go after the completion marker, off the round trip's critical path; the batch is
+  // registered (and so answerable) only once they are enqueued too.
+  Status submitted = completion_->submit(pending, [this]() -> Status {
+    Status recorded = writes_.record_pending(inc_->stream());
+    if (recorded || classify(recorded.error().code()) == FailureClass::context_poisoned) return recorded;
     log(LogLevel::warn, fmt::format("device {}: write tracking: {}", ordinal_, recorded.error().to_string()));
-  Status submitted = completion_->submit(pending);
+    return ok();
+  });
   if (submitted) {
     batches_.fetch_add(1, std::memory_order_relaxed);
     return;
@@ -313,6 +312,7 @@ void ActorLoop::flush(std::vector<std::shared_ptr<OpRecord>>& pending) {
   if (classify(submitted.error().code()) == FailureClass::context_poisoned) {
     poison(submitted.error(), std::move(pending));
   } else {
+    writes_.clear();  // the marker failed before the write events: their buffers may go with the replies
     fail_all(std::move(pending), submitted.error());
   }
   pending.clear();

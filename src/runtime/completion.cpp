@@ -102,7 +102,7 @@ void Completion::detach() noexcept {
   free_events_.clear();
 }
 
-Status Completion::submit(std::vector<std::shared_ptr<OpRecord>>& ops) {
+Status Completion::submit(std::vector<std::shared_ptr<OpRecord>>& ops, const std::function<Status()>& after_marker) {
   if (ops.empty()) return ok();
   Batch batch;
   batch.submitted = Clock::now();
@@ -127,14 +127,25 @@ Status Completion::submit(std::vector<std::shared_ptr<OpRecord>>& ops) {
                              [&] { return fmt::format("cudaEventRecord(device {} completion)", ordinal_); }));
       free_events_.pop_back();
     }
-    const std::size_t n = ops.size();
-    batch.ops = std::move(ops);
-    ops.clear();
-    batches_.push_back(std::move(batch));
-    in_flight_.fetch_add(n, std::memory_order_acq_rel);
-    batches_pending_.fetch_add(1, std::memory_order_release);
-    if (sleeping_) wake_.notify_one();
   }
+  // The marker is on its way to the device; the batch is not registered yet, so nothing of it can be
+  // answered before `after_marker` has enqueued its part. (Only the actor's thread submits.)
+  if (after_marker) {
+    if (Status st = after_marker(); !st) {
+      if (batch.event) recycle_event(batch.event);
+      return st;
+    }
+  }
+  // Registered even if the watchdog halted the poller meanwhile: the actor, told of the poisoning,
+  // fails every registered operation exactly once (take_all()).
+  std::lock_guard lock(mutex_);
+  const std::size_t n = ops.size();
+  batch.ops = std::move(ops);
+  ops.clear();
+  batches_.push_back(std::move(batch));
+  in_flight_.fetch_add(n, std::memory_order_acq_rel);
+  batches_pending_.fetch_add(1, std::memory_order_release);
+  if (sleeping_) wake_.notify_one();
   return ok();
 }
 

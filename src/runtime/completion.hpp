@@ -51,9 +51,11 @@ class Completion {
   Status attach(std::shared_ptr<Incarnation> inc);
   /// Stops watching (the context was lost): its sequence word and events are abandoned, not freed.
   void detach() noexcept;
-  /// Enqueues the completion marker after the work of `ops` and registers them. On success `ops` is
-  /// emptied; on failure it is left to the caller, and the error says why (possibly a poisoning).
-  Status submit(std::vector<std::shared_ptr<OpRecord>>& ops);
+  /// Enqueues the completion marker after the work of `ops`, then runs `after_marker` (work that must
+  /// be enqueued before any of `ops` is answered but need not delay the marker, such as write events),
+  /// then registers them. On success `ops` is emptied; on failure it is left to the caller, and the
+  /// error says why (possibly a poisoning).
+  Status submit(std::vector<std::shared_ptr<OpRecord>>& ops, const std::function<Status()>& after_marker = {});
   /// Takes every registered operation, in submission order (each is handed out exactly once).
   std::vector<std::shared_ptr<OpRecord>> take_all();
   /// Operations registered and not yet answered.
@@ -87,7 +89,7 @@ class Completion {
   mutable std::mutex mutex_;
   std::condition_variable wake_;
   bool stop_ = false;
-  bool halted_ = true;   // not attached, or the context was lost
+  bool halted_ = true;  // not attached, or the context was lost
   bool sleeping_ = false;
   std::shared_ptr<Incarnation> inc_;
   std::deque<Batch> batches_;
