@@ -50,6 +50,12 @@ struct pingpong {};
 struct cooperative_fp8_fast_accum {};
 /// pingpong with fp8 fast accumulation.
 struct pingpong_fp8_fast_accum {};
+/// cooperative with the stream-K tile scheduler: the K iterations of all output tiles are spread
+/// evenly over the SMs (partial tiles reduced in the workspace), for shapes with few output tiles
+/// and long K such as decode. CUTLASS's heuristic may still pick data-parallel or split-K per problem.
+struct cooperative_streamk {};
+/// cooperative_fp8_fast_accum with the stream-K tile scheduler.
+struct cooperative_fp8_fast_accum_streamk {};
 /// sm_80: CUTLASS 2.x multistage cp.async mainloop.
 struct multistage {};
 

@@ -25,28 +25,41 @@
 
 namespace cuactor::kernels::sm90 {
 
-/// Kernel and epilogue schedules of a schedule tag.
+/// Kernel schedule, epilogue schedule and tile scheduler of a schedule tag (`void` = CUTLASS's
+/// default persistent data-parallel scheduler).
 template <class Schedule>
 struct Schedules;
 template <>
 struct Schedules<tags::cooperative> {
   using kernel = cutlass::gemm::KernelTmaWarpSpecializedCooperative;
   using epilogue = cutlass::epilogue::TmaWarpSpecializedCooperative;
+  using tile_scheduler = void;
 };
 template <>
 struct Schedules<tags::pingpong> {
   using kernel = cutlass::gemm::KernelTmaWarpSpecializedPingpong;
   using epilogue = cutlass::epilogue::TmaWarpSpecialized;
+  using tile_scheduler = void;
 };
 template <>
 struct Schedules<tags::cooperative_fp8_fast_accum> {
   using kernel = cutlass::gemm::KernelTmaWarpSpecializedCooperativeFP8FastAccum;
   using epilogue = cutlass::epilogue::TmaWarpSpecializedCooperative;
+  using tile_scheduler = void;
 };
 template <>
 struct Schedules<tags::pingpong_fp8_fast_accum> {
   using kernel = cutlass::gemm::KernelTmaWarpSpecializedPingpongFP8FastAccum;
   using epilogue = cutlass::epilogue::TmaWarpSpecialized;
+  using tile_scheduler = void;
+};
+template <>
+struct Schedules<tags::cooperative_streamk> : Schedules<tags::cooperative> {
+  using tile_scheduler = cutlass::gemm::StreamKScheduler;
+};
+template <>
+struct Schedules<tags::cooperative_fp8_fast_accum_streamk> : Schedules<tags::cooperative_fp8_fast_accum> {
+  using tile_scheduler = cutlass::gemm::StreamKScheduler;
 };
 
 /// D = (alpha * scale_a * scale_b) * acc + beta * C as an epilogue visitor tree: the three factors
@@ -124,7 +137,8 @@ struct DenseGemm : AdapterEntries<DenseGemm<A, B, C, D, Acc, LayoutA, LayoutB, L
       typename Schedules<Schedule>::kernel>::CollectiveOp;
 
   using GemmKernel =
-      cutlass::gemm::kernel::GemmUniversal<cute::Shape<int, int, int, int>, CollectiveMainloop, CollectiveEpilogue>;
+      cutlass::gemm::kernel::GemmUniversal<cute::Shape<int, int, int, int>, CollectiveMainloop, CollectiveEpilogue,
+                                           typename Schedules<Schedule>::tile_scheduler>;
   using Gemm = cutlass::gemm::device::GemmUniversalAdapter<GemmKernel>;
 
   /// CUTLASS arguments from the ABI's.

@@ -86,6 +86,9 @@ Result<InstanceRequest> instance_request(const GemmSku& sku, std::optional<GpuAr
                                                     sku.to_string(), sku.cluster.m, sku.cluster.n, sku.cluster.k));
   if (sku.stages < 0)
     return fail(errc::invalid_argument, fmt::format("SKU {}: stages={} is negative", sku.to_string(), sku.stages));
+  if (kernels::is_stream_k(sku.schedule) && (sku.family != kernels::GemmFamily::dense || !sku.arch.arch_specific))
+    return fail(errc::unsupported, fmt::format("SKU {}: schedule {} (stream-K) exists for dense sm_90a kernels only",
+                                               sku.to_string(), name(sku.schedule)));
   const GpuArch compile_for = target.value_or(sku.arch);
   if (compile_for.sm() < sku.arch.sm())
     return fail(errc::unsupported, fmt::format("SKU {} needs {} or later and cannot be compiled for {}",

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <climits>
 #include <cstdint>
 #include <vector>
@@ -32,13 +33,35 @@ bool sku_computes(const GemmSku& s, const GemmProblem& p) {
          s.layout_a == p.layout_a && s.layout_b == p.layout_b && s.layout_c == p.layout_c && s.epilogue == p.epilogue;
 }
 
-/// Relative cost of a kernel for the problem: full waves of output tiles times tile area, with small
-/// (pingpong) tiles penalised for their lower per-tile efficiency; lower is better.
+/// Tensor-core FLOPs per byte of DRAM traffic at which a Hopper SM turns from memory- to
+/// compute-bound for 16-bit inputs (H100 SXM: ~990 TFLOP/s over 3.35 TB/s; H200: 4.8 TB/s), doubled
+/// for fp8. Only the order of candidates depends on it.
+constexpr double kBalance16 = 250.0;
+
+/// A stream-K kernel must give each output tile at least this many K iterations to split.
+constexpr std::int64_t kStreamKMinIterations = 8;
+
+/// Relative time of a kernel for the problem, per SM (lower is better). One output tile costs the
+/// larger of its tensor-core work and its operand traffic (a decode tile is memory-bound: its few
+/// rows of A hardly matter, its panel of B does); small tiles are penalised for their lower MMA
+/// efficiency. Data-parallel kernels pay whole waves of tiles, so a partial wave leaves SMs idle;
+/// stream-K spreads the K iterations of all tiles over every SM, plus a fix-up cost; with too few K
+/// iterations per tile to split, it is ranked behind the data-parallel kernels (it still computes).
 double estimated_cost(const GemmSku& s, const GemmProblem& p, int sm_count) {
-  const auto tiles = ((p.m + s.tile.m - 1) / s.tile.m) * ((p.n + s.tile.n - 1) / s.tile.n) * p.batch;
-  const auto waves = (tiles + sm_count - 1) / sm_count;
+  const std::int64_t tiles = ((p.m + s.tile.m - 1) / s.tile.m) * ((p.n + s.tile.n - 1) / s.tile.n) * p.batch;
+  const double in_bytes = static_cast<double>(size_bits(p.a)) / 8.0;
+  const double balance = size_bits(p.a) <= 8 ? 2 * kBalance16 : kBalance16;
   const double small_tile_penalty = s.tile.m * s.tile.n < 128 * 256 ? 1.15 : 1.0;
-  return static_cast<double>(waves) * s.tile.m * s.tile.n * small_tile_penalty;
+  const double compute = 2.0 * s.tile.m * s.tile.n * static_cast<double>(p.k) / balance * small_tile_penalty;
+  const double rows = static_cast<double>(std::min<std::int64_t>(s.tile.m, p.m));
+  const double cols = static_cast<double>(std::min<std::int64_t>(s.tile.n, p.n));
+  const double traffic = (rows + cols) * static_cast<double>(p.k) * in_bytes;
+  const double per_tile = std::max(compute, traffic);
+  const std::int64_t waves = (tiles + sm_count - 1) / sm_count;
+  const double data_parallel = static_cast<double>(waves) * per_tile;
+  if (!is_stream_k(s.schedule)) return data_parallel;
+  if (p.k < kStreamKMinIterations * s.tile.k) return 2.0 * data_parallel;
+  return static_cast<double>(tiles) * per_tile / sm_count * 1.15;
 }
 
 std::string describe(const GemmProblem& p) {
@@ -102,6 +125,20 @@ Status check_operand(std::string_view what, const void* ptr, DType t, std::int64
   return ok();
 }
 
+Status check_options(const GemmPlanOptions& options) {
+  if (options.max_swizzle < 0 || options.max_swizzle > 8 || (options.max_swizzle & (options.max_swizzle - 1)) != 0)
+    return fail(errc::invalid_argument,
+                fmt::format("GemmPlan max_swizzle={} must be 0 (default), 1, 2, 4 or 8", options.max_swizzle));
+  if (options.raster_order < 0 || options.raster_order > 2)
+    return fail(errc::invalid_argument,
+                fmt::format("GemmPlan raster_order={} must be 0 (heuristic), 1 (along M) or 2 (along N)",
+                            options.raster_order));
+  if (options.sm_count < 0)
+    return fail(errc::invalid_argument,
+                fmt::format("GemmPlan sm_count={} must be >= 0 (0: 132, the H100/H200 SXM count)", options.sm_count));
+  return ok();
+}
+
 /// ABI arguments with packed defaults filled in.
 cuactor_dense_args make_args(const GemmProblem& p, const GemmOperands& o, const GemmPlanOptions& opts) {
   cuactor_dense_args a{};
@@ -151,13 +188,7 @@ Result<GemmPlan> GemmPlan::make(const GemmProblem& problem, GpuArch device_arch,
   CUACTOR_TRY(check_problem(problem));
   CUACTOR_TRY(check_arch(problem, device_arch));
   // Options are checked before the catalog is searched so that a build without kernels rejects them too.
-  if (options.max_swizzle < 0 || options.max_swizzle > 8 || (options.max_swizzle & (options.max_swizzle - 1)) != 0)
-    return fail(errc::invalid_argument,
-                fmt::format("GemmPlan max_swizzle={} must be 0 (default), 1, 2, 4 or 8", options.max_swizzle));
-  if (options.raster_order < 0 || options.raster_order > 2)
-    return fail(errc::invalid_argument,
-                fmt::format("GemmPlan raster_order={} must be 0 (heuristic), 1 (along M) or 2 (along N)",
-                            options.raster_order));
+  CUACTOR_TRY(check_options(options));
   const int sm_count = options.sm_count > 0 ? options.sm_count : kDefaultSmCount;
   const CatalogEntry* chosen = nullptr;
   if (options.sku_override) {
@@ -199,15 +230,45 @@ Result<GemmPlan> GemmPlan::make(const GemmProblem& problem, GpuArch device_arch,
                               "selects the compiled families; the JIT can instantiate others)",
                               describe(problem), device_arch.name()));
   }
-  GemmPlanOptions resolved = options;
-  resolved.sm_count = sm_count;
-  const auto args = make_args(problem, GemmOperands{}, resolved);
-  const std::size_t workspace = chosen->instance->workspace_size(&args);
-  return GemmPlan(problem, device_arch, chosen, resolved, workspace);
+  return finish(problem, device_arch, chosen->sku, *chosen->instance, nullptr,
+                options.sku_override ? PlanSource::overridden : PlanSource::heuristic, options);
 }
 
-const GemmSku& GemmPlan::sku() const noexcept {
-  return entry_->sku;
+Result<GemmPlan> GemmPlan::with_instance(const GemmProblem& problem, GpuArch device_arch, const GemmSku& sku,
+                                         const cuactor_gemm_instance& instance, std::shared_ptr<const void> owner,
+                                         PlanSource source, const GemmPlanOptions& options) {
+  CUACTOR_TRY(check_problem(problem));
+  CUACTOR_TRY(check_arch(problem, device_arch));
+  CUACTOR_TRY(check_options(options));
+  if (!sku_computes(sku, problem))
+    return fail(errc::invalid_argument,
+                fmt::format("GEMM kernel {} does not compute the problem ({})", sku.to_string(), describe(problem)));
+  if (!runs_on(sku, device_arch))
+    return fail(errc::unsupported, fmt::format("GEMM kernel {}: {} kernels cannot run on a {} device", sku.to_string(),
+                                               sku.arch.name(), device_arch.name()));
+  return finish(problem, device_arch, sku, instance, std::move(owner), source, options);
+}
+
+GemmPlan GemmPlan::finish(const GemmProblem& problem, GpuArch arch, const GemmSku& sku,
+                          const cuactor_gemm_instance& instance, std::shared_ptr<const void> owner, PlanSource source,
+                          const GemmPlanOptions& options) {
+  GemmPlanOptions resolved = options;
+  resolved.sm_count = options.sm_count > 0 ? options.sm_count : kDefaultSmCount;
+  const auto args = make_args(problem, GemmOperands{}, resolved);
+  const std::size_t workspace = instance.workspace_size(&args);
+  return GemmPlan(problem, arch, sku, &instance, std::move(owner), source, resolved, workspace);
+}
+
+std::string_view name(PlanSource s) noexcept {
+  switch (s) {
+    case PlanSource::heuristic:
+      return "heuristic";
+    case PlanSource::overridden:
+      return "override";
+    case PlanSource::tuned:
+      return "tuned";
+  }
+  return "?";
 }
 
 double GemmPlan::flops() const noexcept {
@@ -304,7 +365,7 @@ Status GemmPlan::run(const GemmOperands& operands, void* workspace, std::size_t 
                 fmt::format("GEMM {}: workspace of {} bytes at {} is smaller than the {} bytes the plan needs",
                             sku().to_string(), workspace_bytes, fmt::ptr(workspace), workspace_size_));
   const auto args = make_args(problem_, operands, options_);
-  const cuactor_gemm_instance& inst = *entry_->instance;
+  const cuactor_gemm_instance& inst = *instance_;
   if (const int s = inst.can_implement(&args); s != CUACTOR_KERNEL_OK)
     return fail(errc::invalid_argument,
                 fmt::format("GEMM {}: the kernel rejects m={} n={} k={} lda={} ldb={} ldc={} ldd={} (status {})",

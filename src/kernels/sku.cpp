@@ -34,11 +34,13 @@ constexpr std::array<std::pair<std::string_view, MatrixLayout>, 2> kLayouts{{
     {"row", MatrixLayout::row},
     {"col", MatrixLayout::col},
 }};
-constexpr std::array<std::pair<std::string_view, GemmSchedule>, 5> kSchedules{{
+constexpr std::array<std::pair<std::string_view, GemmSchedule>, 7> kSchedules{{
     {"cooperative", GemmSchedule::cooperative},
     {"pingpong", GemmSchedule::pingpong},
     {"cooperative_fp8_fast_accum", GemmSchedule::cooperative_fp8_fast_accum},
     {"pingpong_fp8_fast_accum", GemmSchedule::pingpong_fp8_fast_accum},
+    {"cooperative_streamk", GemmSchedule::cooperative_streamk},
+    {"cooperative_fp8_fast_accum_streamk", GemmSchedule::cooperative_fp8_fast_accum_streamk},
     {"multistage", GemmSchedule::multistage},
 }};
 constexpr std::array<std::pair<std::string_view, GemmEpilogue>, 2> kEpilogues{{
@@ -141,6 +143,9 @@ std::optional<MatrixLayout> parse_layout(std::string_view s) noexcept {
 }
 std::optional<GemmSchedule> parse_schedule(std::string_view s) noexcept {
   return lookup(kSchedules, s);
+}
+bool is_stream_k(GemmSchedule s) noexcept {
+  return s == GemmSchedule::cooperative_streamk || s == GemmSchedule::cooperative_fp8_fast_accum_streamk;
 }
 std::optional<GemmEpilogue> parse_epilogue(std::string_view s) noexcept {
   return lookup(kEpilogues, s);

@@ -102,6 +102,16 @@ TEST(JitGemm, RejectsWhatNoTemplateExpresses) {
   s.schedule = kernels::GemmSchedule::multistage;
   EXPECT_TRUE(instance_request(s, GpuArch{9, 0, false}).has_value());
   EXPECT_EQ(instance_request(s, GpuArch{7, 5, false}).error(), errc::unsupported);
+
+  // Stream-K is a dense sm_90a tile scheduler: grouped (ptr-array) kernels have their own.
+  s = jit_only_sku();
+  s.schedule = kernels::GemmSchedule::cooperative_streamk;
+  EXPECT_TRUE(instance_request(s).has_value());
+  s.family = kernels::GemmFamily::grouped;
+  auto grouped = instance_request(s);
+  ASSERT_FALSE(grouped.has_value());
+  EXPECT_EQ(grouped.error(), errc::unsupported);
+  EXPECT_NE(grouped.error().message().find("stream-K"), std::string::npos) << grouped.error().message();
 }
 
 TEST(JitGemm, IdentityCoversEverySkuField) {

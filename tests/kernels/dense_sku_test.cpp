@@ -39,7 +39,13 @@ TEST(DenseSku, ParseRoundTrips) {
   sm80.tile = {128, 256, 64};
   sm80.stages = 3;
   sm80.schedule = GemmSchedule::multistage;
-  for (const GemmSku& s : {GemmSku{}, fp8_sku(), sm80}) {
+  GemmSku stream_k;
+  stream_k.tile = {128, 128, 64};
+  stream_k.schedule = GemmSchedule::cooperative_streamk;
+  EXPECT_NE(stream_k.to_string().find(":cooperative_streamk:"), std::string::npos) << stream_k.to_string();
+  EXPECT_TRUE(is_stream_k(stream_k.schedule));
+  EXPECT_FALSE(is_stream_k(GemmSchedule::cooperative));
+  for (const GemmSku& s : {GemmSku{}, fp8_sku(), sm80, stream_k}) {
     CUACTOR_ASSERT_OK_AND_ASSIGN(parsed, GemmSku::parse(s.to_string()));
     EXPECT_EQ(parsed, s) << s.to_string();
     EXPECT_EQ(hash_value(parsed), hash_value(s));

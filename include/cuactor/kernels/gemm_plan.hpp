@@ -7,7 +7,9 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <optional>
+#include <string_view>
 #include <utility>
 
 #include "cuactor/core/arch.hpp"
@@ -19,6 +21,13 @@
 namespace cuactor::kernels {
 
 struct CatalogEntry;
+}  // namespace cuactor::kernels
+
+extern "C" {
+struct cuactor_gemm_instance;
+}
+
+namespace cuactor::kernels {
 
 /// What a dense GEMM computes: D (M x N) = alpha * [scale_a * scale_b] * A (M x K) * B (K x N) +
 /// beta * C, `batch` times. Layouts say how each operand is stored: A row-major with B `col` is the
@@ -87,6 +96,15 @@ struct GemmPlanOptions {
   int raster_order = 0;
 };
 
+/// Where a plan's kernel choice came from ([K9]).
+enum class PlanSource {
+  heuristic,   ///< The catalog heuristic (tile waves, memory traffic, stream-K for few tiles).
+  overridden,  ///< GemmPlanOptions::sku_override.
+  tuned,       ///< A tuning database entry for this device and problem class (jit::TuningDb).
+};
+/// "heuristic", "override", "tuned".
+std::string_view name(PlanSource s) noexcept;
+
 /// A dense GEMM plan: the chosen kernel for one problem on one architecture. Host only, immutable,
 /// cheap to copy, so it can be cached by (problem, arch, options).
 class GemmPlan {
@@ -98,8 +116,18 @@ class GemmPlan {
   /// compiled in), each message naming the values and the rule.
   static Result<GemmPlan> make(const GemmProblem& problem, GpuArch device_arch, const GemmPlanOptions& options = {});
 
+  /// A plan running `instance` (of SKU `sku`; a catalog instance, or one compiled at run time whose
+  /// library `owner` keeps loaded) for `problem`. The same checks as make() apply: the SKU must
+  /// compute the problem and run on `device_arch`. `source` is what the caller reports (a tuning
+  /// database hit is `tuned`).
+  static Result<GemmPlan> with_instance(const GemmProblem& problem, GpuArch device_arch, const GemmSku& sku,
+                                        const cuactor_gemm_instance& instance, std::shared_ptr<const void> owner,
+                                        PlanSource source, const GemmPlanOptions& options = {});
+
   /// The SKU of the chosen kernel ([K2]).
-  [[nodiscard]] const GemmSku& sku() const noexcept;
+  [[nodiscard]] const GemmSku& sku() const noexcept { return sku_; }
+  /// Where the choice came from (heuristic, override, tuning database).
+  [[nodiscard]] PlanSource source() const noexcept { return source_; }
   /// The problem this plan was made for.
   [[nodiscard]] const GemmProblem& problem() const noexcept { return problem_; }
   /// Architecture of the device the plan targets.
@@ -126,13 +154,27 @@ class GemmPlan {
   Status run(const GemmOperands& operands, void* workspace, std::size_t workspace_bytes, cudaStream_t stream) const;
 
  private:
-  GemmPlan(const GemmProblem& problem, GpuArch arch, const CatalogEntry* entry, const GemmPlanOptions& options,
-           std::size_t workspace)
-      : problem_(problem), device_arch_(arch), entry_(entry), options_(options), workspace_size_(workspace) {}
+  GemmPlan(const GemmProblem& problem, GpuArch arch, const GemmSku& sku, const cuactor_gemm_instance* instance,
+           std::shared_ptr<const void> owner, PlanSource source, const GemmPlanOptions& options, std::size_t workspace)
+      : problem_(problem),
+        device_arch_(arch),
+        sku_(sku),
+        instance_(instance),
+        owner_(std::move(owner)),
+        source_(source),
+        options_(options),
+        workspace_size_(workspace) {}
+  /// Resolves the SM count and sizes the workspace of a checked choice.
+  static GemmPlan finish(const GemmProblem& problem, GpuArch arch, const GemmSku& sku,
+                         const cuactor_gemm_instance& instance, std::shared_ptr<const void> owner, PlanSource source,
+                         const GemmPlanOptions& options);
 
   GemmProblem problem_;
   GpuArch device_arch_;
-  const CatalogEntry* entry_ = nullptr;
+  GemmSku sku_;
+  const cuactor_gemm_instance* instance_ = nullptr;
+  std::shared_ptr<const void> owner_;  // keeps a run-time compiled instance's library loaded
+  PlanSource source_ = PlanSource::heuristic;
   GemmPlanOptions options_;  // sm_count resolved
   std::size_t workspace_size_ = 0;
 };

@@ -33,11 +33,13 @@ enum class MatrixLayout {
 
 /// Mainloop / kernel schedule.
 enum class GemmSchedule {
-  cooperative,                 ///< sm_90a: two consumer warpgroups share a tile (large M).
-  pingpong,                    ///< sm_90a: consumer warpgroups alternate tiles (small M, decode).
-  cooperative_fp8_fast_accum,  ///< cooperative, fp8 with fast accumulation.
-  pingpong_fp8_fast_accum,     ///< pingpong, fp8 with fast accumulation.
-  multistage,                  ///< sm_80: CUTLASS 2.x cp.async multistage mainloop.
+  cooperative,                         ///< sm_90a: two consumer warpgroups share a tile (large M).
+  pingpong,                            ///< sm_90a: consumer warpgroups alternate tiles (small M, decode).
+  cooperative_fp8_fast_accum,          ///< cooperative, fp8 with fast accumulation.
+  pingpong_fp8_fast_accum,             ///< pingpong, fp8 with fast accumulation.
+  cooperative_streamk,                 ///< cooperative with the stream-K tile scheduler (few output tiles, long K).
+  cooperative_fp8_fast_accum_streamk,  ///< cooperative_fp8_fast_accum with the stream-K tile scheduler.
+  multistage,                          ///< sm_80: CUTLASS 2.x cp.async multistage mainloop.
 };
 
 /// What the epilogue computes from the accumulator.
@@ -58,7 +60,7 @@ struct Shape3 {
 std::string_view name(GemmFamily f) noexcept;
 /// Token of a layout ("row", "col").
 std::string_view name(MatrixLayout l) noexcept;
-/// Token of a schedule ("cooperative", "pingpong", ...).
+/// Token of a schedule ("cooperative", "pingpong", "cooperative_streamk", ...).
 std::string_view name(GemmSchedule s) noexcept;
 /// Token of an epilogue ("linear_combination", ...).
 std::string_view name(GemmEpilogue e) noexcept;
@@ -70,6 +72,8 @@ std::optional<MatrixLayout> parse_layout(std::string_view s) noexcept;
 std::optional<GemmSchedule> parse_schedule(std::string_view s) noexcept;
 /// Parses an epilogue token.
 std::optional<GemmEpilogue> parse_epilogue(std::string_view s) noexcept;
+/// True for schedules with the stream-K tile scheduler (dense sm_90a only; they need a workspace).
+bool is_stream_k(GemmSchedule s) noexcept;
 
 /// The identity of a compiled kernel: family, element types, layouts, tile, cluster, schedule,
 /// epilogue and target architecture. Two kernels with equal SKUs are interchangeable.

@@ -1,0 +1,105 @@
+/// @file
+/// The tuning database ([K9]): which kernel configuration won a timed sweep (`cuactor tune gemm`) for
+/// a device and a problem class, consulted by plans before their heuristic. A small versioned JSON
+/// file under the cache root, shippable with an application; a corrupt or foreign one is ignored with
+/// a warning and rebuilt by the next save.
+#pragma once
+
+#include <cstddef>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "cuactor/core/arch.hpp"
+#include "cuactor/core/expected.hpp"
+#include "cuactor/kernels/gemm_plan.hpp"
+#include "cuactor/kernels/sku.hpp"
+
+namespace cuactor::jit {
+
+class GemmJit;
+
+/// The device a tuning result was measured on. A result holds only for the same model, SM count and
+/// driver: another driver may compile and schedule the same kernel differently.
+struct TuningDevice {
+  std::string model;       ///< cudaDeviceProp::name, e.g. "NVIDIA H100 80GB HBM3".
+  int sm_count = 0;        ///< Multiprocessors.
+  int driver_version = 0;  ///< cudaDriverGetVersion (e.g. 13000).
+  GpuArch arch{9, 0, true};
+
+  /// The device `ordinal` of this machine.
+  static Result<TuningDevice> of(int ordinal);
+  /// "NVIDIA H100 80GB HBM3, 132 SMs, driver 13000, sm_90a".
+  [[nodiscard]] std::string to_string() const;
+  friend bool operator==(const TuningDevice&, const TuningDevice&) = default;
+};
+
+/// The problem class of a dense GEMM, the database's key beside the device: element types, layouts,
+/// epilogue, and power-of-two buckets of M (batch folded in), N and K, so that a result measured on
+/// one shape serves the shapes of its bucket.
+struct DenseGemmClass {
+  kernels::GemmProblem representative;  ///< Types, layouts, epilogue; M, N, K rounded up to their bucket.
+
+  /// The class of `problem`.
+  static DenseGemmClass of(const kernels::GemmProblem& problem);
+  /// Stable text, e.g. "bf16,bf16,bf16,bf16:row,col,row:linear_combination:m<=16:n<=8192:k<=8192".
+  [[nodiscard]] std::string to_string() const;
+};
+
+/// One tuned choice: the kernel and its run-time scheduling options, with what the sweep measured.
+struct TunedGemm {
+  kernels::GemmSku sku;
+  int max_swizzle = 0;       ///< GemmPlanOptions::max_swizzle the winner was timed with.
+  int raster_order = 0;      ///< GemmPlanOptions::raster_order the winner was timed with.
+  std::string shape;         ///< The shape that was timed, "MxNxK".
+  double tflops = 0;         ///< The winner's median TFLOP/s on that shape.
+  double anchor_tflops = 0;  ///< The anchor's (cuBLAS) in the same run.
+};
+
+/// Tuned choices by (device, problem class). Not thread-safe; plans read a loaded copy.
+class TuningDb {
+ public:
+  /// Format version written and accepted.
+  static constexpr int kVersion = 1;
+
+  /// Loads `path`. A missing file is an empty database. A file that cannot be read, is over 16 MiB,
+  /// is not JSON of this format, or has another version is ignored with a warning (through the log
+  /// sink) and gives an empty database, which the next save() replaces.
+  static TuningDb load(const std::filesystem::path& path);
+  /// cuactor::cache_root() / "tuning.json".
+  static Result<std::filesystem::path> default_path();
+
+  /// The choice recorded for `device` and `problem_class`, if any.
+  [[nodiscard]] std::optional<TunedGemm> find(const TuningDevice& device, const DenseGemmClass& problem_class) const;
+  /// Records (or replaces) the choice for `device` and `problem_class`.
+  void record(const TuningDevice& device, const DenseGemmClass& problem_class, TunedGemm choice);
+  /// Number of recorded choices.
+  [[nodiscard]] std::size_t size() const noexcept { return entries_.size(); }
+
+  /// The database as JSON text (what save() writes).
+  [[nodiscard]] std::string to_json() const;
+  /// Parses to_json()'s format; `invalid_argument` naming what is wrong.
+  static Result<TuningDb> parse(const std::string& text);
+  /// Writes the database to `path` atomically (a temporary file in the same directory, mode 0600,
+  /// renamed over it); creates the parent directory (0700) when missing. Touches no other file.
+  [[nodiscard]] Status save(const std::filesystem::path& path) const;
+
+ private:
+  struct Entry {
+    TuningDevice device;
+    std::string problem_class;
+    TunedGemm choice;
+  };
+  std::vector<Entry> entries_;
+};
+
+/// Plans a dense GEMM, consulting `db` first: a tuned choice for `device` and the problem's class
+/// runs (its kernel from the catalog, else compiled or loaded from the disk cache by `jit`) with
+/// source `tuned` and the tuned scheduling options. Without a tuned choice, or when its kernel cannot
+/// be had (not compiled in and no `jit`, a failed compile: logged as a warning), GemmPlan::make's
+/// heuristic. `options.sku_override` bypasses the database. `db` and `jit` may be null.
+Result<kernels::GemmPlan> plan_dense_gemm(const kernels::GemmProblem& problem, const TuningDevice& device,
+                                          kernels::GemmPlanOptions options, const TuningDb* db, GemmJit* jit);
+
+}  // namespace cuactor::jit

@@ -1,0 +1,222 @@
+#include "cuactor/jit/tuning.hpp"
+
+#include <cuda_runtime_api.h>
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <bit>
+#include <nlohmann/json.hpp>
+
+#include "cuactor/core/files.hpp"
+#include "cuactor/core/log.hpp"
+#include "cuactor/core/paths.hpp"
+#include "cuactor/gpu/check.hpp"
+#include "cuactor/gpu/device.hpp"
+#include "cuactor/jit/gemm.hpp"
+#include "cuactor/kernels/catalog.hpp"
+
+namespace cuactor::jit {
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+constexpr std::size_t kMaxFileBytes = std::size_t{16} << 20;
+
+/// The power of two at or above `v` (>= 1): the bucket a size falls into.
+std::int64_t bucket(std::int64_t v) {
+  return static_cast<std::int64_t>(std::bit_ceil(static_cast<std::uint64_t>(std::max<std::int64_t>(v, 1))));
+}
+
+json device_json(const TuningDevice& d) {
+  return {{"model", d.model}, {"sm_count", d.sm_count}, {"driver", d.driver_version}, {"arch", d.arch.name()}};
+}
+
+}  // namespace
+
+Result<TuningDevice> TuningDevice::of(int ordinal) {
+  auto props = gpu::device_properties(ordinal);
+  if (!props) return fail(props.error());
+  int driver = 0;
+  CUACTOR_TRY(gpu::check(cudaDriverGetVersion(&driver), "cudaDriverGetVersion"));
+  return TuningDevice{props->name, props->multiprocessors, driver, props->arch};
+}
+
+std::string TuningDevice::to_string() const {
+  return fmt::format("{}, {} SMs, driver {}, {}", model, sm_count, driver_version, arch.name());
+}
+
+DenseGemmClass DenseGemmClass::of(const kernels::GemmProblem& problem) {
+  DenseGemmClass c{problem};
+  c.representative.m = bucket(problem.m * problem.batch);
+  c.representative.n = bucket(problem.n);
+  c.representative.k = bucket(problem.k);
+  c.representative.batch = 1;
+  return c;
+}
+
+std::string DenseGemmClass::to_string() const {
+  const auto& p = representative;
+  return fmt::format("{},{},{},{}:{},{},{}:{}:m<={}:n<={}:k<={}", name(p.a), name(p.b), name(p.c), name(p.d),
+                     kernels::name(p.layout_a), kernels::name(p.layout_b), kernels::name(p.layout_c),
+                     kernels::name(p.epilogue), p.m, p.n, p.k);
+}
+
+Result<fs::path> TuningDb::default_path() {
+  auto root = cache_root();
+  if (!root) return fail(root.error());
+  return *root / "tuning.json";
+}
+
+std::optional<TunedGemm> TuningDb::find(const TuningDevice& device, const DenseGemmClass& problem_class) const {
+  const std::string key = problem_class.to_string();
+  for (const Entry& e : entries_)
+    if (e.device == device && e.problem_class == key) return e.choice;
+  return std::nullopt;
+}
+
+void TuningDb::record(const TuningDevice& device, const DenseGemmClass& problem_class, TunedGemm choice) {
+  const std::string key = problem_class.to_string();
+  for (Entry& e : entries_)
+    if (e.device == device && e.problem_class == key) {
+      e.choice = std::move(choice);
+      return;
+    }
+  entries_.push_back(Entry{device, key, std::move(choice)});
+}
+
+std::string TuningDb::to_json() const {
+  json entries = json::array();
+  for (const Entry& e : entries_)
+    entries.push_back({{"device", device_json(e.device)},
+                       {"class", e.problem_class},
+                       {"sku", e.choice.sku.to_string()},
+                       {"max_swizzle", e.choice.max_swizzle},
+                       {"raster_order", e.choice.raster_order},
+                       {"shape", e.choice.shape},
+                       {"tflops", e.choice.tflops},
+                       {"anchor_tflops", e.choice.anchor_tflops}});
+  return json{{"format", "cuactor-tuning"}, {"version", kVersion}, {"entries", std::move(entries)}}.dump(2) + "\n";
+}
+
+Result<TuningDb> TuningDb::parse(const std::string& text) {
+  const json doc = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (doc.is_discarded() || !doc.is_object()) return fail(errc::invalid_argument, "tuning database: not a JSON object");
+  if (doc.value("format", std::string()) != "cuactor-tuning")
+    return fail(errc::invalid_argument, "tuning database: \"format\" is not \"cuactor-tuning\"");
+  const json& version = doc.contains("version") ? doc["version"] : json();
+  if (!version.is_number_integer() || version.get<int>() != kVersion)
+    return fail(errc::invalid_argument,
+                fmt::format("tuning database: version {} is not the supported {}", version.dump(), kVersion));
+  if (!doc.contains("entries") || !doc["entries"].is_array())
+    return fail(errc::invalid_argument, "tuning database: \"entries\" is not an array");
+  TuningDb db;
+  std::size_t index = 0;
+  for (const json& e : doc["entries"]) {
+    const auto bad = [&](std::string_view field) {
+      return fail(errc::invalid_argument,
+                  fmt::format("tuning database: entry {}: field \"{}\" is missing or malformed", index, field));
+    };
+    if (!e.is_object()) return bad("(entry)");
+    const json& d = e.contains("device") ? e["device"] : json();
+    if (!d.is_object() || !d.contains("model") || !d["model"].is_string()) return bad("device.model");
+    if (!d.contains("sm_count") || !d["sm_count"].is_number_integer()) return bad("device.sm_count");
+    if (!d.contains("driver") || !d["driver"].is_number_integer()) return bad("device.driver");
+    if (!d.contains("arch") || !d["arch"].is_string()) return bad("device.arch");
+    auto arch = parse_arch(d["arch"].get<std::string>());
+    if (!arch) return bad("device.arch");
+    if (!e.contains("class") || !e["class"].is_string()) return bad("class");
+    if (!e.contains("sku") || !e["sku"].is_string()) return bad("sku");
+    auto sku = kernels::GemmSku::parse(e["sku"].get<std::string>());
+    if (!sku)
+      return fail(errc::invalid_argument,
+                  fmt::format("tuning database: entry {}: sku: {}", index, sku.error().message()));
+    for (const char* f : {"max_swizzle", "raster_order"})
+      if (!e.contains(f) || !e[f].is_number_integer()) return bad(f);
+    for (const char* f : {"tflops", "anchor_tflops"})
+      if (!e.contains(f) || !e[f].is_number()) return bad(f);
+    if (!e.contains("shape") || !e["shape"].is_string()) return bad("shape");
+    TuningDevice device{d["model"].get<std::string>(), d["sm_count"].get<int>(), d["driver"].get<int>(), *arch};
+    TunedGemm choice{*sku,
+                     e["max_swizzle"].get<int>(),
+                     e["raster_order"].get<int>(),
+                     e["shape"].get<std::string>(),
+                     e["tflops"].get<double>(),
+                     e["anchor_tflops"].get<double>()};
+    db.entries_.push_back(Entry{std::move(device), e["class"].get<std::string>(), std::move(choice)});
+    ++index;
+  }
+  return db;
+}
+
+TuningDb TuningDb::load(const fs::path& path) {
+  std::error_code ec;
+  if (!fs::exists(fs::symlink_status(path, ec))) return {};
+  const auto size = fs::file_size(path, ec);
+  if (!ec && size > kMaxFileBytes) {
+    log(LogLevel::warn, fmt::format("tuning database '{}' has {} bytes, over the {} allowed; ignored (it is rebuilt "
+                                    "by the next tuning run)",
+                                    path.string(), size, kMaxFileBytes));
+    return {};
+  }
+  auto bytes = read_file(path, "tuning database");
+  if (!bytes) {
+    log(LogLevel::warn, fmt::format("{}; tuning database ignored", bytes.error().message()));
+    return {};
+  }
+  auto db = parse(std::string(reinterpret_cast<const char*>(bytes->data()), bytes->size()));
+  if (!db) {
+    log(LogLevel::warn,
+        fmt::format("'{}': {}; ignored (it is rebuilt by the next tuning run)", path.string(), db.error().message()));
+    return {};
+  }
+  return std::move(*db);
+}
+
+Status TuningDb::save(const fs::path& path) const {
+  if (path.has_parent_path()) CUACTOR_TRY(make_private_directory(path.parent_path(), "tuning database directory"));
+  static std::atomic<std::uint64_t> sequence{0};
+  const fs::path temp = path.string() + fmt::format(".tmp.{}.{}", ::getpid(), sequence++);
+  const std::string text = to_json();
+  CUACTOR_TRY(write_new_private_file(
+      temp, std::span<const std::byte>(reinterpret_cast<const std::byte*>(text.data()), text.size())));
+  std::error_code ec;
+  fs::rename(temp, path, ec);  // atomic: readers see the old database or the whole new one
+  if (ec) {
+    std::error_code rec;
+    fs::remove(temp, rec);
+    return fail(errc::io_error,
+                fmt::format("cannot rename '{}' to '{}': {}", temp.string(), path.string(), ec.message()));
+  }
+  return ok();
+}
+
+Result<kernels::GemmPlan> plan_dense_gemm(const kernels::GemmProblem& problem, const TuningDevice& device,
+                                          kernels::GemmPlanOptions options, const TuningDb* db, GemmJit* jit) {
+  if (options.sm_count == 0) options.sm_count = device.sm_count;
+  const auto tuned =
+      (db != nullptr && !options.sku_override) ? db->find(device, DenseGemmClass::of(problem)) : std::nullopt;
+  if (!tuned) return kernels::GemmPlan::make(problem, device.arch, options);
+  kernels::GemmPlanOptions tuned_options = options;
+  tuned_options.max_swizzle = tuned->max_swizzle;
+  tuned_options.raster_order = tuned->raster_order;
+  const auto fall_back = [&](const Error& why) {
+    log(LogLevel::warn, fmt::format("tuned GEMM kernel {} for {} is not usable ({}); using the heuristic's choice",
+                                    tuned->sku.to_string(), DenseGemmClass::of(problem).to_string(), why.message()));
+    return kernels::GemmPlan::make(problem, device.arch, options);
+  };
+  if (const kernels::CatalogEntry* e = kernels::find_in_catalog(tuned->sku))
+    return kernels::GemmPlan::with_instance(problem, device.arch, e->sku, *e->instance, nullptr,
+                                            kernels::PlanSource::tuned, tuned_options);
+  if (jit == nullptr) return fall_back(Error(errc::unsupported, "not compiled into the catalog, and no JIT was given"));
+  auto instance = jit->compile(tuned->sku).get();
+  if (!instance) return fall_back(instance.error());
+  const std::shared_ptr<const JitInstance> owner = *instance;
+  auto plan = kernels::GemmPlan::with_instance(problem, device.arch, tuned->sku, owner->abi(), owner,
+                                               kernels::PlanSource::tuned, tuned_options);
+  if (!plan) return fall_back(plan.error());
+  return plan;
+}
+
+}  // namespace cuactor::jit
