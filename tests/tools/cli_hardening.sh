@@ -88,6 +88,20 @@ case $case in
     expect_rc 2; expect_in err "deadline-ms=5 >= 100"
     run "$cli" soak --isolated --faults many
     expect_failure; expect_in err "faults" ;;
+  tune_bad_input)  # tune's shapes, types and files are checked before anything is compiled or timed
+    run "$cli" tune gemm
+    expect_failure; expect_in err "nothing to tune"
+    run "$cli" tune gemm --shape 16x8192
+    expect_failure; expect_in err "shape '16 8192' is not MxNxK"
+    run "$cli" tune gemm --shape 0x8x8
+    expect_failure; expect_in err "three positive integers"
+    run "$cli" tune gemm --shape 16x64x64 --dtype e4m3
+    expect_failure; expect_in err "--dtype 'e4m3': tuning covers bf16 and f16"
+    run "$cli" tune gemm --shape 16x64x64 --layout-b diag
+    expect_failure; expect_in err "--layout-b 'diag' is not row or col"
+    mkdir -p shapes.d
+    run "$cli" tune gemm --from shapes.d
+    expect_failure; expect_in err "shapes.d" ;;
   *) echo "unknown case $case"; exit 2 ;;
 esac
 echo "ok [$case]"

@@ -3,6 +3,8 @@
 
 #include <CLI/CLI.hpp>
 
+#include "cuactor/jit/progress.hpp"
+
 namespace cuactor::cli {
 
 /// `cuactor info [--json]`: driver, runtime, devices, compiled kernel families, compilers, caches.
@@ -17,5 +19,9 @@ void add_bench_grouped_command(CLI::App& app);
 void add_soak_command(CLI::App& app);
 /// `cuactor jit warm|list|verify|clear|bench`: offline cache warming, cache inspection, JIT timings.
 void add_jit_command(CLI::App& app);
+void add_tune_command(CLI::App& app);
+
+/// Progress of long compiles on stderr: one line per stage change, and every 5 s while compiling.
+jit::ProgressFn compile_progress_printer();
 
 }  // namespace cuactor::cli

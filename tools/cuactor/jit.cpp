@@ -20,6 +20,19 @@
 #include "cuactor/jit/gemm.hpp"
 
 namespace cuactor::cli {
+
+jit::ProgressFn compile_progress_printer() {
+  auto last = std::make_shared<std::pair<std::mutex, std::map<std::string, std::pair<jit::JitStage, double>>>>();
+  return [last](const jit::JitProgress& p) {
+    std::lock_guard lock(last->first);
+    auto& prev = last->second[p.what];
+    const bool changed = prev.first != p.stage || prev.second == 0;
+    if (!changed && p.elapsed_seconds - prev.second < 5.0) return;
+    prev = {p.stage, std::max(p.elapsed_seconds, 1e-9)};
+    std::cerr << fmt::format("[{:6.1f}s] {}: {}\n", p.elapsed_seconds, p.what, jit::name(p.stage));
+  };
+}
+
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -52,23 +65,10 @@ T value_or_die(Result<T> r) {
   return std::move(*r);
 }
 
-// Progress of long compiles on stderr: one line per stage change, and every 5 s while compiling.
-jit::ProgressFn progress_printer() {
-  auto last = std::make_shared<std::pair<std::mutex, std::map<std::string, std::pair<jit::JitStage, double>>>>();
-  return [last](const jit::JitProgress& p) {
-    std::lock_guard lock(last->first);
-    auto& prev = last->second[p.what];
-    const bool changed = prev.first != p.stage || prev.second == 0;
-    if (!changed && p.elapsed_seconds - prev.second < 5.0) return;
-    prev = {p.stage, std::max(p.elapsed_seconds, 1e-9)};
-    std::cerr << fmt::format("[{:6.1f}s] {}: {}\n", p.elapsed_seconds, p.what, jit::name(p.stage));
-  };
-}
-
 std::shared_ptr<jit::JitEngine> make_engine(bool progress) {
   jit::JitOptions o;
   if (!cli_options().cache_dir.empty()) o.disk.directory = cli_options().cache_dir;
-  if (progress && !cli_options().quiet) o.progress = progress_printer();
+  if (progress && !cli_options().quiet) o.progress = compile_progress_printer();
   return value_or_die(jit::JitEngine::create(std::move(o)));
 }
 

@@ -46,6 +46,7 @@ int main(int argc, char** argv) {
     cuactor::cli::add_bench_gemm_command(app);
     cuactor::cli::add_bench_grouped_command(app);
     cuactor::cli::add_jit_command(app);
+    cuactor::cli::add_tune_command(app);
     cuactor::cli::add_soak_command(app);
     try {
       app.parse(argc, argv);

@@ -1,0 +1,317 @@
+// `cuactor tune gemm`: the sweep behind the tuning database ([K9]). For each problem, candidate
+// sm_90a configurations (tile, cluster, schedule with and without stream-K) are compiled through the
+// JIT in parallel (cache reused; possible on a machine without a GPU), then each is timed with CUDA
+// events after warm-up against cuBLAS on the same data, interleaved, and checked against it; the
+// fastest correct one, with its best raster order and swizzle, is recorded for this device and the
+// problem's class. Plans (jit::plan_dense_gemm, `cuactor bench gemm`) consult the result first.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <array>
+#include <fstream>
+#include <iostream>
+#include <memory>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "commands.hpp"
+#include "cuactor/core/files.hpp"
+#include "cuactor/gpu/device.hpp"
+#include "cuactor/gpu/memory.hpp"
+#include "cuactor/gpu/stream.hpp"
+#include "cuactor/jit/engine.hpp"
+#include "cuactor/jit/gemm.hpp"
+#include "cuactor/jit/tuning.hpp"
+#include "cuactor/kernels/catalog.hpp"
+#include "gemm_anchor.hpp"
+
+namespace cuactor::cli {
+namespace {
+
+using kernels::GemmSchedule;
+using kernels::GemmSku;
+
+struct TuneOptions {
+  std::vector<std::string> shapes;  ///< "MxNxK"
+  std::string from;                 ///< File of shapes, one "MxNxK" (or "M N K") per line, '#' comments.
+  std::string dtype = "bf16";
+  std::string layout_b = "col";
+  std::string db;         ///< Database file (empty: the default under the cache root).
+  std::string cache_dir;  ///< JIT cache directory (empty: the default).
+  bool warm_only = false;
+  bool quick = false;
+  int reps = 20;
+  int rounds = 3;
+  int warmup = 5;
+  double tolerance = 2e-2;  ///< Largest relative difference to cuBLAS a candidate may have.
+};
+
+Result<std::array<std::int64_t, 3>> parse_shape(std::string text) {
+  std::replace(text.begin(), text.end(), 'x', ' ');
+  std::istringstream in(text);
+  std::array<std::int64_t, 3> v{};
+  std::string rest;
+  if (!(in >> v[0] >> v[1] >> v[2]) || (in >> rest) || v[0] < 1 || v[1] < 1 || v[2] < 1)
+    return fail(errc::invalid_argument,
+                fmt::format("shape '{}' is not MxNxK (or M N K) with three positive integers", text));
+  return v;
+}
+
+Result<std::vector<kernels::GemmProblem>> problems_of(const TuneOptions& o) {
+  const auto dtype = parse_dtype(o.dtype);
+  if (!dtype || (*dtype != DType::bf16 && *dtype != DType::f16))
+    return fail(errc::invalid_argument, fmt::format("--dtype '{}': tuning covers bf16 and f16 GEMMs", o.dtype));
+  const auto layout_b = kernels::parse_layout(o.layout_b);
+  if (!layout_b) return fail(errc::invalid_argument, fmt::format("--layout-b '{}' is not row or col", o.layout_b));
+  std::vector<std::string> texts = o.shapes;
+  if (!o.from.empty()) {
+    auto bytes = read_file(o.from, "shape list");
+    if (!bytes) return fail(bytes.error());
+    std::istringstream in(std::string(reinterpret_cast<const char*>(bytes->data()), bytes->size()));
+    for (std::string line; std::getline(in, line);) {
+      line = line.substr(0, line.find('#'));
+      if (line.find_first_not_of(" \t\r") != std::string::npos) texts.push_back(line);
+    }
+  }
+  if (texts.empty()) return fail(errc::invalid_argument, "nothing to tune: give --shape MxNxK and/or --from FILE");
+  std::vector<kernels::GemmProblem> out;
+  for (const auto& t : texts) {
+    auto v = parse_shape(t);
+    if (!v) return fail(v.error());
+    kernels::GemmProblem p;
+    p.m = (*v)[0];
+    p.n = (*v)[1];
+    p.k = (*v)[2];
+    p.a = p.b = p.c = p.d = *dtype;
+    p.layout_b = *layout_b;
+    out.push_back(p);
+  }
+  return out;
+}
+
+/// The sm_90a configurations swept for a 16-bit problem: data-parallel cooperative and pingpong
+/// tiles, clusters, and stream-K.
+std::vector<GemmSku> candidates(const kernels::GemmProblem& p, bool quick) {
+  struct Config {
+    kernels::Shape3 tile, cluster;
+    GemmSchedule schedule;
+    bool in_quick;
+  };
+  const Config configs[] = {
+      {{128, 256, 64}, {2, 1, 1}, GemmSchedule::cooperative, true},
+      {{128, 256, 64}, {1, 1, 1}, GemmSchedule::cooperative, false},
+      {{128, 128, 64}, {1, 1, 1}, GemmSchedule::cooperative, false},
+      {{256, 128, 64}, {1, 2, 1}, GemmSchedule::cooperative, true},
+      {{64, 128, 128}, {1, 1, 1}, GemmSchedule::pingpong, true},
+      {{64, 128, 64}, {1, 1, 1}, GemmSchedule::pingpong, false},
+      {{64, 256, 64}, {1, 1, 1}, GemmSchedule::pingpong, false},
+      {{128, 128, 64}, {1, 1, 1}, GemmSchedule::cooperative_streamk, true},
+      {{128, 256, 64}, {1, 1, 1}, GemmSchedule::cooperative_streamk, true},
+      {{128, 128, 64}, {2, 1, 1}, GemmSchedule::cooperative_streamk, false},
+  };
+  std::vector<GemmSku> out;
+  for (const Config& c : configs) {
+    if (quick && !c.in_quick) continue;
+    GemmSku s;
+    s.a = p.a;
+    s.b = p.b;
+    s.c = p.c;
+    s.d = p.d;
+    s.layout_a = p.layout_a;
+    s.layout_b = p.layout_b;
+    s.layout_c = p.layout_c;
+    s.tile = c.tile;
+    s.cluster = c.cluster;
+    s.schedule = c.schedule;
+    out.push_back(s);
+  }
+  return out;
+}
+
+std::string short_name(const GemmSku& s) {
+  return fmt::format("{}x{}x{} c{}x{} {}", s.tile.m, s.tile.n, s.tile.k, s.cluster.m, s.cluster.n,
+                     kernels::name(s.schedule));
+}
+
+/// One timed candidate.
+struct Measured {
+  GemmSku sku;
+  int max_swizzle = 0, raster_order = 0;
+  double ms = 0, anchor_ms = 0, difference = 0;
+};
+
+Status run_tune_gemm(const TuneOptions& o) {
+  auto problems = problems_of(o);
+  if (!problems) return fail(problems.error());
+  jit::JitOptions jo;
+  if (!o.cache_dir.empty()) jo.disk.directory = o.cache_dir;
+  jo.progress = compile_progress_printer();
+  auto engine = jit::JitEngine::create(std::move(jo));
+  if (!engine) return fail(engine.error());
+  jit::GemmJit gemm_jit(*engine);
+
+  // 1. Compile every candidate the catalog lacks, all at once (the library caps parallel nvcc runs).
+  std::vector<GemmSku> to_compile;
+  std::set<std::string> seen;
+  for (const auto& p : *problems)
+    for (const auto& s : candidates(p, o.quick))
+      if (kernels::find_in_catalog(s) == nullptr && seen.insert(s.to_string()).second) to_compile.push_back(s);
+  std::cout << fmt::format(
+      "cuactor tune gemm: {} problem(s), {} candidate kernel(s) to compile (others are in the "
+      "catalog), JIT cache {}\n",
+      problems->size(), to_compile.size(), (*engine)->disk_cache().directory().string());
+  std::set<std::string> unusable;
+  for (const auto& r : jit::warm_all(gemm_jit, to_compile)) {
+    if (r.report) {
+      std::cout << fmt::format("  {} {}{}\n", r.report->already_cached ? "cached  " : "compiled", r.sku.to_string(),
+                               r.report->already_cached ? "" : fmt::format(" in {:.0f} s", r.report->seconds));
+    } else {
+      std::cout << fmt::format("  FAILED   {}: {}\n", r.sku.to_string(), r.report.error().to_string());
+      unusable.insert(r.sku.to_string());
+    }
+  }
+  if (o.warm_only) {
+    std::cout << "compiled; time the candidates on the GPU machine with the same command without --warm-only\n";
+    return ok();
+  }
+  if (gpu::device_count() == 0)
+    return fail(errc::no_device, "the candidates are compiled, but timing them needs a CUDA device (none is visible)");
+
+  // 2. Time the candidates per problem against cuBLAS, then the winner's run-time scheduling options.
+  auto props = gpu::device_properties(0);
+  if (!props) return fail(props.error());
+  auto device = jit::TuningDevice::of(0);
+  if (!device) return fail(device.error());
+  auto stream = gpu::Stream::create(0);
+  if (!stream) return fail(stream.error());
+  auto pool = gpu::MemPool::device_default(0);
+  if (!pool) return fail(pool.error());
+  auto db_path = o.db.empty() ? jit::TuningDb::default_path() : Result<std::filesystem::path>(o.db);
+  if (!db_path) return fail(db_path.error());
+  jit::TuningDb db = jit::TuningDb::load(*db_path);
+  std::cout << fmt::format("device: {}; median of {}x{} event-timed launches per side after {} warm-up\n",
+                           device->to_string(), o.rounds, o.reps, o.warmup);
+  int recorded = 0;
+  for (const auto& p : *problems) {
+    const double flops = 2.0 * static_cast<double>(p.m) * static_cast<double>(p.n) * static_cast<double>(p.k);
+    const auto tflops = [&](double ms) { return flops / (ms * 1e-3) / 1e12; };
+    std::cout << fmt::format("\n{}x{}x{} {} (class {}):\n", p.m, p.n, p.k, name(p.a),
+                             jit::DenseGemmClass::of(p).to_string());
+    auto timer = GemmTimer::create(p, *props, *stream, *pool);
+    if (!timer) return fail(timer.error());
+    kernels::GemmPlanOptions base;
+    base.sm_count = props->multiprocessors;
+    base.device = 0;
+    const auto measure = [&](const kernels::GemmPlan& plan, const std::string& label) -> std::optional<Measured> {
+      auto t = (*timer)->time(plan, *pool, o.warmup, o.rounds, o.reps);
+      if (!t) {
+        std::cout << fmt::format("  {:<44} error: {}\n", label, t.error().to_string());
+        return std::nullopt;
+      }
+      const bool correct = t->difference <= o.tolerance;
+      std::cout << fmt::format("  {:<44} {:7.1f} TFLOP/s  cuBLAS {:7.1f}  ratio {:5.3f}x  rel.diff {:.1e}{}\n", label,
+                               tflops(t->ours_ms), tflops(t->anchor_ms), t->anchor_ms / t->ours_ms, t->difference,
+                               correct ? "" : "  REJECTED (differs from cuBLAS)");
+      if (!correct) return std::nullopt;
+      return Measured{plan.sku(), 0, 0, t->ours_ms, t->anchor_ms, t->difference};
+    };
+    if (auto heuristic = kernels::GemmPlan::make(p, props->arch, base))
+      (void)measure(*heuristic, fmt::format("(heuristic) {}", short_name(heuristic->sku())));
+    std::optional<Measured> best;
+    std::vector<std::shared_ptr<const jit::JitInstance>> keep;  // instances stay loaded while timed
+    for (const auto& sku : candidates(p, o.quick)) {
+      if (unusable.count(sku.to_string()) != 0) continue;
+      Result<kernels::GemmPlan> plan = fail(errc::internal, "unset");
+      if (const kernels::CatalogEntry* e = kernels::find_in_catalog(sku)) {
+        plan = kernels::GemmPlan::with_instance(p, props->arch, sku, *e->instance, nullptr, kernels::PlanSource::tuned,
+                                                base);
+      } else {
+        auto inst = gemm_jit.compile(sku).get();
+        if (!inst) {
+          std::cout << fmt::format("  {:<44} error: {}\n", short_name(sku), inst.error().to_string());
+          continue;
+        }
+        keep.push_back(*inst);
+        plan = kernels::GemmPlan::with_instance(p, props->arch, sku, (*inst)->abi(), *inst, kernels::PlanSource::tuned,
+                                                base);
+      }
+      if (!plan) {
+        std::cout << fmt::format("  {:<44} error: {}\n", short_name(sku), plan.error().to_string());
+        continue;
+      }
+      auto m = measure(*plan, short_name(sku));
+      if (m && (!best || m->ms < best->ms)) best = m;
+    }
+    if (!best) {
+      std::cout << "  no candidate ran correctly: nothing recorded for this class\n";
+      continue;
+    }
+    // The winner's raster order and swizzle (run-time options of the same kernel).
+    const kernels::CatalogEntry* entry = kernels::find_in_catalog(best->sku);
+    std::shared_ptr<const jit::JitInstance> inst;
+    if (entry == nullptr) {
+      auto r = gemm_jit.compile(best->sku).get();
+      if (r) inst = *r;
+    }
+    for (auto [raster, swizzle] : {std::pair{1, 0}, {2, 0}, {0, 2}, {0, 4}, {0, 8}}) {
+      if (entry == nullptr && !inst) break;
+      kernels::GemmPlanOptions variant = base;
+      variant.raster_order = raster;
+      variant.max_swizzle = swizzle;
+      auto plan = entry != nullptr ? kernels::GemmPlan::with_instance(p, props->arch, best->sku, *entry->instance,
+                                                                      nullptr, kernels::PlanSource::tuned, variant)
+                                   : kernels::GemmPlan::with_instance(p, props->arch, best->sku, inst->abi(), inst,
+                                                                      kernels::PlanSource::tuned, variant);
+      if (!plan) continue;
+      auto m = measure(*plan, fmt::format("{} raster {} swizzle {}", short_name(best->sku), raster, swizzle));
+      if (m && m->ms < best->ms * 0.98) {  // only a clear win changes the default options
+        m->raster_order = raster;
+        m->max_swizzle = swizzle;
+        best = m;
+      }
+    }
+    jit::TunedGemm choice{best->sku,          best->max_swizzle,
+                          best->raster_order, fmt::format("{}x{}x{}", p.m, p.n, p.k),
+                          tflops(best->ms),   tflops(best->anchor_ms)};
+    std::cout << fmt::format("  => {} raster {} swizzle {}: {:.1f} TFLOP/s, {:.3f}x cuBLAS\n", short_name(choice.sku),
+                             choice.raster_order, choice.max_swizzle, choice.tflops,
+                             choice.tflops / choice.anchor_tflops);
+    db.record(*device, jit::DenseGemmClass::of(p), std::move(choice));
+    ++recorded;
+  }
+  CUACTOR_TRY(db.save(*db_path));
+  std::cout << fmt::format("\nrecorded {} class(es); database {} now holds {} entries\n", recorded, db_path->string(),
+                           db.size());
+  return ok();
+}
+
+}  // namespace
+
+void add_tune_command(CLI::App& app) {
+  auto* tune = app.add_subcommand("tune", "Sweep kernel configurations and record the winners in the tuning database");
+  tune->require_subcommand(1);
+  auto* cmd = tune->add_subcommand("gemm", "Dense GEMM: candidates compiled through the JIT, timed against cuBLAS");
+  auto opt = std::make_shared<TuneOptions>();
+  cmd->add_option("--shape", opt->shapes, "Problem MxNxK (repeatable)");
+  cmd->add_option("--from", opt->from, "File of shapes, one MxNxK per line ('#' starts a comment)");
+  cmd->add_option("--dtype", opt->dtype, "Element type of A, B, C and D: bf16 or f16");
+  cmd->add_option("--layout-b", opt->layout_b, "Layout of B: col (N x K weights, TN) or row (K x N)");
+  cmd->add_option("--db", opt->db, "Tuning database file (default: <cache root>/tuning.json)");
+  cmd->add_option("--cache-dir", opt->cache_dir, "JIT disk cache directory (default: <cache root>/jit)");
+  cmd->add_flag("--warm-only", opt->warm_only, "Only compile the candidates (no GPU needed)");
+  cmd->add_flag("--quick", opt->quick, "Fewer candidates (5 instead of 10)");
+  cmd->add_option("--reps", opt->reps, "Timed repetitions per side and round");
+  cmd->add_option("--rounds", opt->rounds, "Interleaved rounds");
+  cmd->add_option("--warmup", opt->warmup, "Untimed launches per side first");
+  cmd->add_option("--tolerance", opt->tolerance, "Largest relative difference to cuBLAS accepted");
+  cmd->callback([opt] {
+    if (auto s = run_tune_gemm(*opt); !s) {
+      std::cerr << "cuactor tune gemm: " << s.error().to_string() << "\n";
+      std::exit(1);
+    }
+  });
+}
+
+}  // namespace cuactor::cli
