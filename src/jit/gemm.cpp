@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <map>
 #include <thread>
 
 #include "cuactor/core/no_throw.hpp"
@@ -103,6 +104,36 @@ Result<InstanceRequest> instance_request(const GemmSku& sku, std::optional<GpuAr
   r.symbol = sku.symbol_name();
   r.arch = compile_for;
   return r;
+}
+
+Result<GemmSku> sku_of_identity(std::string_view identity) {
+  std::map<std::string, std::string, std::less<>> values;
+  std::size_t pos = 0;
+  while (pos <= identity.size()) {
+    const std::size_t end = std::min(identity.find('|', pos), identity.size());
+    const std::string_view field = identity.substr(pos, end - pos);
+    if (const auto eq = field.find('='); eq != std::string_view::npos)
+      values.emplace(std::string(field.substr(0, eq)), std::string(field.substr(eq + 1)));
+    pos = end + 1;
+  }
+  std::string missing;
+  const auto get = [&](const char* key) -> std::string {
+    const auto it = values.find(key);
+    if (it == values.end()) {
+      if (missing.empty()) missing = key;
+      return {};
+    }
+    return it->second;
+  };
+  const std::string text = fmt::format(
+      "{}:{}:{},{},{},{},{}:{},{},{}:{}x{}x{}:{}x{}x{}:s{}:{}:{}", get("FAMILY"), get("ARCH"), get("ELEMENT_A"),
+      get("ELEMENT_B"), get("ELEMENT_C"), get("ELEMENT_D"), get("ELEMENT_ACC"), get("LAYOUT_A"), get("LAYOUT_B"),
+      get("LAYOUT_C"), get("TILE_M"), get("TILE_N"), get("TILE_K"), get("CLUSTER_M"), get("CLUSTER_N"),
+      get("CLUSTER_K"), get("STAGES"), get("SCHEDULE"), get("EPILOGUE"));
+  if (!missing.empty())
+    return fail(errc::invalid_argument, fmt::format("identity '{}' is not a GEMM instance's: it has no {} placeholder",
+                                                    identity.substr(0, 80), missing));
+  return GemmSku::parse(text);
 }
 
 GemmJit::GemmJit(std::shared_ptr<JitEngine> engine, std::vector<std::string> nvcc_options, std::size_t plan_capacity)

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <map>
+#include <tuple>
 #include <utility>
 
 #include "kernels/instance_abi.h"
@@ -46,11 +47,17 @@ std::vector<const CatalogEntry*> catalog_entries(GemmFamily family) {
   return out;
 }
 
-std::vector<std::string> catalog_families() {
-  std::map<std::pair<std::string, std::string>, int> counts;
-  for (const auto& e : catalog()) ++counts[{std::string(name(e.sku.family)), e.sku.arch.name()}];
-  std::vector<std::string> out;
-  for (const auto& [key, n] : counts) out.push_back(fmt::format("{} {} ({})", key.first, key.second, n));
+std::vector<KernelFamilyCount> catalog_families() {
+  std::map<std::tuple<std::string, std::string, std::string, std::string, std::string>, KernelFamilyCount> groups;
+  for (const auto& e : catalog()) {
+    const auto key = std::tuple{std::string(name(e.sku.family)), e.sku.arch.name(), std::string(name(e.sku.a)),
+                                std::string(name(e.sku.b)), std::string(name(e.sku.d))};
+    auto [it, fresh] =
+        groups.try_emplace(key, KernelFamilyCount{e.sku.family, e.sku.arch, e.sku.a, e.sku.b, e.sku.d, 0});
+    ++it->second.count;
+  }
+  std::vector<KernelFamilyCount> out;
+  for (const auto& [key, group] : groups) out.push_back(group);
   return out;
 }
 

@@ -2,7 +2,6 @@
 
 #include <fmt/format.h>
 
-#include <algorithm>
 #include <climits>
 #include <cstdint>
 #include <vector>
@@ -33,35 +32,16 @@ bool sku_computes(const GemmSku& s, const GemmProblem& p) {
          s.layout_a == p.layout_a && s.layout_b == p.layout_b && s.layout_c == p.layout_c && s.epilogue == p.epilogue;
 }
 
-/// Tensor-core FLOPs per byte of DRAM traffic at which a Hopper SM turns from memory- to
-/// compute-bound for 16-bit inputs (H100 SXM: ~990 TFLOP/s over 3.35 TB/s; H200: 4.8 TB/s), doubled
-/// for fp8. Only the order of candidates depends on it.
-constexpr double kBalance16 = 250.0;
-
-/// A stream-K kernel must give each output tile at least this many K iterations to split.
-constexpr std::int64_t kStreamKMinIterations = 8;
-
-/// Relative time of a kernel for the problem, per SM (lower is better). One output tile costs the
-/// larger of its tensor-core work and its operand traffic (a decode tile is memory-bound: its few
-/// rows of A hardly matter, its panel of B does); small tiles are penalised for their lower MMA
-/// efficiency. Data-parallel kernels pay whole waves of tiles, so a partial wave leaves SMs idle;
-/// stream-K spreads the K iterations of all tiles over every SM, plus a fix-up cost; with too few K
-/// iterations per tile to split, it is ranked behind the data-parallel kernels (it still computes).
+/// Relative cost of a data-parallel kernel for the problem: full waves of output tiles times tile
+/// area, with small (pingpong) tiles penalised for their lower per-tile efficiency; lower is better.
+/// Measured on an H100 (`cuactor tune gemm`), this order holds for decode too: 64x128 pingpong tiles
+/// on half the SMs beat stream-K spreading K over all of them (40.7 vs 32.1 TFLOP/s at 16x8192x8192),
+/// so stream-K kernels are left to the tuning database and explicit overrides.
 double estimated_cost(const GemmSku& s, const GemmProblem& p, int sm_count) {
-  const std::int64_t tiles = ((p.m + s.tile.m - 1) / s.tile.m) * ((p.n + s.tile.n - 1) / s.tile.n) * p.batch;
-  const double in_bytes = static_cast<double>(size_bits(p.a)) / 8.0;
-  const double balance = size_bits(p.a) <= 8 ? 2 * kBalance16 : kBalance16;
+  const auto tiles = ((p.m + s.tile.m - 1) / s.tile.m) * ((p.n + s.tile.n - 1) / s.tile.n) * p.batch;
+  const auto waves = (tiles + sm_count - 1) / sm_count;
   const double small_tile_penalty = s.tile.m * s.tile.n < 128 * 256 ? 1.15 : 1.0;
-  const double compute = 2.0 * s.tile.m * s.tile.n * static_cast<double>(p.k) / balance * small_tile_penalty;
-  const double rows = static_cast<double>(std::min<std::int64_t>(s.tile.m, p.m));
-  const double cols = static_cast<double>(std::min<std::int64_t>(s.tile.n, p.n));
-  const double traffic = (rows + cols) * static_cast<double>(p.k) * in_bytes;
-  const double per_tile = std::max(compute, traffic);
-  const std::int64_t waves = (tiles + sm_count - 1) / sm_count;
-  const double data_parallel = static_cast<double>(waves) * per_tile;
-  if (!is_stream_k(s.schedule)) return data_parallel;
-  if (p.k < kStreamKMinIterations * s.tile.k) return 2.0 * data_parallel;
-  return static_cast<double>(tiles) * per_tile / sm_count * 1.15;
+  return static_cast<double>(waves) * s.tile.m * s.tile.n * small_tile_penalty;
 }
 
 std::string describe(const GemmProblem& p) {
@@ -213,7 +193,7 @@ Result<GemmPlan> GemmPlan::make(const GemmProblem& problem, GpuArch device_arch,
     // tile configuration for this shape.
     double best_cost = 0;
     for (const CatalogEntry* e : catalog_entries(GemmFamily::dense)) {
-      if (!sku_computes(e->sku, problem) || !runs_on(e->sku, device_arch)) continue;
+      if (!sku_computes(e->sku, problem) || !runs_on(e->sku, device_arch) || is_stream_k(e->sku.schedule)) continue;
       const double cost = estimated_cost(e->sku, problem, sm_count);
       const bool better = chosen == nullptr || e->sku.arch.sm() > chosen->sku.arch.sm() ||
                           (e->sku.arch.sm() == chosen->sku.arch.sm() &&

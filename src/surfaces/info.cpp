@@ -56,7 +56,14 @@ nlohmann::json collect(bool with_stats) {
     devices.push_back(std::move(d));
   }
   j["devices"] = devices;
-  j["kernel_families"] = kernels::catalog_families();
+  j["kernel_families"] = nlohmann::json::array();
+  for (const auto& f : kernels::catalog_families())
+    j["kernel_families"].push_back({{"family", kernels::name(f.family)},
+                                    {"arch", f.arch.name()},
+                                    {"a", name(f.a)},
+                                    {"b", name(f.b)},
+                                    {"d", name(f.d)},
+                                    {"count", f.count}});
   int major = 0, minor = 0;
   const bool nvrtc_ok = nvrtcVersion(&major, &minor) == NVRTC_SUCCESS;
   j["nvrtc"] = nvrtc_ok ? nlohmann::json(fmt::format("{}.{}", major, minor)) : nlohmann::json(nullptr);

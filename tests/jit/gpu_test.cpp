@@ -240,6 +240,40 @@ TEST_F(JitGpu, JitOnlyCutlassConfigurationMatchesReference) {
   }
 }
 
+// Stream-K (CUTLASS's StreamKScheduler, through the JIT only): decode-like long-K shapes whose K is
+// split over SMs and reduced in the workspace, tails, batches and beta, against the fp64 reference;
+// each shape twice, so a workspace left dirty by the first run would show in the second.
+TEST_F(JitGpu, StreamKConfigurationMatchesReference) {
+  if (device_arch() != GpuArch{9, 0, true}) GTEST_SKIP() << "needs an sm_90a device, this is " << device_arch().name();
+  GemmSku sku = jit_only_sku();
+  sku.tile = {128, 128, 64};
+  sku.schedule = kernels::GemmSchedule::cooperative_streamk;
+  auto engine = shared_engine();
+  ASSERT_NE(engine, nullptr);
+  GemmJit gemm(engine);
+  const auto& r = gemm.resolve(sku).get();
+  ASSERT_TRUE(r.has_value()) << r.error().to_string();
+  const cuactor_gemm_instance& inst = *(*r)->abi;
+  struct Case {
+    int m, n, k, batch;
+    float alpha, beta;
+  };
+  unsigned seed = 40;
+  for (const Case c : {Case{16, 512, 8192, 1, 1.f, 0.f}, Case{8, 264, 6152, 2, 0.5f, 1.f},
+                       Case{257, 136, 4104, 1, 1.f, -0.5f}, Case{64, 8, 8, 1, 2.f, 0.f}}) {
+    DenseProblem p(c.m, c.n, c.k, c.batch, seed++);
+    const auto args = p.args(c.alpha, c.beta, gpu::device_properties(0)->multiprocessors);
+    if (c.k >= 4096) {  // few tiles, long K: split over SMs, partial tiles reduced in the workspace
+      EXPECT_GT(inst.workspace_size(&args), 0u) << c.m << "x" << c.n << "x" << c.k;
+    }
+    for (int repeat = 0; repeat < 2; ++repeat) {
+      const auto d = p.run(inst, c.alpha, c.beta);
+      EXPECT_LT(p.relative_error(d, c.alpha, c.beta), 1e-2)
+          << c.m << "x" << c.n << "x" << c.k << " batch " << c.batch << " run " << repeat;
+    }
+  }
+}
+
 TEST_F(JitGpu, JitInstanceMatchesAotInstanceBitForBit) {
   if (device_arch() != GpuArch{9, 0, true}) GTEST_SKIP() << "needs an sm_90a device, this is " << device_arch().name();
   const kernels::CatalogEntry* aot = nullptr;

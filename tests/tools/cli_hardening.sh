@@ -102,6 +102,19 @@ case $case in
     mkdir -p shapes.d
     run "$cli" tune gemm --from shapes.d
     expect_failure; expect_in err "shapes.d" ;;
+  kernels_inventory)  # `cuactor kernels` lists tuned entries; a corrupt database is ignored with a warning
+    sku='dense:sm_90a:bf16,bf16,bf16,bf16,f32:row,col,row:64x128x128:1x1x1:s0:pingpong:linear_combination'
+    printf '%s' '{"format":"cuactor-tuning","version":1,"entries":[{"device":{"model":"NVIDIA H100 80GB HBM3",' > db.json
+    printf '%s' '"sm_count":132,"driver":13000,"arch":"sm_90a"},"class":"bf16,bf16,bf16,bf16:row,col,row:' >> db.json
+    printf '%s' 'linear_combination:m<=16:n<=8192:k<=8192","sku":"'"$sku"'","max_swizzle":0,"raster_order":0,' >> db.json
+    printf '%s' '"shape":"16x8192x8192","tflops":40.7,"anchor_tflops":42.7}]}' >> db.json
+    run "$cli" kernels --db db.json --cache-dir "$work/jit"
+    expect_rc 0; expect_in out "tuned: 1 entry"; expect_in out "$sku"; expect_in out "40.7 TFLOP/s vs cuBLAS 42.7"
+    run "$cli" kernels --json --db db.json --cache-dir "$work/jit"
+    expect_rc 0; expect_in out '"shape": "16x8192x8192"'; expect_in out '"jit_cached": \[\]'
+    printf '{"format":"cuactor-tuning","version":1,"entries":[' > bad.json
+    run "$cli" kernels --db bad.json --cache-dir "$work/jit"
+    expect_rc 0; expect_in out "tuned: 0 entries"; expect_in err "ignored" ;;
   *) echo "unknown case $case"; exit 2 ;;
 esac
 echo "ok [$case]"

@@ -20,6 +20,7 @@ void add_soak_command(CLI::App& app);
 /// `cuactor jit warm|list|verify|clear|bench`: offline cache warming, cache inspection, JIT timings.
 void add_jit_command(CLI::App& app);
 void add_tune_command(CLI::App& app);
+void add_kernels_command(CLI::App& app);
 
 /// Progress of long compiles on stderr: one line per stage change, and every 5 s while compiling.
 jit::ProgressFn compile_progress_printer();

@@ -43,7 +43,12 @@ void print_text(const nlohmann::json& j) {
   const auto& fam = j["kernel_families"];
   std::cout << "  kernel families compiled in: ";
   if (fam.empty()) std::cout << "none";
-  for (std::size_t i = 0; i < fam.size(); ++i) std::cout << (i ? ", " : "") << fam[i].get<std::string>();
+  for (std::size_t i = 0; i < fam.size(); ++i)
+    std::cout << (i ? ", " : "")
+              << fmt::format("{} {} {}x{}->{} ({})", fam[i]["family"].get<std::string>(),
+                             fam[i]["arch"].get<std::string>(), fam[i]["a"].get<std::string>(),
+                             fam[i]["b"].get<std::string>(), fam[i]["d"].get<std::string>(),
+                             fam[i]["count"].get<int>());
   std::cout << "\n";
   std::cout << "  NVRTC:        " << (j["nvrtc"].is_null() ? "unavailable" : j["nvrtc"].get<std::string>()) << "\n";
   std::cout << "  nvcc:         " << (j["nvcc"].is_null() ? "not found" : j["nvcc"].get<std::string>()) << "\n";

@@ -47,6 +47,7 @@ int main(int argc, char** argv) {
     cuactor::cli::add_bench_grouped_command(app);
     cuactor::cli::add_jit_command(app);
     cuactor::cli::add_tune_command(app);
+    cuactor::cli::add_kernels_command(app);
     cuactor::cli::add_soak_command(app);
     try {
       app.parse(argc, argv);

@@ -31,6 +31,10 @@ Placeholders placeholders_for(const kernels::GemmSku& sku);
 /// (non-positive tile or cluster extents, negative stages).
 Result<InstanceRequest> instance_request(const kernels::GemmSku& sku, std::optional<GpuArch> target = std::nullopt);
 
+/// The SKU a GEMM instance request's identity (InstanceRequest::identity(), the metadata of its disk
+/// cache entry) was rendered for; `invalid_argument` when the identity is not one of a GEMM instance.
+Result<kernels::GemmSku> sku_of_identity(std::string_view identity);
+
 /// A usable instance: from the ahead-of-time catalog or from the JIT (kept alive by `jit`).
 struct ResolvedInstance {
   const cuactor_gemm_instance* abi = nullptr;

@@ -31,8 +31,18 @@ const CatalogEntry* find_in_catalog(const GemmSku& sku) noexcept;
 /// Every entry of one family.
 std::vector<const CatalogEntry*> catalog_entries(GemmFamily family);
 
-/// One line per compiled (family, arch) pair with its instance count, e.g. "dense sm_90a (8)".
-std::vector<std::string> catalog_families();
+/// A group of compiled instances that share family, architecture and element types.
+struct KernelFamilyCount {
+  GemmFamily family = GemmFamily::dense;
+  GpuArch arch;
+  DType a = DType::bf16;  ///< Element type of A (and B, but for mixed inputs see `b`).
+  DType b = DType::bf16;
+  DType d = DType::bf16;  ///< Output element type.
+  int count = 0;          ///< Instances (tile, cluster, schedule, layout variants).
+};
+
+/// The compiled instances grouped by (family, arch, A, B, D), in a stable order.
+std::vector<KernelFamilyCount> catalog_families();
 
 /// True if a catalog kernel of `sku` can run on a device whose best target is `device`: sm_90a
 /// (arch-specific) kernels need exactly that compute capability; sm_80 kernels are compiled as
