@@ -62,6 +62,12 @@ std::vector<GroupedShape> moe_shapes() {
       {"32 ragged~8192 N4096 K7168", ragged_rows(32, 8192, 0.6, 0, 32), 4096, 7168, false},
       {"64 ragged~1000 N4096 K7168", ragged_rows(64, 1000, 0.9, 8, 64), 4096, 7168, true},
       {"128x16 N2048 K2048", std::vector<int>(128, 16), 2048, 2048, true},
+      // Many experts, short K, a few hundred rows each with skewed routing (Qwen3-MoE-like layers).
+      {"128 skewed~200 N1536 K2048", ragged_rows(128, 128 * 200, 0.7, 4, 128), 1536, 2048, false},
+      {"160 skewed~150 N2048 K1536", ragged_rows(160, 160 * 150, 0.8, 6, 160), 2048, 1536, false},
+      // Decode: many experts with a handful of rows each.
+      {"64x4 N2048 K2048 (decode)", std::vector<int>(64, 4), 2048, 2048, true},
+      {"128 ragged~6 N1536 K2048 (decode)", ragged_rows(128, 128 * 6, 0.9, 16, 6), 1536, 2048, true},
   };
 }
 
