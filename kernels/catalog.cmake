@@ -115,6 +115,9 @@ cuactor_gemm_instance(${dense90} TYPES bf16 bf16 f32 f32 f32 LAYOUTS row col row
 # bf16, small M (decode): pingpong 64x128x128.
 cuactor_gemm_instance(${dense90} TYPES bf16 bf16 bf16 bf16 f32 LAYOUTS row col row TILE 64 128 128 CLUSTER 1 1 1
                       SCHEDULE pingpong EPILOGUE linear_combination)
+# fp16, small M (decode): pingpong 64x128x128 (without it f16 decode ran the large tile at 0.62x cuBLAS).
+cuactor_gemm_instance(${dense90} TYPES f16 f16 f16 f16 f32 LAYOUTS row col row TILE 64 128 128 CLUSTER 1 1 1
+                      SCHEDULE pingpong EPILOGUE linear_combination)
 # fp16, large M, both B layouts.
 cuactor_gemm_instance(${dense90} TYPES f16 f16 f16 f16 f32 LAYOUTS row col row TILE 128 256 64 CLUSTER 2 1 1
                       SCHEDULE cooperative EPILOGUE linear_combination)

@@ -6,6 +6,8 @@
 
 #include <atomic>
 #include <bit>
+#include <map>
+#include <mutex>
 #include <nlohmann/json.hpp>
 
 #include "cuactor/core/files.hpp"
@@ -13,6 +15,7 @@
 #include "cuactor/core/paths.hpp"
 #include "cuactor/gpu/check.hpp"
 #include "cuactor/gpu/device.hpp"
+#include "cuactor/jit/engine.hpp"
 #include "cuactor/jit/gemm.hpp"
 #include "cuactor/kernels/catalog.hpp"
 
@@ -217,6 +220,41 @@ Result<kernels::GemmPlan> plan_dense_gemm(const kernels::GemmProblem& problem, c
                                                kernels::PlanSource::tuned, tuned_options);
   if (!plan) return fall_back(plan.error());
   return plan;
+}
+
+kernels::GemmPlanCache::Planner tuned_planner(std::shared_ptr<const TuningDb> db, std::shared_ptr<GemmJit> jit) {
+  struct Devices {
+    std::mutex mutex;
+    std::map<int, TuningDevice> known;
+  };
+  auto devices = std::make_shared<Devices>();
+  return [db = std::move(db), jit = std::move(jit), devices](const kernels::GemmProblem& problem, GpuArch arch,
+                                                             const kernels::GemmPlanOptions& options) {
+    if (!db || db->size() == 0 || options.sku_override) return kernels::GemmPlan::make(problem, arch, options);
+    TuningDevice device;
+    {
+      std::lock_guard lock(devices->mutex);
+      auto it = devices->known.find(options.device);
+      if (it == devices->known.end()) {
+        auto d = TuningDevice::of(options.device);
+        if (!d) return kernels::GemmPlan::make(problem, arch, options);  // no such device here: no tuning
+        it = devices->known.emplace(options.device, std::move(*d)).first;
+      }
+      device = it->second;
+    }
+    if (device.arch != arch) return kernels::GemmPlan::make(problem, arch, options);  // planning for another target
+    return plan_dense_gemm(problem, device, options, db.get(), jit.get());
+  };
+}
+
+kernels::GemmPlanCache::Planner default_tuned_planner() {
+  auto db = std::make_shared<TuningDb>();
+  if (auto path = TuningDb::default_path()) *db = TuningDb::load(*path);
+  std::shared_ptr<GemmJit> jit;
+  if (db->size() > 0) {
+    if (auto engine = JitEngine::create({})) jit = std::make_shared<GemmJit>(std::move(*engine));
+  }
+  return tuned_planner(std::move(db), std::move(jit));
 }
 
 }  // namespace cuactor::jit

@@ -378,7 +378,8 @@ std::size_t GemmPlanCache::KeyHash::operator()(const Key& k) const noexcept {
 Result<GemmPlan> GemmPlanCache::get(const GemmProblem& problem, GpuArch arch, const GemmPlanOptions& options) {
   const Key key{
       problem, arch, options.sm_count, options.device, options.max_swizzle, options.raster_order, options.sku_override};
-  return cache_.get_or_create(key, [&] { return GemmPlan::make(problem, arch, options); });
+  return cache_.get_or_create(
+      key, [&] { return planner_ ? planner_(problem, arch, options) : GemmPlan::make(problem, arch, options); });
 }
 
 }  // namespace cuactor::kernels

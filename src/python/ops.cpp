@@ -14,6 +14,7 @@
 
 #include "cuactor/gpu/check.hpp"
 #include "cuactor/gpu/device.hpp"
+#include "cuactor/jit/tuning.hpp"
 #include "cuactor/kernels/gemm_plan.hpp"
 #include "cuactor/kernels/grouped_plan_cache.hpp"
 
@@ -23,7 +24,8 @@ namespace {
 constexpr int kMaxDevices = 64;
 
 kernels::GemmPlanCache& dense_plans() {
-  static kernels::GemmPlanCache cache;
+  // Consults this machine's tuning database (cuactor tune gemm) before the heuristic.
+  static kernels::GemmPlanCache cache(64, jit::default_tuned_planner());
   return cache;
 }
 

@@ -229,5 +229,34 @@ TEST(TuningPlan, ConsultsTheDatabaseBeforeTheHeuristic) {
   EXPECT_EQ(overridden.source(), kernels::PlanSource::overridden);
 }
 
+TEST(TuningPlan, PlanCachesMakePlansThroughTheirPlanner) {
+  int calls = 0;
+  kernels::GemmPlanCache cache(8, [&](const GemmProblem& p, GpuArch arch, const kernels::GemmPlanOptions& o) {
+    ++calls;
+    return kernels::GemmPlan::make(p, arch, o);
+  });
+  const GemmProblem p = problem(16, 8192, 8192);
+  auto first = cache.get(p, GpuArch{9, 0, true});
+  auto second = cache.get(p, GpuArch{9, 0, true});
+  EXPECT_EQ(first.has_value(), second.has_value());
+  // A plan is cached; a failure is not (every lookup asks the planner again).
+  EXPECT_EQ(calls, first.has_value() ? 1 : 2);
+  // The tuned planner without entries, or for a device this machine does not have, is the heuristic.
+  auto planner = tuned_planner(std::make_shared<TuningDb>(), nullptr);
+  auto heuristic = kernels::GemmPlan::make(p, GpuArch{9, 0, true});
+  auto planned = planner(p, GpuArch{9, 0, true}, {});
+  ASSERT_EQ(planned.has_value(), heuristic.has_value());
+  if (planned) {
+    EXPECT_EQ(planned->sku(), heuristic->sku());
+    EXPECT_EQ(planned->source(), kernels::PlanSource::heuristic);
+  }
+  auto db = std::make_shared<TuningDb>();
+  db->record(h100(), DenseGemmClass::of(p), choice());
+  kernels::GemmPlanOptions absent_device;
+  absent_device.device = 63;
+  auto elsewhere = tuned_planner(db, nullptr)(p, GpuArch{9, 0, true}, absent_device);
+  EXPECT_EQ(elsewhere.has_value(), heuristic.has_value());
+}
+
 }  // namespace
 }  // namespace cuactor::jit

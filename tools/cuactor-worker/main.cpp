@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "cuactor/jit/tuning.hpp"
 #include "cuactor/kernels/dense_gemm_actor.hpp"
 #include "cuactor/kernels/grouped_actor.hpp"
 #include "cuactor/runtime/device_actor.hpp"
@@ -39,7 +40,8 @@ int device_argument(const std::vector<std::string>& rest) {
 void register_kernel_ops(cuactor::worker::Server& server) {
   namespace kernels = cuactor::kernels;
   namespace ops = cuactor::runtime::worker_ops;
-  auto dense = std::make_shared<kernels::GemmPlanCache>();
+  // Dense plans consult the tuning database of this machine first (cuactor tune gemm).
+  auto dense = std::make_shared<kernels::GemmPlanCache>(64, cuactor::jit::default_tuned_planner());
   auto grouped = std::make_shared<kernels::GroupedPlanCache>();
   server.add_handler(ops::dense_gemm, [dense](auto& ctx, auto payload, auto buffers) {
     return kernels::detail::handle_dense_worker_op(ctx, *dense, payload, buffers);

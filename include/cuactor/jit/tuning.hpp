@@ -7,6 +7,7 @@
 
 #include <cstddef>
 #include <filesystem>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -101,5 +102,14 @@ class TuningDb {
 /// heuristic. `options.sku_override` bypasses the database. `db` and `jit` may be null.
 Result<kernels::GemmPlan> plan_dense_gemm(const kernels::GemmProblem& problem, const TuningDevice& device,
                                           kernels::GemmPlanOptions options, const TuningDb* db, GemmJit* jit);
+
+/// A GemmPlanCache planner that consults the tuning database first (plan_dense_gemm for the device
+/// the options name), for the actor's dense GEMM requests, the worker's and Python's. `db` is read
+/// only; `jit` (may be null) supplies tuned kernels outside the catalog. Thread-safe.
+kernels::GemmPlanCache::Planner tuned_planner(std::shared_ptr<const TuningDb> db, std::shared_ptr<GemmJit> jit);
+
+/// The default database (TuningDb::default_path()) loaded once, or an empty one where there is no
+/// cache root; with a JIT over the default disk cache when the database has entries.
+kernels::GemmPlanCache::Planner default_tuned_planner();
 
 }  // namespace cuactor::jit

@@ -7,6 +7,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string_view>
@@ -184,8 +185,13 @@ class GemmPlan {
 /// single flight; failures are returned to every waiter and not cached).
 class GemmPlanCache {
  public:
-  /// A cache holding at most `capacity` plans (at least 1).
-  explicit GemmPlanCache(std::size_t capacity = 64) : cache_(capacity) {}
+  /// What makes a plan on a miss: GemmPlan::make by default; jit::tuned_planner() consults the tuning
+  /// database first ([K9]).
+  using Planner = std::function<Result<GemmPlan>(const GemmProblem&, GpuArch, const GemmPlanOptions&)>;
+
+  /// A cache holding at most `capacity` plans (at least 1), made by `planner` (empty: GemmPlan::make).
+  explicit GemmPlanCache(std::size_t capacity = 64, Planner planner = {})
+      : cache_(capacity), planner_(std::move(planner)) {}
 
   /// The plan for (problem, arch, options), made on first use.
   Result<GemmPlan> get(const GemmProblem& problem, GpuArch arch, const GemmPlanOptions& options = {});
@@ -214,6 +220,7 @@ class GemmPlanCache {
   };
 
   LruCache<Key, GemmPlan, KeyHash> cache_;
+  Planner planner_;
 };
 
 }  // namespace cuactor::kernels
