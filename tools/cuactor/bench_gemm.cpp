@@ -125,8 +125,9 @@ Result<GemmRow> bench_case(const GemmCase& c, const gpu::DeviceProperties& props
   return row;
 }
 
-/// Bytes per second a device-to-device copy of 1 GiB reads (median of `reps` event-timed copies).
-Result<double> copy_read_bandwidth(const gpu::Stream& stream, const gpu::MemPool& pool, int warmup, int reps) {
+/// Bytes per second a device-to-device copy of 1 GiB moves, reads plus writes (median of `reps`
+/// event-timed copies): the device's achievable DRAM bandwidth.
+Result<double> copy_bandwidth(const gpu::Stream& stream, const gpu::MemPool& pool, int warmup, int reps) {
   constexpr std::size_t kBytes = std::size_t{1} << 30;
   auto src = gpu::DeviceBuffer::allocate(pool, kBytes, stream.get());
   auto dst = gpu::DeviceBuffer::allocate(pool, kBytes, stream.get());
@@ -141,7 +142,7 @@ Result<double> copy_read_bandwidth(const gpu::Stream& stream, const gpu::MemPool
   std::vector<double> ms, discard;
   CUACTOR_TRY(time_into(discard, stream.get(), std::max(1, warmup), counter, copy));
   CUACTOR_TRY(time_into(ms, stream.get(), std::max(1, reps), counter, copy));
-  return static_cast<double>(kBytes) / (median(ms) * 1e-3);
+  return 2.0 * static_cast<double>(kBytes) / (median(ms) * 1e-3);
 }
 
 Status run_bench_gemm(const GemmBenchOptions& opt) {
@@ -167,9 +168,9 @@ Status run_bench_gemm(const GemmBenchOptions& opt) {
   if (db.size() > 0) {
     if (auto engine = jit::JitEngine::create({})) gemm_jit = std::make_unique<jit::GemmJit>(std::move(*engine));
   }
-  // The decode rows' bandwidth anchor: what a device-to-device copy reads per second on this device.
-  auto copy_read = copy_read_bandwidth(*stream, *pool, opt.warmup, opt.reps);
-  if (!copy_read) return fail(copy_read.error());
+  // The decode rows' bandwidth anchor: the DRAM traffic (reads + writes) of a device-to-device copy.
+  auto copy_traffic = copy_bandwidth(*stream, *pool, opt.warmup, opt.reps);
+  if (!copy_traffic) return fail(copy_traffic.error());
   std::cout << fmt::format(
       "cuactor bench gemm: {} ({}, {} SMs, L2 {} MiB); median of {}x{} event-timed launches per side "
       "after {} warm-up, interleaved; swizzle {} raster {}; tuning database {}\n",
@@ -178,7 +179,7 @@ Status run_bench_gemm(const GemmBenchOptions& opt) {
   std::cout << fmt::format(
       "device-to-device copy of 1 GiB reads {:.0f} GB/s (decode rows report their weight reads "
       "against it)\n",
-      *copy_read / 1e9);
+      *copy_traffic / 1e9);
   std::cout << fmt::format("{:<17} {:>5} {:>5} {:>5}  {:>9} {:>9} {:>7}  {:>8}  {:<9} {:<40} {}\n", "case", "M", "N",
                            "K", "cuactor", "cuBLAS", "ratio", "rel.diff", "plan", "cuactor kernel", "anchor");
   std::cout << fmt::format("{:<17} {:>5} {:>5} {:>5}  {:>9} {:>9} {:>7}\n", "", "", "", "", "TFLOP/s", "TFLOP/s", "");
@@ -198,7 +199,7 @@ Status run_bench_gemm(const GemmBenchOptions& opt) {
     if (row->weight_bytes > 0)
       extra += fmt::format("; weights {:.0f} GB/s ({:.0f}% of copy) vs {:.0f} GB/s",
                            row->weight_bytes / (row->ours_ms * 1e-3) / 1e9,
-                           100.0 * row->weight_bytes / (row->ours_ms * 1e-3) / *copy_read,
+                           100.0 * row->weight_bytes / (row->ours_ms * 1e-3) / *copy_traffic,
                            row->weight_bytes / (row->anchor_ms * 1e-3) / 1e9);
     if (row->copies > 1) extra += fmt::format("; {} rotated operand sets", row->copies);
     std::cout << fmt::format("{:<17} {:>5} {:>5} {:>5}  {:>9.1f} {:>9.1f} {:>6.3f}x  {:>8.1e}  {:<9} {:<40} {}\n",
