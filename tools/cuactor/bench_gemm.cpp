@@ -177,8 +177,8 @@ Status run_bench_gemm(const GemmBenchOptions& opt) {
       props->name, props->arch.name(), props->multiprocessors, props->l2_cache_bytes >> 20, opt.rounds, opt.reps,
       opt.warmup, opt.max_swizzle, opt.raster_order, db_text);
   std::cout << fmt::format(
-      "device-to-device copy of 1 GiB reads {:.0f} GB/s (decode rows report their weight reads "
-      "against it)\n",
+      "device-to-device copy of 1 GiB moves {:.0f} GB/s (reads + writes; decode rows report their weight "
+      "reads against it)\n",
       *copy_traffic / 1e9);
   std::cout << fmt::format("{:<17} {:>5} {:>5} {:>5}  {:>9} {:>9} {:>7}  {:>8}  {:<9} {:<40} {}\n", "case", "M", "N",
                            "K", "cuactor", "cuBLAS", "ratio", "rel.diff", "plan", "cuactor kernel", "anchor");
