@@ -209,14 +209,18 @@ Result<kernels::GemmPlan> plan_dense_gemm(const kernels::GemmProblem& problem, c
                                     tuned->sku.to_string(), DenseGemmClass::of(problem).to_string(), why.message()));
     return kernels::GemmPlan::make(problem, device.arch, options);
   };
-  if (const kernels::CatalogEntry* e = kernels::find_in_catalog(tuned->sku))
-    return kernels::GemmPlan::with_instance(problem, device.arch, e->sku, *e->instance, nullptr,
-                                            kernels::PlanSource::tuned, tuned_options);
-  if (jit == nullptr) return fall_back(Error(errc::unsupported, "not compiled into the catalog, and no JIT was given"));
-  auto instance = jit->compile(tuned->sku).get();
-  if (!instance) return fall_back(instance.error());
-  const std::shared_ptr<const JitInstance> owner = *instance;
-  auto plan = kernels::GemmPlan::with_instance(problem, device.arch, tuned->sku, owner->abi(), owner,
+  // The catalog's instance, else the JIT's (GemmJit::resolve does both); without a JIT, the catalog only.
+  std::shared_ptr<const ResolvedInstance> instance;
+  if (jit != nullptr) {
+    auto resolved = jit->resolve(tuned->sku).get();
+    if (!resolved) return fall_back(resolved.error());
+    instance = *resolved;
+  } else if (const kernels::CatalogEntry* e = kernels::find_in_catalog(tuned->sku)) {
+    instance = std::make_shared<const ResolvedInstance>(ResolvedInstance{e->instance, nullptr});
+  } else {
+    return fall_back(Error(errc::unsupported, "not compiled into the catalog, and no JIT was given"));
+  }
+  auto plan = kernels::GemmPlan::with_instance(problem, device.arch, tuned->sku, *instance->abi, instance->jit,
                                                kernels::PlanSource::tuned, tuned_options);
   if (!plan) return fall_back(plan.error());
   return plan;

@@ -21,6 +21,11 @@ using detail::stride_or_packed;
 
 constexpr int kDefaultSmCount = 132;
 
+/// The SM count plans assume: the options', else the H100/H200 SXM count.
+int sm_count_of(const GemmPlanOptions& options) {
+  return options.sm_count > 0 ? options.sm_count : kDefaultSmCount;
+}
+
 /// Elements per 16 bytes: the alignment TMA and cp.async need of pointers, strides and the
 /// contiguous extent.
 std::int64_t alignment_elements(DType t) {
@@ -169,7 +174,7 @@ Result<GemmPlan> GemmPlan::make(const GemmProblem& problem, GpuArch device_arch,
   CUACTOR_TRY(check_arch(problem, device_arch));
   // Options are checked before the catalog is searched so that a build without kernels rejects them too.
   CUACTOR_TRY(check_options(options));
-  const int sm_count = options.sm_count > 0 ? options.sm_count : kDefaultSmCount;
+  const int sm_count = sm_count_of(options);
   const CatalogEntry* chosen = nullptr;
   if (options.sku_override) {
     const GemmSku& want = *options.sku_override;
@@ -233,7 +238,7 @@ GemmPlan GemmPlan::finish(const GemmProblem& problem, GpuArch arch, const GemmSk
                           const cuactor_gemm_instance& instance, std::shared_ptr<const void> owner, PlanSource source,
                           const GemmPlanOptions& options) {
   GemmPlanOptions resolved = options;
-  resolved.sm_count = options.sm_count > 0 ? options.sm_count : kDefaultSmCount;
+  resolved.sm_count = sm_count_of(options);
   const auto args = make_args(problem, GemmOperands{}, resolved);
   const std::size_t workspace = instance.workspace_size(&args);
   return GemmPlan(problem, arch, sku, &instance, std::move(owner), source, resolved, workspace);

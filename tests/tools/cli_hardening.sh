@@ -101,7 +101,17 @@ case $case in
     expect_failure; expect_in err "--layout-b 'diag' is not row or col"
     mkdir -p shapes.d
     run "$cli" tune gemm --from shapes.d
-    expect_failure; expect_in err "shapes.d" ;;
+    expect_failure; expect_in err "shapes.d"
+    run "$cli" tune gemm --shape 16x64x64 --reps 0
+    expect_failure; expect_in err "reps=0 >= 1"
+    run "$cli" tune gemm --shape 16x64x64 --warmup -1
+    expect_failure; expect_in err "warmup=-1 must be >= 0"
+    run "$cli" tune gemm --shape 16x64x64 --tolerance 0
+    expect_failure; expect_in err "tolerance=0 must be in (0, 1)"
+    run "$cli" tune gemm --shape 16x64x64 --tolerance nan
+    expect_failure; expect_in err "tolerance"
+    run "$cli" bench gemm --rounds 0
+    expect_failure; expect_in err "rounds=0 >= 1" ;;
   kernels_inventory)  # `cuactor kernels` lists tuned entries; a corrupt database is ignored with a warning
     sku='dense:sm_90a:bf16,bf16,bf16,bf16,f32:row,col,row:64x128x128:1x1x1:s0:pingpong:linear_combination'
     printf '%s' '{"format":"cuactor-tuning","version":1,"entries":[{"device":{"model":"NVIDIA H100 80GB HBM3",' > db.json

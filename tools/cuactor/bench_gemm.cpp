@@ -112,8 +112,7 @@ Result<GemmRow> bench_case(const GemmCase& c, const gpu::DeviceProperties& props
   GemmRow row;
   row.label = c.label;
   const auto& s = plan->sku();
-  row.sku = fmt::format("{} {}x{}x{} c{}x{} {}", s.arch.name(), s.tile.m, s.tile.n, s.tile.k, s.cluster.m, s.cluster.n,
-                        kernels::name(s.schedule));
+  row.sku = fmt::format("{} {}", s.arch.name(), short_sku_name(s));
   row.source = std::string(kernels::name(plan->source()));
   row.anchor = (*timer)->anchor_name();
   row.flops = plan->flops();
@@ -140,12 +139,13 @@ Result<double> copy_bandwidth(const gpu::Stream& stream, const gpu::MemPool& poo
   };
   int counter = 0;
   std::vector<double> ms, discard;
-  CUACTOR_TRY(time_into(discard, stream.get(), std::max(1, warmup), counter, copy));
-  CUACTOR_TRY(time_into(ms, stream.get(), std::max(1, reps), counter, copy));
+  CUACTOR_TRY(time_into(discard, stream.get(), std::max(1, warmup), counter, copy));  // at least one warm-up copy
+  CUACTOR_TRY(time_into(ms, stream.get(), reps, counter, copy));
   return 2.0 * static_cast<double>(kBytes) / (median(ms) * 1e-3);
 }
 
 Status run_bench_gemm(const GemmBenchOptions& opt) {
+  CUACTOR_TRY(check_timing_options(opt.warmup, opt.rounds, opt.reps));
   if (gpu::device_count() == 0)
     return fail(errc::no_device, "cuactor bench gemm needs a CUDA device (none is visible)");
   auto props = gpu::device_properties(0);

@@ -14,6 +14,7 @@
 #include <cmath>
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "bench_util.hpp"
@@ -164,6 +165,21 @@ inline Result<double> relative_difference(const void* x, const void* y, std::siz
     den += b * b;
   }
   return std::sqrt(num / std::max(den, 1e-30));
+}
+
+/// "128x256x64 c2x1 cooperative": tile, cluster and schedule of a SKU, for benchmark tables.
+inline std::string short_sku_name(const kernels::GemmSku& s) {
+  return fmt::format("{}x{}x{} c{}x{} {}", s.tile.m, s.tile.n, s.tile.k, s.cluster.m, s.cluster.n,
+                     kernels::name(s.schedule));
+}
+
+/// `invalid_argument` naming the value unless warmup >= 0, rounds >= 1 and reps >= 1 (a median of no
+/// samples would report a zero time). Checked before any device is touched.
+inline Status check_timing_options(int warmup, int rounds, int reps) {
+  if (warmup < 0 || rounds < 1 || reps < 1)
+    return fail(errc::invalid_argument,
+                fmt::format("--warmup={} must be >= 0, --rounds={} >= 1 and --reps={} >= 1", warmup, rounds, reps));
+  return ok();
 }
 
 /// One problem's operands (several rotated copies when they fit in L2 twice over, so that neither

@@ -130,11 +130,6 @@ std::vector<GemmSku> candidates(const kernels::GemmProblem& p, bool quick) {
   return out;
 }
 
-std::string short_name(const GemmSku& s) {
-  return fmt::format("{}x{}x{} c{}x{} {}", s.tile.m, s.tile.n, s.tile.k, s.cluster.m, s.cluster.n,
-                     kernels::name(s.schedule));
-}
-
 /// One timed candidate.
 struct Measured {
   GemmSku sku;
@@ -143,6 +138,11 @@ struct Measured {
 };
 
 Status run_tune_gemm(const TuneOptions& o) {
+  CUACTOR_TRY(check_timing_options(o.warmup, o.rounds, o.reps));
+  if (!(o.tolerance > 0.0 && o.tolerance < 1.0))
+    return fail(errc::invalid_argument,
+                fmt::format("--tolerance={} must be in (0, 1): the largest relative difference to cuBLAS accepted",
+                            o.tolerance));
   auto problems = problems_of(o);
   if (!problems) return fail(problems.error());
   jit::JitOptions jo;
@@ -218,54 +218,45 @@ Status run_tune_gemm(const TuneOptions& o) {
       return Measured{plan.sku(), 0, 0, t->ours_ms, t->anchor_ms, t->difference};
     };
     if (auto heuristic = kernels::GemmPlan::make(p, props->arch, base))
-      (void)measure(*heuristic, fmt::format("(heuristic) {}", short_name(heuristic->sku())));
+      (void)measure(*heuristic, fmt::format("(heuristic) {}", short_sku_name(heuristic->sku())));
+    // A plan running `instance` of `sku` with `options` (the plan keeps a JIT instance loaded).
+    const auto plan_for = [&](const GemmSku& sku, const jit::ResolvedInstance& instance,
+                              const kernels::GemmPlanOptions& options) {
+      return kernels::GemmPlan::with_instance(p, props->arch, sku, *instance.abi, instance.jit,
+                                              kernels::PlanSource::tuned, options);
+    };
     std::optional<Measured> best;
-    std::vector<std::shared_ptr<const jit::JitInstance>> keep;  // instances stay loaded while timed
+    std::shared_ptr<const jit::ResolvedInstance> best_instance;
     for (const auto& sku : candidates(p, o.quick)) {
       if (unusable.count(sku.to_string()) != 0) continue;
-      Result<kernels::GemmPlan> plan = fail(errc::internal, "unset");
-      if (const kernels::CatalogEntry* e = kernels::find_in_catalog(sku)) {
-        plan = kernels::GemmPlan::with_instance(p, props->arch, sku, *e->instance, nullptr, kernels::PlanSource::tuned,
-                                                base);
-      } else {
-        auto inst = gemm_jit.compile(sku).get();
-        if (!inst) {
-          std::cout << fmt::format("  {:<44} error: {}\n", short_name(sku), inst.error().to_string());
-          continue;
-        }
-        keep.push_back(*inst);
-        plan = kernels::GemmPlan::with_instance(p, props->arch, sku, (*inst)->abi(), *inst, kernels::PlanSource::tuned,
-                                                base);
-      }
-      if (!plan) {
-        std::cout << fmt::format("  {:<44} error: {}\n", short_name(sku), plan.error().to_string());
+      const auto& instance = gemm_jit.resolve(sku).get();  // the catalog's, else the one compiled above
+      if (!instance) {
+        std::cout << fmt::format("  {:<44} error: {}\n", short_sku_name(sku), instance.error().to_string());
         continue;
       }
-      auto m = measure(*plan, short_name(sku));
-      if (m && (!best || m->ms < best->ms)) best = m;
+      auto plan = plan_for(sku, **instance, base);
+      if (!plan) {
+        std::cout << fmt::format("  {:<44} error: {}\n", short_sku_name(sku), plan.error().to_string());
+        continue;
+      }
+      auto m = measure(*plan, short_sku_name(sku));
+      if (m && (!best || m->ms < best->ms)) {
+        best = m;
+        best_instance = *instance;
+      }
     }
     if (!best) {
       std::cout << "  no candidate ran correctly: nothing recorded for this class\n";
       continue;
     }
     // The winner's raster order and swizzle (run-time options of the same kernel).
-    const kernels::CatalogEntry* entry = kernels::find_in_catalog(best->sku);
-    std::shared_ptr<const jit::JitInstance> inst;
-    if (entry == nullptr) {
-      auto r = gemm_jit.compile(best->sku).get();
-      if (r) inst = *r;
-    }
     for (auto [raster, swizzle] : {std::pair{1, 0}, {2, 0}, {0, 2}, {0, 4}, {0, 8}}) {
-      if (entry == nullptr && !inst) break;
       kernels::GemmPlanOptions variant = base;
       variant.raster_order = raster;
       variant.max_swizzle = swizzle;
-      auto plan = entry != nullptr ? kernels::GemmPlan::with_instance(p, props->arch, best->sku, *entry->instance,
-                                                                      nullptr, kernels::PlanSource::tuned, variant)
-                                   : kernels::GemmPlan::with_instance(p, props->arch, best->sku, inst->abi(), inst,
-                                                                      kernels::PlanSource::tuned, variant);
+      auto plan = plan_for(best->sku, *best_instance, variant);
       if (!plan) continue;
-      auto m = measure(*plan, fmt::format("{} raster {} swizzle {}", short_name(best->sku), raster, swizzle));
+      auto m = measure(*plan, fmt::format("{} raster {} swizzle {}", short_sku_name(best->sku), raster, swizzle));
       if (m && m->ms < best->ms * 0.98) {  // only a clear win changes the default options
         m->raster_order = raster;
         m->max_swizzle = swizzle;
@@ -275,8 +266,8 @@ Status run_tune_gemm(const TuneOptions& o) {
     jit::TunedGemm choice{best->sku,          best->max_swizzle,
                           best->raster_order, fmt::format("{}x{}x{}", p.m, p.n, p.k),
                           tflops(best->ms),   tflops(best->anchor_ms)};
-    std::cout << fmt::format("  => {} raster {} swizzle {}: {:.1f} TFLOP/s, {:.3f}x cuBLAS\n", short_name(choice.sku),
-                             choice.raster_order, choice.max_swizzle, choice.tflops,
+    std::cout << fmt::format("  => {} raster {} swizzle {}: {:.1f} TFLOP/s, {:.3f}x cuBLAS\n",
+                             short_sku_name(choice.sku), choice.raster_order, choice.max_swizzle, choice.tflops,
                              choice.tflops / choice.anchor_tflops);
     db.record(*device, jit::DenseGemmClass::of(p), std::move(choice));
     ++recorded;
