@@ -4,7 +4,7 @@
 # registers its C ABI object in the generated catalog table (catalog_table.cpp).
 #
 # Budget: one sm_90a configuration costs 25-60 s of nvcc and ~3.3 GB on one core; CI (2 cores,
-# 24 GiB) builds the whole matrix, so keep it to about 18 sm_90a entries plus a few sm_80 ones. Stream-K configurations
+# 24 GiB) builds the whole matrix, so keep it to about 25 sm_90a entries plus a few sm_80 ones. Stream-K configurations
 # (cooperative_streamk) come through the JIT when the tuning database picks them.
 # CUACTOR_KERNEL_ARCHS ("sm90a;sm80") selects which architecture families are compiled at all.
 
@@ -161,3 +161,18 @@ foreach(t bf16 f16)
                         LAYOUTS row col row TILE 128 128 32 CLUSTER 1 1 1 STAGES 4 SCHEDULE multistage
                         EPILOGUE linear_combination)
 endforeach()
+
+# ---- The matrix: 2-D convolution, sm_90a implicit GEMM (TMA im2col; CUTLASS 4.2's one sm_90a conv
+# schedule). One configuration per (operation, dtype): 128x128 tiles, K step 64 for 16-bit and 32 for
+# fp32 (tf32). Other tiles come through the JIT (cuactor jit warm --conv SKU).
+set(conv90 ARCH sm_90a TEMPLATE conv_sm90_instance.cu.in CLUSTER 1 1 1 SCHEDULE warpspecialized
+           EPILOGUE linear_combination)
+foreach(t bf16 f16)
+  cuactor_gemm_instance(FAMILY conv_fprop ${conv90} TYPES ${t} ${t} ${t} ${t} f32 LAYOUTS nhwc krsc nhwc
+                        TILE 128 128 64)
+  cuactor_gemm_instance(FAMILY conv_dgrad ${conv90} TYPES ${t} ${t} ${t} ${t} f32 LAYOUTS nhwc krsc nhwc
+                        TILE 128 128 64)
+  cuactor_gemm_instance(FAMILY conv_wgrad ${conv90} TYPES ${t} ${t} ${t} ${t} f32 LAYOUTS nhwc nhwc krsc
+                        TILE 128 128 64)
+endforeach()
+cuactor_gemm_instance(FAMILY conv_fprop ${conv90} TYPES f32 f32 f32 f32 f32 LAYOUTS nhwc krsc nhwc TILE 128 128 32)

@@ -58,6 +58,15 @@ struct cooperative_streamk {};
 struct cooperative_fp8_fast_accum_streamk {};
 /// sm_80: CUTLASS 2.x multistage cp.async mainloop.
 struct multistage {};
+/// sm_90a convolution: one TMA producer warp and one consumer warpgroup, one tile per CTA.
+struct warpspecialized {};
+
+/// Convolution families (the @FAMILY@ token of conv instances): which implicit GEMM is computed.
+struct conv_fprop {};
+/// Data gradient: dx from dy and the filter.
+struct conv_dgrad {};
+/// Filter gradient: dw from dy and x.
+struct conv_wgrad {};
 
 /// D = alpha * acc + beta * C.
 struct linear_combination {};

@@ -34,11 +34,14 @@ Result<std::string> template_for(const GemmSku& sku) {
       {GemmFamily::dense, GpuArch{8, 0, false}, "dense_sm80_instance.cu.in"},
       {GemmFamily::grouped, GpuArch{9, 0, true}, "grouped_instance.cu.in"},
       {GemmFamily::grouped, GpuArch{8, 0, false}, "grouped_sm80_instance.cu.in"},
+      {GemmFamily::conv_fprop, GpuArch{9, 0, true}, "conv_sm90_instance.cu.in"},
+      {GemmFamily::conv_dgrad, GpuArch{9, 0, true}, "conv_sm90_instance.cu.in"},
+      {GemmFamily::conv_wgrad, GpuArch{9, 0, true}, "conv_sm90_instance.cu.in"},
   };
   for (const Entry& e : kTemplates)
     if (e.family == sku.family && e.arch == sku.arch) return std::string(e.file);
   return fail(errc::unsupported, fmt::format("no instantiation template for {} GEMM on {} (templates: dense and "
-                                             "grouped for sm_90a and sm_80)",
+                                             "grouped for sm_90a and sm_80, conv_fprop/dgrad/wgrad for sm_90a)",
                                              kernels::name(sku.family), sku.arch.name()));
 }
 
@@ -90,6 +93,15 @@ Result<InstanceRequest> instance_request(const GemmSku& sku, std::optional<GpuAr
   if (kernels::is_stream_k(sku.schedule) && (sku.family != kernels::GemmFamily::dense || !sku.arch.arch_specific))
     return fail(errc::unsupported, fmt::format("SKU {}: schedule {} (stream-K) exists for dense sm_90a kernels only",
                                                sku.to_string(), name(sku.schedule)));
+  // The conv template has one schedule and one epilogue; GEMM templates do not know that schedule.
+  if (kernels::is_conv(sku.family) != (sku.schedule == kernels::GemmSchedule::warpspecialized))
+    return fail(errc::unsupported, fmt::format("SKU {}: schedule {} is for {}", sku.to_string(), name(sku.schedule),
+                                               kernels::is_conv(sku.family) ? "GEMM families (convolution takes "
+                                                                              "warpspecialized)"
+                                                                            : "convolution families only"));
+  if (kernels::is_conv(sku.family) && sku.epilogue != kernels::GemmEpilogue::linear_combination)
+    return fail(errc::unsupported,
+                fmt::format("SKU {}: convolution instances compute linear_combination only", sku.to_string()));
   const GpuArch compile_for = target.value_or(sku.arch);
   if (compile_for.sm() < sku.arch.sm())
     return fail(errc::unsupported, fmt::format("SKU {} needs {} or later and cannot be compiled for {}",

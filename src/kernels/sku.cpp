@@ -26,15 +26,20 @@ std::string_view token(const std::array<std::pair<std::string_view, E>, N>& tabl
   return "unknown";
 }
 
-constexpr std::array<std::pair<std::string_view, GemmFamily>, 2> kFamilies{{
+constexpr std::array<std::pair<std::string_view, GemmFamily>, 5> kFamilies{{
     {"dense", GemmFamily::dense},
     {"grouped", GemmFamily::grouped},
+    {"conv_fprop", GemmFamily::conv_fprop},
+    {"conv_dgrad", GemmFamily::conv_dgrad},
+    {"conv_wgrad", GemmFamily::conv_wgrad},
 }};
-constexpr std::array<std::pair<std::string_view, MatrixLayout>, 2> kLayouts{{
+constexpr std::array<std::pair<std::string_view, MatrixLayout>, 4> kLayouts{{
     {"row", MatrixLayout::row},
     {"col", MatrixLayout::col},
+    {"nhwc", MatrixLayout::nhwc},
+    {"krsc", MatrixLayout::krsc},
 }};
-constexpr std::array<std::pair<std::string_view, GemmSchedule>, 7> kSchedules{{
+constexpr std::array<std::pair<std::string_view, GemmSchedule>, 8> kSchedules{{
     {"cooperative", GemmSchedule::cooperative},
     {"pingpong", GemmSchedule::pingpong},
     {"cooperative_fp8_fast_accum", GemmSchedule::cooperative_fp8_fast_accum},
@@ -42,6 +47,7 @@ constexpr std::array<std::pair<std::string_view, GemmSchedule>, 7> kSchedules{{
     {"cooperative_streamk", GemmSchedule::cooperative_streamk},
     {"cooperative_fp8_fast_accum_streamk", GemmSchedule::cooperative_fp8_fast_accum_streamk},
     {"multistage", GemmSchedule::multistage},
+    {"warpspecialized", GemmSchedule::warpspecialized},
 }};
 constexpr std::array<std::pair<std::string_view, GemmEpilogue>, 2> kEpilogues{{
     {"linear_combination", GemmEpilogue::linear_combination},
@@ -143,6 +149,9 @@ std::optional<MatrixLayout> parse_layout(std::string_view s) noexcept {
 }
 std::optional<GemmSchedule> parse_schedule(std::string_view s) noexcept {
   return lookup(kSchedules, s);
+}
+bool is_conv(GemmFamily f) noexcept {
+  return f == GemmFamily::conv_fprop || f == GemmFamily::conv_dgrad || f == GemmFamily::conv_wgrad;
 }
 bool is_stream_k(GemmSchedule s) noexcept {
   return s == GemmSchedule::cooperative_streamk || s == GemmSchedule::cooperative_fp8_fast_accum_streamk;

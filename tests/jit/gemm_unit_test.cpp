@@ -8,6 +8,7 @@
 
 #include "cuactor/jit/gemm.hpp"
 #include "cuactor/kernels/catalog.hpp"
+#include "cuactor/kernels/conv_plan.hpp"
 #include "jit/test_support.hpp"
 #include "kernels/instance_abi.h"
 #include "support/gpu_test.hpp"
@@ -112,6 +113,32 @@ TEST(JitGemm, RejectsWhatNoTemplateExpresses) {
   ASSERT_FALSE(grouped.has_value());
   EXPECT_EQ(grouped.error(), errc::unsupported);
   EXPECT_NE(grouped.error().message().find("stream-K"), std::string::npos) << grouped.error().message();
+}
+
+TEST(JitGemm, ConvSkusRenderTheConvTemplate) {
+  const auto sku = kernels::ConvPlan::sku_for(kernels::ConvSpec{.operation = kernels::ConvOperation::wgrad},
+                                              GpuArch{9, 0, true}, {128, 64, 64});
+  CUACTOR_ASSERT_OK_AND_ASSIGN(request, instance_request(sku));
+  EXPECT_EQ(request.template_name, "conv_sm90_instance.cu.in");
+  CUACTOR_ASSERT_OK_AND_ASSIGN(rendered, render_template_file(kernels_dir() / request.template_name, request.values));
+  EXPECT_NE(rendered.find("tags::conv_wgrad"), std::string::npos);
+  EXPECT_NE(rendered.find(sku.symbol_name()), std::string::npos);
+  CUACTOR_ASSERT_OK_AND_ASSIGN(back, sku_of_identity(request.identity()));
+  EXPECT_EQ(back, sku);
+
+  // Schedules belong to their templates; conv has no sm_80 template and one epilogue.
+  GemmSku wrong = sku;
+  wrong.schedule = kernels::GemmSchedule::cooperative;
+  EXPECT_EQ(instance_request(wrong).error(), errc::unsupported);
+  wrong = jit_only_sku();
+  wrong.schedule = kernels::GemmSchedule::warpspecialized;
+  EXPECT_EQ(instance_request(wrong).error(), errc::unsupported);
+  wrong = sku;
+  wrong.arch = GpuArch{8, 0, false};
+  EXPECT_EQ(instance_request(wrong).error(), errc::unsupported);
+  wrong = sku;
+  wrong.epilogue = kernels::GemmEpilogue::scaled_linear_combination;
+  EXPECT_EQ(instance_request(wrong).error(), errc::unsupported);
 }
 
 TEST(JitGemm, IdentityCoversEverySkuField) {

@@ -125,6 +125,15 @@ case $case in
     printf '{"format":"cuactor-tuning","version":1,"entries":[' > bad.json
     run "$cli" kernels --db bad.json --cache-dir "$work/jit"
     expect_rc 0; expect_in out "tuned: 0 entries"; expect_in err "ignored" ;;
+  warm_conv_family)  # --conv takes convolution SKUs only, --gemm no convolution ones; checked before compiling
+    conv='conv_fprop:sm_90a:bf16,bf16,bf16,bf16,f32:nhwc,krsc,nhwc:128x128x64:1x1x1:s0:warpspecialized:linear_combination'
+    dense='dense:sm_90a:bf16,bf16,bf16,bf16,f32:row,col,row:128x128x64:1x1x1:s0:cooperative:linear_combination'
+    run "$cli" jit warm --conv "$dense" --cache-dir "$work/jit"
+    expect_failure; expect_in err "family dense is not a convolution"
+    run "$cli" jit warm --gemm "$conv" --cache-dir "$work/jit"
+    expect_failure; expect_in err "family conv_fprop is a convolution (use --conv)"
+    run "$cli" jit warm --conv "${conv/warpspecialized/spinning}" --cache-dir "$work/jit"
+    expect_failure; expect_in err "schedule 'spinning' is not a known token" ;;
   *) echo "unknown case $case"; exit 2 ;;
 esac
 echo "ok [$case]"

@@ -40,6 +40,7 @@ using Clock = std::chrono::steady_clock;
 struct JitCliOptions {
   std::string cache_dir;
   std::vector<std::string> gemm_skus;
+  std::vector<std::string> conv_skus;
   std::vector<std::string> nvrtc_files;
   std::string arch = "sm_90a";
   std::vector<std::string> names;
@@ -98,21 +99,37 @@ void print_warm(const std::string& what, const jit::WarmReport& r) {
 
 void run_warm() {
   const auto& o = cli_options();
-  if (o.gemm_skus.empty() && o.nvrtc_files.empty())
-    die(Error(errc::invalid_argument, "nothing to warm: give --gemm SKU and/or --nvrtc FILE"));
+  if (o.gemm_skus.empty() && o.conv_skus.empty() && o.nvrtc_files.empty())
+    die(Error(errc::invalid_argument, "nothing to warm: give --gemm SKU, --conv SKU and/or --nvrtc FILE"));
+  // Both kinds of SKU are checked before anything compiles.
+  std::vector<std::string> texts;
+  std::vector<kernels::GemmSku> skus;
+  for (const auto& text : o.gemm_skus) {
+    skus.push_back(value_or_die(kernels::GemmSku::parse(text)));
+    if (kernels::is_conv(skus.back().family))
+      die(Error(errc::invalid_argument,
+                fmt::format("--gemm {}: family {} is a convolution (use --conv)", text, name(skus.back().family))));
+    texts.push_back(text);
+  }
+  for (const auto& text : o.conv_skus) {
+    skus.push_back(value_or_die(kernels::GemmSku::parse(text)));
+    if (!kernels::is_conv(skus.back().family))
+      die(Error(errc::invalid_argument,
+                fmt::format("--conv {}: family {} is not a convolution (conv_fprop, conv_dgrad or conv_wgrad)", text,
+                            name(skus.back().family))));
+    texts.push_back(text);
+  }
   auto engine = make_engine(true);
   for (const auto& file : o.nvrtc_files) print_warm(file, value_or_die(engine->warm(nvrtc_request_from_file(file))));
   jit::GemmJit gemm(engine);
-  std::vector<kernels::GemmSku> skus;
-  for (const auto& text : o.gemm_skus) skus.push_back(value_or_die(kernels::GemmSku::parse(text)));
   bool failed = false;
   const auto results = jit::warm_all(gemm, skus);
   for (std::size_t i = 0; i < results.size(); ++i) {
     if (!results[i].report) {
-      std::cerr << "cuactor jit warm " << o.gemm_skus[i] << ": " << results[i].report.error().to_string() << "\n";
+      std::cerr << "cuactor jit warm " << texts[i] << ": " << results[i].report.error().to_string() << "\n";
       failed = true;
     } else {
-      print_warm(o.gemm_skus[i], *results[i].report);
+      print_warm(texts[i], *results[i].report);
     }
   }
   std::cout << "cache: " << engine->disk_cache().directory().string() << "\n";
@@ -284,6 +301,10 @@ void add_jit_command(CLI::App& app) {
       "--gemm", o.gemm_skus,
       "GemmSku text, e.g. "
       "dense:sm_90a:bf16,bf16,bf16,bf16,f32:row,col,row:128x128x64:1x1x1:s0:cooperative:linear_combination");
+  warm->add_option("--conv", o.conv_skus,
+                   "Convolution SKU text, e.g. "
+                   "conv_fprop:sm_90a:bf16,bf16,bf16,bf16,f32:nhwc,krsc,nhwc:128x128x64:1x1x1:s0:warpspecialized:"
+                   "linear_combination");
   warm->add_option("--nvrtc", o.nvrtc_files, "CUDA source file compiled with NVRTC to cubin");
   warm->add_option("--arch", o.arch, "Target of --nvrtc sources (sm_90a, sm_80, ...)");
   warm->add_option("--name", o.names, "Kernel name expression whose lowered name is recorded (templated kernels)");

@@ -21,14 +21,22 @@ namespace cuactor::kernels {
 
 /// Kind of GEMM a kernel computes.
 enum class GemmFamily {
-  dense,    ///< One (optionally batched) GEMM with host-known shape.
-  grouped,  ///< Ptr-array grouped GEMM; shapes and pointers live in device memory.
+  dense,       ///< One (optionally batched) GEMM with host-known shape.
+  grouped,     ///< Ptr-array grouped GEMM; shapes and pointers live in device memory.
+  conv_fprop,  ///< Convolution forward (implicit GEMM): y = conv(x, w).
+  conv_dgrad,  ///< Convolution data gradient (implicit GEMM): dx from dy and w.
+  conv_wgrad,  ///< Convolution filter gradient (implicit GEMM): dw from dy and x.
 };
+
+/// True for the three convolution families (their SKUs describe tensors, not matrices).
+bool is_conv(GemmFamily f) noexcept;
 
 /// Storage order of a matrix operand.
 enum class MatrixLayout {
-  row,  ///< Row-major: the last index is contiguous.
-  col,  ///< Column-major: the first index is contiguous.
+  row,   ///< Row-major: the last index is contiguous.
+  col,   ///< Column-major: the first index is contiguous.
+  nhwc,  ///< Convolution activation or its gradient: N x H x W x C, channels contiguous.
+  krsc,  ///< Convolution filter or its gradient: K x R x S x C, channels contiguous.
 };
 
 /// Mainloop / kernel schedule.
@@ -40,6 +48,8 @@ enum class GemmSchedule {
   cooperative_streamk,                 ///< cooperative with the stream-K tile scheduler (few output tiles, long K).
   cooperative_fp8_fast_accum_streamk,  ///< cooperative_fp8_fast_accum with the stream-K tile scheduler.
   multistage,                          ///< sm_80: CUTLASS 2.x cp.async multistage mainloop.
+  warpspecialized,                     ///< sm_90a: one TMA producer warp, one consumer warpgroup, one tile per
+                                       ///< CTA (CUTLASS 4.2's only sm_90a convolution schedule).
 };
 
 /// What the epilogue computes from the accumulator.

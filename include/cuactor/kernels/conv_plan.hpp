@@ -1,0 +1,188 @@
+/// @file
+/// ConvPlan ([K7]): 2-D convolution forward (fprop), data gradient (dgrad) and filter gradient
+/// (wgrad) as implicit GEMM, with the GEMM plan life cycle: a ConvSpec says what to compute,
+/// ConvPlan::create chooses a kernel (or rejects the spec naming the field and the rule),
+/// workspace_size() says what scratch it needs and run() enqueues it on a stream without allocating
+/// or synchronising, so it can be captured into a CUDA graph.
+///
+/// Tensors are packed with the channels contiguous: activations x / dx are N x H x W x C (NHWC),
+/// filters w / dw are K x R x S x C (KRSC), outputs y / dy are N x P x Q x K with
+/// P = (H + 2 pad_h - dilation_h (R - 1) - 1) / stride_h + 1 (likewise Q). The operation is a
+/// cross-correlation, as in PyTorch and cuDNN.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "cuactor/core/arch.hpp"
+#include "cuactor/core/dtype.hpp"
+#include "cuactor/core/expected.hpp"
+#include "cuactor/kernels/gemm_plan.hpp"
+#include "cuactor/kernels/sku.hpp"
+
+extern "C" {
+struct cuactor_gemm_instance;
+}
+
+namespace cuactor::kernels {
+
+/// Which convolution is computed.
+enum class ConvOperation {
+  fprop,  ///< y = alpha * conv(x, w) + beta * y_source.
+  dgrad,  ///< dx = alpha * conv_transpose(dy, w) + beta * dx_source.
+  wgrad,  ///< dw = alpha * correlate(dy, x) + beta * dw_source.
+};
+/// "fprop", "dgrad", "wgrad".
+std::string_view name(ConvOperation op) noexcept;
+/// Parses a token of name(ConvOperation).
+std::optional<ConvOperation> parse_conv_operation(std::string_view s) noexcept;
+/// The SKU family of an operation (conv_fprop, conv_dgrad, conv_wgrad).
+GemmFamily family_of(ConvOperation op) noexcept;
+
+/// What a convolution computes. `element` is the type of the tensors the operation reads (x and w
+/// for fprop, dy and w for dgrad, dy and x for wgrad); `output` the type of the tensor it writes
+/// (and of its optional source C). fp32 tensors run on tf32 tensor cores.
+struct ConvSpec {
+  ConvOperation operation = ConvOperation::fprop;
+  DType element = DType::bf16;
+  DType output = DType::bf16;
+  std::int64_t n = 1;  ///< Batch.
+  std::int64_t h = 1;  ///< Input height.
+  std::int64_t w = 1;  ///< Input width.
+  std::int64_t c = 1;  ///< Input channels.
+  std::int64_t k = 1;  ///< Output channels (filters).
+  std::int64_t r = 1;  ///< Filter height.
+  std::int64_t s = 1;  ///< Filter width.
+  std::int64_t pad_h = 0;
+  std::int64_t pad_w = 0;
+  std::int64_t stride_h = 1;
+  std::int64_t stride_w = 1;
+  std::int64_t dilation_h = 1;
+  std::int64_t dilation_w = 1;
+  std::int64_t groups = 1;  ///< Channel groups; only 1 has a kernel.
+
+  /// Output height P (may be <= 0 for an invalid spec; create() rejects it).
+  [[nodiscard]] std::int64_t p() const noexcept;
+  /// Output width Q.
+  [[nodiscard]] std::int64_t q() const noexcept;
+  /// Elements of x / dx (N H W C), of w / dw (K R S C) and of y / dy (N P Q K).
+  [[nodiscard]] std::int64_t activation_elements() const noexcept { return n * h * w * c; }
+  [[nodiscard]] std::int64_t filter_elements() const noexcept { return k * r * s * c; }
+  [[nodiscard]] std::int64_t output_elements() const noexcept { return n * p() * q() * k; }
+  /// Elements of the tensor the operation writes (y, dx or dw).
+  [[nodiscard]] std::int64_t result_elements() const noexcept;
+  /// 2 N P Q K C R S: the multiply-adds of every operation, times two.
+  [[nodiscard]] double flops() const noexcept;
+  /// e.g. "fprop bf16->bf16 n=32 h=56 w=56 c=64 k=64 r=3 s=3 pad=1,1 stride=1,1 dilation=1,1".
+  [[nodiscard]] std::string to_string() const;
+
+  friend bool operator==(const ConvSpec&, const ConvSpec&) = default;
+};
+
+/// Hash of every field of a spec (for plan caches).
+std::size_t hash_value(const ConvSpec& spec) noexcept;
+
+/// Device pointers and scalars of one convolution launch. Which tensors an operation reads:
+/// fprop x and w, dgrad dy and w, wgrad dy and x; the others are ignored. `out` is what it writes
+/// (y, dx or dw); `source` (same shape and type as `out`, may equal it) is read when beta != 0.
+struct ConvTensors {
+  const void* x = nullptr;   ///< Activation, N x H x W x C.
+  const void* w = nullptr;   ///< Filter, K x R x S x C.
+  const void* dy = nullptr;  ///< Output gradient, N x P x Q x K.
+  void* out = nullptr;       ///< y (N x P x Q x K), dx (N x H x W x C) or dw (K x R x S x C).
+  const void* source = nullptr;
+  float alpha = 1.0f;
+  float beta = 0.0f;
+};
+
+/// Options of ConvPlan::create.
+struct ConvPlanOptions {
+  /// Use exactly this catalog kernel instead of the heuristic's choice.
+  std::optional<GemmSku> sku_override;
+  /// Multiprocessor count of the target device (0: queried by the kernel at run time).
+  int sm_count = 0;
+  /// Ordinal of the device the plan's kernels run on.
+  int device = 0;
+};
+
+/// A convolution plan: the chosen kernel for one spec on one architecture. Host only, immutable,
+/// cheap to copy.
+class ConvPlan {
+ public:
+  /// Chooses a catalog kernel for `spec` on a device whose best target is `device_arch`.
+  /// `invalid_argument` for malformed specs (non-positive extents, negative padding, an empty
+  /// output, channel counts that break 16-byte alignment, tensors past int32 extents), `unsupported`
+  /// for what no kernel computes (groups > 1, strided dgrad, fp8, a dtype pair or architecture
+  /// without a kernel, TMA im2col limits on padding and filter extent), each naming the value and
+  /// the rule.
+  static Result<ConvPlan> create(const ConvSpec& spec, GpuArch device_arch, const ConvPlanOptions& options = {});
+
+  /// A plan running `instance` (of SKU `sku`: a catalog instance, or one compiled at run time whose
+  /// library `owner` keeps loaded). The same checks as create() apply.
+  static Result<ConvPlan> with_instance(const ConvSpec& spec, GpuArch device_arch, const GemmSku& sku,
+                                        const cuactor_gemm_instance& instance, std::shared_ptr<const void> owner,
+                                        PlanSource source, const ConvPlanOptions& options = {});
+
+  /// The SKU a spec needs on an architecture with the given tile: what the JIT compiles for a
+  /// configuration the catalog lacks (fp32 accumulation, linear combination, the warp-specialized
+  /// sm_90a schedule).
+  static GemmSku sku_for(const ConvSpec& spec, GpuArch arch, Shape3 tile, Shape3 cluster = {1, 1, 1});
+
+  [[nodiscard]] const GemmSku& sku() const noexcept { return sku_; }
+  [[nodiscard]] const ConvSpec& spec() const noexcept { return spec_; }
+  [[nodiscard]] PlanSource source() const noexcept { return source_; }
+  [[nodiscard]] GpuArch device_arch() const noexcept { return device_arch_; }
+  /// Scratch bytes run() needs (0 for today's kernels; always check).
+  [[nodiscard]] std::size_t workspace_size() const noexcept { return workspace_size_; }
+  [[nodiscard]] double flops() const noexcept { return spec_.flops(); }
+
+  /// Checks the tensors against the spec: the operation's inputs and `out` non-null and 16-byte
+  /// aligned, `source` required when beta != 0. `invalid_argument` naming the tensor and the rule.
+  [[nodiscard]] Status validate(const ConvTensors& tensors) const;
+  /// Checks that buffers of the given byte sizes hold the tensors the operation touches (0 for a
+  /// tensor it ignores); `invalid_argument` naming the tensor, the bytes needed and the bytes given.
+  [[nodiscard]] Status check_buffer_sizes(std::size_t x_bytes, std::size_t w_bytes, std::size_t dy_bytes,
+                                          std::size_t out_bytes, std::size_t source_bytes) const;
+
+  /// Validates, then enqueues the kernel on `stream`: no allocation, no synchronisation
+  /// (capturable). `workspace_too_small` if `workspace_bytes` < workspace_size().
+  Status run(const ConvTensors& tensors, void* workspace, std::size_t workspace_bytes, cudaStream_t stream) const;
+
+ private:
+  ConvPlan(const ConvSpec& spec, GpuArch arch, const GemmSku& sku, const cuactor_gemm_instance* instance,
+           std::shared_ptr<const void> owner, PlanSource source, const ConvPlanOptions& options, std::size_t workspace)
+      : spec_(spec),
+        device_arch_(arch),
+        sku_(sku),
+        instance_(instance),
+        owner_(std::move(owner)),
+        source_(source),
+        options_(options),
+        workspace_size_(workspace) {}
+  static Result<ConvPlan> finish(const ConvSpec& spec, GpuArch arch, const GemmSku& sku,
+                                 const cuactor_gemm_instance& instance, std::shared_ptr<const void> owner,
+                                 PlanSource source, const ConvPlanOptions& options);
+
+  ConvSpec spec_;
+  GpuArch device_arch_;
+  GemmSku sku_;
+  const cuactor_gemm_instance* instance_ = nullptr;
+  std::shared_ptr<const void> owner_;  // keeps a run-time compiled instance's library loaded
+  PlanSource source_ = PlanSource::heuristic;
+  ConvPlanOptions options_;
+  std::size_t workspace_size_ = 0;
+};
+
+}  // namespace cuactor::kernels
+
+/// Lets ConvSpec key unordered containers.
+template <>
+struct std::hash<cuactor::kernels::ConvSpec> {
+  std::size_t operator()(const cuactor::kernels::ConvSpec& s) const noexcept { return hash_value(s); }
+};

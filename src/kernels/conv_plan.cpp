@@ -1,0 +1,493 @@
+#include "cuactor/kernels/conv_plan.hpp"
+
+#include <fmt/format.h>
+
+#include <array>
+#include <climits>
+#include <cstdint>
+#include <initializer_list>
+#include <tuple>
+#include <utility>
+
+#include "cuactor/core/nvtx.hpp"
+#include "cuactor/gpu/check.hpp"
+#include "cuactor/kernels/catalog.hpp"
+#include "kernels/conv_instance_abi.h"
+
+namespace cuactor::kernels {
+namespace {
+
+constexpr std::array<std::pair<std::string_view, ConvOperation>, 3> kOperations{{
+    {"fprop", ConvOperation::fprop},
+    {"dgrad", ConvOperation::dgrad},
+    {"wgrad", ConvOperation::wgrad},
+}};
+
+// TMA im2col limits of CUTLASS's sm_90a conv collective for 2-D problems (its can_implement):
+// window corners in [-128, 127], filter offsets (R - 1) * dilation below 255.
+constexpr std::int64_t kMinCorner = -128;
+constexpr std::int64_t kMaxCorner = 127;
+constexpr std::int64_t kMaxFilterOffset = 255;
+// The H100/H200 SXM count: the heuristic's and the plan-time probe's default.
+constexpr int kDefaultSmCount = 132;
+
+/// Elements per 16 bytes: what TMA needs of the contiguous (channel) extent and of pointers.
+std::int64_t alignment_elements(DType t) {
+  return 128 / size_bits(t);
+}
+
+/// Layouts of (A, B, C/D) of each operation's implicit GEMM.
+std::array<MatrixLayout, 3> layouts_of(ConvOperation op) {
+  switch (op) {
+    case ConvOperation::fprop:
+    case ConvOperation::dgrad:
+      return {MatrixLayout::nhwc, MatrixLayout::krsc, MatrixLayout::nhwc};
+    case ConvOperation::wgrad:
+      return {MatrixLayout::nhwc, MatrixLayout::nhwc, MatrixLayout::krsc};
+  }
+  return {MatrixLayout::nhwc, MatrixLayout::krsc, MatrixLayout::nhwc};
+}
+
+bool sku_computes(const GemmSku& s, const ConvSpec& spec) {
+  const auto layouts = layouts_of(spec.operation);
+  return s.family == family_of(spec.operation) && s.a == spec.element && s.b == spec.element && s.c == spec.output &&
+         s.d == spec.output && s.layout_a == layouts[0] && s.layout_b == layouts[1] && s.layout_c == layouts[2] &&
+         s.epilogue == GemmEpilogue::linear_combination;
+}
+
+/// The implicit GEMM's (M, N) extents, for the tile-wave heuristic.
+std::pair<std::int64_t, std::int64_t> gemm_mn(const ConvSpec& s) {
+  switch (s.operation) {
+    case ConvOperation::fprop:
+      return {s.n * s.p() * s.q(), s.k};
+    case ConvOperation::dgrad:
+      return {s.n * s.h * s.w, s.c};
+    case ConvOperation::wgrad:
+      return {s.k, s.r * s.s * s.c};
+  }
+  return {0, 0};
+}
+
+double estimated_cost(const GemmSku& sku, const ConvSpec& spec, int sm_count) {
+  const auto [m, n] = gemm_mn(spec);
+  const auto tiles = ((m + sku.tile.m - 1) / sku.tile.m) * ((n + sku.tile.n - 1) / sku.tile.n);
+  const std::int64_t sms = sm_count > 0 ? sm_count : kDefaultSmCount;
+  return static_cast<double>((tiles + sms - 1) / sms) * sku.tile.m * sku.tile.n;
+}
+
+/// a * b * ..., saturated at INT64_MAX (every factor is positive).
+std::int64_t saturating_product(std::initializer_list<std::int64_t> factors) {
+  std::int64_t product = 1;
+  for (std::int64_t f : factors) {
+    if (product > INT64_MAX / f) return INT64_MAX;
+    product *= f;
+  }
+  return product;
+}
+
+Status check_spec(const ConvSpec& s) {
+  const std::pair<const char*, std::int64_t> extents[] = {{"n", s.n}, {"h", s.h}, {"w", s.w}, {"c", s.c},
+                                                          {"k", s.k}, {"r", s.r}, {"s", s.s}};
+  for (const auto& [field, v] : extents)
+    if (v < 1) return fail(errc::invalid_argument, fmt::format("ConvSpec {}={} must be at least 1", field, v));
+  for (const auto& [field, v] : {std::pair{"pad_h", s.pad_h}, std::pair{"pad_w", s.pad_w}})
+    if (v < 0) return fail(errc::invalid_argument, fmt::format("ConvSpec {}={} must not be negative", field, v));
+  const std::pair<const char*, std::int64_t> steps[] = {{"stride_h", s.stride_h},
+                                                        {"stride_w", s.stride_w},
+                                                        {"dilation_h", s.dilation_h},
+                                                        {"dilation_w", s.dilation_w},
+                                                        {"groups", s.groups}};
+  for (const auto& [field, v] : steps)
+    if (v < 1) return fail(errc::invalid_argument, fmt::format("ConvSpec {}={} must be at least 1", field, v));
+  // Every field is bounded to int32 (the kernels' argument type) before any product is formed, so
+  // p(), q() and the products below cannot overflow int64.
+  for (const auto& [field, v] : {std::pair{"n", s.n},
+                                 {"h", s.h},
+                                 {"w", s.w},
+                                 {"c", s.c},
+                                 {"k", s.k},
+                                 {"r", s.r},
+                                 {"s", s.s},
+                                 {"pad_h", s.pad_h},
+                                 {"pad_w", s.pad_w},
+                                 {"stride_h", s.stride_h},
+                                 {"stride_w", s.stride_w},
+                                 {"dilation_h", s.dilation_h},
+                                 {"dilation_w", s.dilation_w},
+                                 {"groups", s.groups}})
+    if (v > INT_MAX) return fail(errc::invalid_argument, fmt::format("ConvSpec {}={} exceeds int32", field, v));
+  if (s.p() < 1 || s.q() < 1)
+    return fail(errc::invalid_argument,
+                fmt::format("ConvSpec {}: the output is {}x{}; the padded input ({}x{}) must hold the dilated "
+                            "filter ({}x{})",
+                            s.to_string(), s.p(), s.q(), s.h + 2 * s.pad_h, s.w + 2 * s.pad_w,
+                            s.dilation_h * (s.r - 1) + 1, s.dilation_w * (s.s - 1) + 1));
+  for (const auto& [what, elements] : {std::pair{"activation (N H W C)", saturating_product({s.n, s.h, s.w, s.c})},
+                                       std::pair{"filter (K R S C)", saturating_product({s.k, s.r, s.s, s.c})},
+                                       std::pair{"output (N P Q K)", saturating_product({s.n, s.p(), s.q(), s.k})}})
+    if (elements > INT_MAX)
+      return fail(errc::invalid_argument,
+                  fmt::format("ConvSpec {}: the {} tensor has {}{} elements, more than the int32 extents the kernels "
+                              "index ({})",
+                              s.to_string(), what, elements == INT64_MAX ? "over " : "", elements, INT_MAX));
+  for (DType t : {s.element, s.output}) {
+    const std::int64_t align = alignment_elements(t);
+    for (const auto& [field, v] : {std::pair{"c", s.c}, std::pair{"k", s.k}})
+      if (v % align != 0)
+        return fail(errc::invalid_argument,
+                    fmt::format("ConvSpec {}={} must be a multiple of {} for {} tensors (16-byte rows of channels)",
+                                field, v, align, name(t)));
+  }
+  return ok();
+}
+
+Status check_options(const ConvPlanOptions& options) {
+  if (options.sm_count < 0)
+    return fail(errc::invalid_argument,
+                fmt::format("ConvPlan sm_count={} must be >= 0 (0: queried at run time)", options.sm_count));
+  return ok();
+}
+
+/// What no sm_90a conv kernel computes, whatever the catalog holds.
+Status check_supported(const ConvSpec& s, GpuArch arch) {
+  if (s.groups != 1)
+    return fail(errc::unsupported,
+                fmt::format("ConvSpec groups={}: grouped convolution has no kernel (CUTLASS's sm_90a conv collective "
+                            "computes groups=1 only)",
+                            s.groups));
+  if (s.operation == ConvOperation::dgrad && (s.stride_h != 1 || s.stride_w != 1))
+    return fail(errc::unsupported,
+                fmt::format("ConvSpec dgrad with stride {}x{}: strided dgrad has no kernel (the sm_90a implicit GEMM "
+                            "computes dgrad with unit stride only; this build has no sm_80 fallback)",
+                            s.stride_h, s.stride_w));
+  if (is_low_precision_float(s.element) || is_low_precision_float(s.output))
+    return fail(errc::unsupported,
+                fmt::format("ConvSpec {}->{}: fp8 convolution has no kernel (no cuactor conv instance is validated "
+                            "for fp8; use bf16, f16 or f32)",
+                            name(s.element), name(s.output)));
+  const auto is_16_or_32 = [](DType t) { return t == DType::bf16 || t == DType::f16 || t == DType::f32; };
+  if (!is_16_or_32(s.element) || !is_16_or_32(s.output))
+    return fail(errc::unsupported, fmt::format("ConvSpec {}->{}: convolution takes bf16, f16 or f32 tensors",
+                                               name(s.element), name(s.output)));
+  // TMA im2col (2-D): the corners of the first and last window, -pad and pad - (R - 1) * dilation per
+  // axis, must lie in [-128, 127], and the filter offsets (R - 1) * dilation below 255.
+  const std::int64_t offset_h = (s.r - 1) * s.dilation_h, offset_w = (s.s - 1) * s.dilation_w;
+  for (const auto& [axis, pad, offset] : {std::tuple{"h", s.pad_h, offset_h}, std::tuple{"w", s.pad_w, offset_w}}) {
+    if (pad > -kMinCorner)
+      return fail(errc::unsupported,
+                  fmt::format("ConvSpec pad_{}={} exceeds {} (TMA im2col corner limit)", axis, pad, -kMinCorner));
+    if (offset >= kMaxFilterOffset)
+      return fail(errc::unsupported,
+                  fmt::format("ConvSpec dilated filter extent ({}-1)*dilation_{}={} must be below {} (TMA im2col "
+                              "offset limit)",
+                              axis == std::string_view("h") ? "R" : "S", axis, offset, kMaxFilterOffset));
+    if (pad - offset < kMinCorner || pad - offset > kMaxCorner)
+      return fail(errc::unsupported,
+                  fmt::format("ConvSpec pad_{}={} minus the dilated filter extent {} is {}, outside [{}, {}] (TMA "
+                              "im2col corner limit)",
+                              axis, pad, offset, pad - offset, kMinCorner, kMaxCorner));
+  }
+  if (!can_run(GpuArch{9, 0, true}, arch))
+    return fail(errc::unsupported,
+                fmt::format("convolution kernels are sm_90a (Hopper) only; a {} device has none (no sm_80 "
+                            "implicit-GEMM fallback in this build)",
+                            arch.name()));
+  return ok();
+}
+
+/// ABI arguments of a spec with the operation's tensors in their implicit-GEMM roles.
+cuactor_conv_args make_args(const ConvSpec& s, const ConvTensors& t, const ConvPlanOptions& o) {
+  cuactor_conv_args a{};
+  a.n = static_cast<int>(s.n);
+  a.h = static_cast<int>(s.h);
+  a.w = static_cast<int>(s.w);
+  a.c = static_cast<int>(s.c);
+  a.k = static_cast<int>(s.k);
+  a.r = static_cast<int>(s.r);
+  a.s = static_cast<int>(s.s);
+  a.pad_h = static_cast<int>(s.pad_h);
+  a.pad_w = static_cast<int>(s.pad_w);
+  a.stride_h = static_cast<int>(s.stride_h);
+  a.stride_w = static_cast<int>(s.stride_w);
+  a.dilation_h = static_cast<int>(s.dilation_h);
+  a.dilation_w = static_cast<int>(s.dilation_w);
+  switch (s.operation) {
+    case ConvOperation::fprop:
+      a.a = t.x;
+      a.b = t.w;
+      break;
+    case ConvOperation::dgrad:
+      a.a = t.dy;
+      a.b = t.w;
+      break;
+    case ConvOperation::wgrad:
+      a.a = t.dy;
+      a.b = t.x;
+      break;
+  }
+  a.d = t.out;
+  a.c_source = t.source != nullptr ? t.source : t.out;
+  a.alpha = t.alpha;
+  a.beta = t.beta;
+  a.device = o.device;
+  a.sm_count = o.sm_count;
+  return a;
+}
+
+/// The tensors an operation reads, by name and role.
+struct Operand {
+  const char* name;
+  const void* ptr;
+};
+std::array<Operand, 2> inputs_of(ConvOperation op, const ConvTensors& t) {
+  switch (op) {
+    case ConvOperation::fprop:
+      return {{{"x", t.x}, {"w", t.w}}};
+    case ConvOperation::dgrad:
+      return {{{"dy", t.dy}, {"w", t.w}}};
+    case ConvOperation::wgrad:
+      return {{{"dy", t.dy}, {"x", t.x}}};
+  }
+  return {{{"x", t.x}, {"w", t.w}}};
+}
+
+Status check_pointer(const char* what, const void* p) {
+  if (p == nullptr) return fail(errc::invalid_argument, fmt::format("convolution tensor {}: pointer is null", what));
+  if (reinterpret_cast<std::uintptr_t>(p) % 16 != 0)
+    return fail(errc::invalid_argument,
+                fmt::format("convolution tensor {}: pointer {} is not 16-byte aligned (TMA)", what, fmt::ptr(p)));
+  return ok();
+}
+
+}  // namespace
+
+std::string_view name(ConvOperation op) noexcept {
+  for (const auto& [n, v] : kOperations)
+    if (v == op) return n;
+  return "unknown";
+}
+
+std::optional<ConvOperation> parse_conv_operation(std::string_view s) noexcept {
+  for (const auto& [n, v] : kOperations)
+    if (n == s) return v;
+  return std::nullopt;
+}
+
+GemmFamily family_of(ConvOperation op) noexcept {
+  switch (op) {
+    case ConvOperation::fprop:
+      return GemmFamily::conv_fprop;
+    case ConvOperation::dgrad:
+      return GemmFamily::conv_dgrad;
+    case ConvOperation::wgrad:
+      return GemmFamily::conv_wgrad;
+  }
+  return GemmFamily::conv_fprop;
+}
+
+std::int64_t ConvSpec::p() const noexcept {
+  if (stride_h < 1) return 0;
+  return (h + 2 * pad_h - dilation_h * (r - 1) - 1) / stride_h + 1;
+}
+
+std::int64_t ConvSpec::q() const noexcept {
+  if (stride_w < 1) return 0;
+  return (w + 2 * pad_w - dilation_w * (s - 1) - 1) / stride_w + 1;
+}
+
+std::int64_t ConvSpec::result_elements() const noexcept {
+  switch (operation) {
+    case ConvOperation::fprop:
+      return output_elements();
+    case ConvOperation::dgrad:
+      return activation_elements();
+    case ConvOperation::wgrad:
+      return filter_elements();
+  }
+  return 0;
+}
+
+double ConvSpec::flops() const noexcept {
+  return 2.0 * static_cast<double>(n) * static_cast<double>(p()) * static_cast<double>(q()) * static_cast<double>(k) *
+         static_cast<double>(c) * static_cast<double>(r) * static_cast<double>(s);
+}
+
+std::string ConvSpec::to_string() const {
+  return fmt::format("{} {}->{} n={} h={} w={} c={} k={} r={} s={} pad={},{} stride={},{} dilation={},{}{}",
+                     name(operation), name(element), name(output), n, h, w, c, k, r, s, pad_h, pad_w, stride_h,
+                     stride_w, dilation_h, dilation_w, groups != 1 ? fmt::format(" groups={}", groups) : "");
+}
+
+std::size_t hash_value(const ConvSpec& s) noexcept {
+  std::size_t h = 0x9e3779b97f4a7c15ull;
+  for (long long v :
+       {static_cast<long long>(s.operation), static_cast<long long>(s.element), static_cast<long long>(s.output),
+        static_cast<long long>(s.n), static_cast<long long>(s.h), static_cast<long long>(s.w),
+        static_cast<long long>(s.c), static_cast<long long>(s.k), static_cast<long long>(s.r),
+        static_cast<long long>(s.s), static_cast<long long>(s.pad_h), static_cast<long long>(s.pad_w),
+        static_cast<long long>(s.stride_h), static_cast<long long>(s.stride_w), static_cast<long long>(s.dilation_h),
+        static_cast<long long>(s.dilation_w), static_cast<long long>(s.groups)})
+    h = (h ^ static_cast<std::size_t>(v)) * 0x100000001b3ull + (h >> 31);
+  return h;
+}
+
+GemmSku ConvPlan::sku_for(const ConvSpec& spec, GpuArch arch, Shape3 tile, Shape3 cluster) {
+  const auto layouts = layouts_of(spec.operation);
+  GemmSku sku;
+  sku.family = family_of(spec.operation);
+  sku.arch = arch;
+  sku.a = sku.b = spec.element;
+  sku.c = sku.d = spec.output;
+  sku.accumulator = DType::f32;
+  sku.layout_a = layouts[0];
+  sku.layout_b = layouts[1];
+  sku.layout_c = layouts[2];
+  sku.tile = tile;
+  sku.cluster = cluster;
+  sku.stages = 0;
+  sku.schedule = GemmSchedule::warpspecialized;
+  sku.epilogue = GemmEpilogue::linear_combination;
+  return sku;
+}
+
+Result<ConvPlan> ConvPlan::create(const ConvSpec& spec, GpuArch device_arch, const ConvPlanOptions& options) {
+  const nvtx::Range range("conv.plan");
+  CUACTOR_TRY(check_spec(spec));
+  CUACTOR_TRY(check_supported(spec, device_arch));
+  CUACTOR_TRY(check_options(options));
+  const CatalogEntry* chosen = nullptr;
+  if (options.sku_override) {
+    const GemmSku& want = *options.sku_override;
+    if (!sku_computes(want, spec))
+      return fail(errc::invalid_argument,
+                  fmt::format("ConvPlan override {} does not compute {}", want.to_string(), spec.to_string()));
+    if (!runs_on(want, device_arch))
+      return fail(errc::unsupported, fmt::format("ConvPlan override {}: {} kernels cannot run on a {} device",
+                                                 want.to_string(), want.arch.name(), device_arch.name()));
+    chosen = find_in_catalog(want);
+    if (chosen == nullptr)
+      return fail(errc::unsupported,
+                  fmt::format("ConvPlan override {} is not compiled into this build's catalog (the JIT can "
+                              "instantiate it: cuactor jit warm --conv)",
+                              want.to_string()));
+  } else {
+    double best_cost = 0;
+    for (const CatalogEntry& e : catalog()) {
+      if (!sku_computes(e.sku, spec) || !runs_on(e.sku, device_arch)) continue;
+      const double cost = estimated_cost(e.sku, spec, options.sm_count);
+      if (chosen == nullptr || cost < best_cost) {
+        chosen = &e;
+        best_cost = cost;
+      }
+    }
+    if (chosen == nullptr)
+      return fail(errc::unsupported,
+                  fmt::format("no convolution kernel in this build's catalog computes {} on {} (catalog: fprop "
+                              "bf16/f16/f32, dgrad and wgrad bf16/f16, output type = input type; CUACTOR_KERNEL_ARCHS "
+                              "selects the compiled families; the JIT can instantiate others)",
+                              spec.to_string(), device_arch.name()));
+  }
+  return finish(spec, device_arch, chosen->sku, *chosen->instance, nullptr,
+                options.sku_override ? PlanSource::overridden : PlanSource::heuristic, options);
+}
+
+Result<ConvPlan> ConvPlan::with_instance(const ConvSpec& spec, GpuArch device_arch, const GemmSku& sku,
+                                         const cuactor_gemm_instance& instance, std::shared_ptr<const void> owner,
+                                         PlanSource source, const ConvPlanOptions& options) {
+  CUACTOR_TRY(check_spec(spec));
+  CUACTOR_TRY(check_supported(spec, device_arch));
+  CUACTOR_TRY(check_options(options));
+  if (!sku_computes(sku, spec))
+    return fail(errc::invalid_argument,
+                fmt::format("convolution kernel {} does not compute {}", sku.to_string(), spec.to_string()));
+  if (!runs_on(sku, device_arch))
+    return fail(errc::unsupported, fmt::format("convolution kernel {}: {} kernels cannot run on a {} device",
+                                               sku.to_string(), sku.arch.name(), device_arch.name()));
+  return finish(spec, device_arch, sku, instance, std::move(owner), source, options);
+}
+
+Result<ConvPlan> ConvPlan::finish(const ConvSpec& spec, GpuArch arch, const GemmSku& sku,
+                                  const cuactor_gemm_instance& instance, std::shared_ptr<const void> owner,
+                                  PlanSource source, const ConvPlanOptions& options) {
+  CUACTOR_TRY(check_instance_abi(instance, sizeof(cuactor_conv_args)));
+  // can_implement and workspace_size read the problem only; a set SM count keeps the instance from
+  // querying the device, so plans can be made on a machine without one.
+  ConvPlanOptions probe = options;
+  if (probe.sm_count == 0) probe.sm_count = kDefaultSmCount;
+  const auto args = make_args(spec, ConvTensors{}, probe);
+  if (const int s = instance.can_implement(&args); s != CUACTOR_KERNEL_OK)
+    return fail(errc::unsupported,
+                fmt::format("convolution kernel {} rejects {} (status {}; CUTLASS's can_implement: TMA alignment, "
+                            "im2col corners or extents)",
+                            sku.to_string(), spec.to_string(), s));
+  const std::size_t workspace = instance.workspace_size(&args);
+  return ConvPlan(spec, arch, sku, &instance, std::move(owner), source, options, workspace);
+}
+
+Status ConvPlan::validate(const ConvTensors& t) const {
+  for (const Operand& in : inputs_of(spec_.operation, t)) CUACTOR_TRY(check_pointer(in.name, in.ptr));
+  CUACTOR_TRY(check_pointer("out", t.out));
+  if (t.source == nullptr) {
+    if (t.beta != 0.0f)
+      return fail(
+          errc::invalid_argument,
+          fmt::format("convolution: beta={} but source is null (source may be omitted only when beta is 0)", t.beta));
+  } else {
+    CUACTOR_TRY(check_pointer("source", t.source));
+  }
+  return ok();
+}
+
+Status ConvPlan::check_buffer_sizes(std::size_t x_bytes, std::size_t w_bytes, std::size_t dy_bytes,
+                                    std::size_t out_bytes, std::size_t source_bytes) const {
+  const ConvSpec& s = spec_;
+  struct Need {
+    const char* name;
+    bool used;
+    std::int64_t elements;
+    DType type;
+    std::size_t bytes;
+  };
+  const bool fprop = s.operation == ConvOperation::fprop, dgrad = s.operation == ConvOperation::dgrad;
+  const Need needs[] = {
+      {"x (N x H x W x C)", !dgrad, s.activation_elements(), s.element, x_bytes},
+      {"w (K x R x S x C)", s.operation != ConvOperation::wgrad, s.filter_elements(), s.element, w_bytes},
+      {"dy (N x P x Q x K)", !fprop, s.output_elements(), s.element, dy_bytes},
+      {"out", true, s.result_elements(), s.output, out_bytes},
+      {"source", source_bytes != 0, s.result_elements(), s.output, source_bytes},
+  };
+  for (const Need& n : needs) {
+    if (!n.used) continue;
+    const std::size_t need = storage_bytes(n.type, static_cast<std::size_t>(n.elements));
+    if (n.bytes < need)
+      return fail(errc::invalid_argument,
+                  fmt::format("convolution tensor {} of {}: needs {} bytes but the buffer has {}", n.name,
+                              s.to_string(), need, n.bytes));
+  }
+  return ok();
+}
+
+Status ConvPlan::run(const ConvTensors& tensors, void* workspace, std::size_t workspace_bytes,
+                     cudaStream_t stream) const {
+  CUACTOR_TRY(validate(tensors));
+  if (workspace_bytes < workspace_size_ || (workspace_size_ > 0 && workspace == nullptr))
+    return fail(errc::workspace_too_small,
+                fmt::format("convolution {}: workspace of {} bytes at {} is smaller than the {} bytes the plan needs",
+                            sku_.to_string(), workspace_bytes, fmt::ptr(workspace), workspace_size_));
+  const auto args = make_args(spec_, tensors, options_);
+  switch (instance_->run(&args, workspace, workspace_bytes, stream)) {
+    case CUACTOR_KERNEL_OK:
+      return ok();
+    case CUACTOR_KERNEL_WORKSPACE_TOO_SMALL:
+      return fail(errc::workspace_too_small,
+                  fmt::format("convolution {}: workspace of {} bytes is too small", sku_.to_string(), workspace_bytes));
+    case CUACTOR_KERNEL_LAUNCH_FAILED:
+      CUACTOR_TRY(gpu::check(cudaPeekAtLastError(), "convolution launch"));
+      return fail(errc::internal, fmt::format("convolution {}: kernel launch failed", sku_.to_string()));
+    default:
+      return fail(errc::internal,
+                  fmt::format("convolution {}: building the kernel parameters failed", sku_.to_string()));
+  }
+}
+
+}  // namespace cuactor::kernels
