@@ -285,14 +285,24 @@ GemmFamily family_of(ConvOperation op) noexcept {
   return GemmFamily::conv_fprop;
 }
 
+namespace {
+/// Windows of a dilated filter over a padded extent: floor((in + 2 pad - span) / stride) + 1, and 0
+/// when the span does not fit (C++ division truncates towards zero, so a slightly negative
+/// numerator would otherwise count one window).
+std::int64_t windows(std::int64_t in, std::int64_t pad, std::int64_t filter, std::int64_t dilation,
+                     std::int64_t stride) noexcept {
+  const std::int64_t room = in + 2 * pad - dilation * (filter - 1) - 1;
+  if (stride < 1 || room < 0) return 0;
+  return room / stride + 1;
+}
+}  // namespace
+
 std::int64_t ConvSpec::p() const noexcept {
-  if (stride_h < 1) return 0;
-  return (h + 2 * pad_h - dilation_h * (r - 1) - 1) / stride_h + 1;
+  return windows(h, pad_h, r, dilation_h, stride_h);
 }
 
 std::int64_t ConvSpec::q() const noexcept {
-  if (stride_w < 1) return 0;
-  return (w + 2 * pad_w - dilation_w * (s - 1) - 1) / stride_w + 1;
+  return windows(w, pad_w, s, dilation_w, stride_w);
 }
 
 std::int64_t ConvSpec::result_elements() const noexcept {

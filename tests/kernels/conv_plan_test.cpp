@@ -324,6 +324,13 @@ TEST(ConvSpec, OutputExtentsAndFlops) {
   spec.pad_h = 2;
   spec.dilation_h = 2;
   EXPECT_EQ(spec.p(), 9);  // (9 + 4 - 4 - 1) / 1 + 1
+  {
+    ConvSpec overhang = base_spec();  // H=2, R=3, stride 2, no padding: the filter hangs past the input
+    overhang.h = 2;
+    overhang.pad_h = 0;
+    overhang.stride_h = 2;
+    EXPECT_EQ(overhang.p(), 0) << "floor, not truncation: (2 - 2 - 1) / 2 + 1 would count one window";
+  }
   spec.h = 2;
   spec.r = 5;
   spec.pad_h = 0;
@@ -536,13 +543,13 @@ TEST(ConvPlanRejects, EmptyOutput) {
   spec.h = 2;
   spec.r = 5;
   spec.pad_h = 0;  // a 5-row filter over 2 rows
-  expect_rejected(spec, errc::invalid_argument, "the output is -2x16");
+  expect_rejected(spec, errc::invalid_argument, "the output is 0x16");
   spec = base_spec();
   spec.w = 4;
   spec.s = 3;
   spec.pad_w = 0;
   spec.dilation_w = 3;  // the dilated filter spans 7 columns
-  expect_rejected(spec, errc::invalid_argument, "the output is 16x-2");
+  expect_rejected(spec, errc::invalid_argument, "the output is 16x0");
 }
 
 TEST(ConvPlanRejects, ChannelsBreakingSixteenByteAlignment) {
