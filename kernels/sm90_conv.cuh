@@ -115,7 +115,11 @@ struct ImplicitGemmConv : AdapterEntries<ImplicitGemmConv<Family, A, B, C, D, Ac
   static Stride output_stride(const ProblemShape& shape) {
     Stride s{};
     if constexpr (kWgrad) {
-      cute::get<0>(s) = shape.stride_C[0];  // K x (R S C): one filter per row
+      // (K, (C, S, R)): a filter per row; C is the unit stride, then S and R in reverse order of KRSC.
+      cute::get<0>(s) = shape.stride_C[0];
+      cute::for_each(cute::make_seq<cute::rank<1>(Stride{}) - 1>{}, [&](auto i) {
+        cute::get<1, decltype(i)::value + 1>(s) = shape.stride_C[ProblemShape::RankT - 2 - i];
+      });
     } else {
       // ((Q, P, N), K): the spatial and batch modes in reverse order of the NHWC strides.
       cute::for_each(cute::make_seq<cute::rank<0>(Stride{})>{},

@@ -1,6 +1,6 @@
-"""cuactor from Python: CUTLASS GEMM and grouped GEMM on PyTorch / CuPy / JAX tensors without copies,
-capturable by ``torch.cuda.graph``, the run-time kernel cache, and the supervised device actor with
-asyncio (SPEC [P1]-[P4]).
+"""cuactor from Python: CUTLASS GEMM, grouped GEMM and 2-D convolution on PyTorch / CuPy / JAX tensors
+without copies, capturable by ``torch.cuda.graph``, the run-time kernel cache, and the supervised
+device actor with asyncio (SPEC [P1]-[P4]).
 
 Tensors come in through DLPack or ``__cuda_array_interface__`` (PyTorch tensors are read directly);
 nothing is copied. Work runs on the caller's stream: PyTorch's current stream for torch tensors, the
@@ -11,6 +11,7 @@ nothing is copied. Work runs on the caller's stream: PyTorch's current stream fo
 from __future__ import annotations
 
 import json
+import operator
 import sys
 from typing import Any
 
@@ -31,6 +32,9 @@ __all__ = [
     "mm",
     "grouped_mm",
     "scaled_grouped_mm",
+    "conv2d",
+    "conv2d_backward_data",
+    "conv2d_backward_weight",
     "GroupedGemmPlan",
     "PreparedGroupedGemm",
     "Device",
@@ -56,11 +60,11 @@ def _torch_of(x: Any) -> Any:
 _workspace_allocators: dict[Any, Any] = {}
 
 
-def _torch_context(torch: Any, a: Any, stream: int | None) -> tuple[int, Any]:
+def _torch_context(torch: Any, a: Any, stream: int | None, name: str = "a") -> tuple[int, Any]:
     """(stream handle, workspace allocator) for torch operands on ``a``'s device."""
     index = a.get_device()
     if index < 0:
-        raise InvalidArgumentError(f"a (a tensor on {a.device}): must be in CUDA device memory")
+        raise InvalidArgumentError(f"{name} (a tensor on {a.device}): must be in CUDA device memory")
     if stream is None:
         stream = torch._C._cuda_getCurrentRawStream(index)
     alloc = _workspace_allocators.get(index)
@@ -86,11 +90,12 @@ def _torch_dtype(torch: Any, dtype: Any) -> Any:
     return getattr(torch, names.get(str(dtype), str(dtype)))
 
 
-def _prepare_out(torch: Any, a: Any, shape: tuple[int, ...], out: Any, out_dtype: Any, default: Any) -> Any:
+def _prepare_out(torch: Any, a: Any, shape: tuple[int, ...], out: Any, out_dtype: Any, default: Any,
+                 rule: str = "on the device of a, rows contiguous") -> Any:
     if torch is None:
         if out is None:
-            raise InvalidArgumentError("out=None: cuactor allocates outputs only for torch tensors; pass out= (on the "
-                                       "device of a, rows contiguous)")
+            raise InvalidArgumentError(f"out=None: cuactor allocates outputs only for torch tensors; pass out= "
+                                       f"({rule})")
         return out
     want = _torch_dtype(torch, out_dtype)
     if out is None:
@@ -102,9 +107,9 @@ def _prepare_out(torch: Any, a: Any, shape: tuple[int, ...], out: Any, out_dtype
     return out
 
 
-def _context(torch: Any, a: Any, stream: int | None) -> tuple[int, Any]:
+def _context(torch: Any, a: Any, stream: int | None, name: str = "a") -> tuple[int, Any]:
     if torch is not None:
-        return _torch_context(torch, a, stream)
+        return _torch_context(torch, a, stream, name)
     if stream is None:
         raise InvalidArgumentError("stream=None: for tensors other than torch's, pass the stream to run on as an "
                                    "integer cudaStream_t (CuPy: cupy.cuda.get_current_stream().ptr; 0 = legacy "
@@ -208,3 +213,138 @@ def scaled_grouped_mm(a: Any, b: Any, scale_a: Any, scale_b: Any, offs: Any = No
     s, alloc = _context(torch, a, stream)
     _core.grouped_mm(a, b, offs, out, s, alloc, scale_a, scale_b, ab_dtype)
     return out
+
+
+def _pair(name: str, value: Any, least: int) -> tuple[int, int]:
+    """(height, width) of an argument given as an int or a pair of ints, each at least ``least``."""
+    def as_int(v: Any) -> int | None:
+        if isinstance(v, bool):
+            return None
+        try:
+            return operator.index(v)
+        except TypeError:
+            return None
+
+    one = as_int(value)
+    if one is not None:
+        pair = (one, one)
+    elif isinstance(value, (tuple, list)) and len(value) == 2 and None not in (both := tuple(map(as_int, value))):
+        pair = both
+    else:
+        raise InvalidArgumentError(f"{name}={value!r}: must be an int or a pair of ints (height, width)")
+    if min(pair) < least:
+        raise InvalidArgumentError(f"{name}={value!r}: must be at least {least}")
+    return pair  # type: ignore[return-value]
+
+
+def _conv_params(stride: Any, padding: Any, dilation: Any) -> tuple[tuple[int, int], ...]:
+    return _pair("stride", stride, 1), _pair("padding", padding, 0), _pair("dilation", dilation, 1)
+
+
+def _shape4(name: str, t: Any, dims: str) -> tuple[int, int, int, int]:
+    """The shape of a rank-4 operand (``dims`` names its dimensions)."""
+    if _ndim(t) != 4:
+        raise InvalidArgumentError(f"{name}: rank {_ndim(t)} (shape {tuple(t.shape)}), the convolution takes a rank-4 "
+                                   f"{dims} tensor, packed with the channels contiguous")
+    return tuple(int(v) for v in t.shape)  # type: ignore[return-value]
+
+
+def _conv_output_hw(hw: tuple[int, int], rs: tuple[int, int], stride: tuple[int, int], padding: tuple[int, int],
+                    dilation: tuple[int, int]) -> tuple[int, int]:
+    """(P, Q): P = (H + 2 pad_h - dilation_h (R - 1) - 1) // stride_h + 1, likewise Q; at least 1."""
+    pq = tuple((x + 2 * p - d * (k - 1) - 1) // s + 1 for x, k, s, p, d in zip(hw, rs, stride, padding, dilation))
+    if min(pq) < 1:
+        raise InvalidArgumentError(
+            f"the output would be {pq[0]}x{pq[1]} (P = (H + 2 pad_h - dilation_h (R - 1) - 1) // stride_h + 1): the "
+            f"padded input ({hw[0] + 2 * padding[0]}x{hw[1] + 2 * padding[1]}) must hold the dilated filter "
+            f"({dilation[0] * (rs[0] - 1) + 1}x{dilation[1] * (rs[1] - 1) + 1})")
+    return pq  # type: ignore[return-value]
+
+
+def _require_dy_shape(dy_shape: tuple[int, ...], hw: tuple[int, int], rs: tuple[int, int],
+                      params: tuple[tuple[int, int], ...], given: str) -> None:
+    """Checks that dy's P x Q is what the input size ``hw`` and the filter ``rs`` give."""
+    want = _conv_output_hw(hw, rs, *params)
+    if want != dy_shape[1:3]:
+        raise InvalidArgumentError(f"dy: shape {dy_shape}, but {given} with stride={params[0]}, padding={params[1]}, "
+                                   f"dilation={params[2]} gives P x Q = {want[0]} x {want[1]}")
+
+
+def _conv_launch(run: Any, a: Any, b: Any, name: str, shape: tuple[int, ...], params: tuple[tuple[int, int], ...],
+                 out: Any, stream: int | None) -> Any:
+    """Allocates the result (torch, out=None) and runs ``run`` (a _core.conv2d* function) on the stream."""
+    torch = _torch_of(a)
+    out = _prepare_out(torch, a, shape, out, None, getattr(a, "dtype", None),
+                       "on the device of the inputs, packed with the channels contiguous")
+    handle, alloc = _context(torch, a, stream, name)
+    run(a, b, out, handle, *params, alloc)
+    return out
+
+
+def conv2d(x: Any, w: Any, *, stride: int | tuple[int, int] = 1, padding: int | tuple[int, int] = 0,
+           dilation: int | tuple[int, int] = 1, out: Any = None, stream: int | None = None) -> Any:
+    """2-D convolution forward (cross-correlation, as ``torch.nn.functional.conv2d``) with a CUTLASS
+    implicit-GEMM kernel, on channels-last tensors: x (N, H, W, C) and w (K, R, S, C) -> (N, P, Q, K)
+    with P = (H + 2 padding_h - dilation_h (R - 1) - 1) // stride_h + 1, likewise Q.
+
+    Every tensor must be packed in that order (channels contiguous). A PyTorch tensor in the
+    ``channels_last`` memory format, NCHW (or KCRS) by shape, is exactly such a tensor seen through
+    ``t.permute(0, 2, 3, 1)`` (a view, no copy); ``y.permute(0, 3, 1, 2)`` turns the result back into
+    an NCHW ``channels_last`` tensor. ``stride``, ``padding`` (symmetric) and ``dilation`` are ints or
+    (height, width) pairs. x and w have one dtype (bf16, f16, or f32 on tf32 tensor cores); the result
+    has it too. C and K must be multiples of 8 (16-bit) or 4 (f32). Runs on torch's current stream
+    (``stream=`` otherwise); capturable by torch.cuda.graph. Not differentiable: the result carries no
+    autograd history (see :func:`conv2d_backward_data` and :func:`conv2d_backward_weight`).
+
+    Raises:
+        InvalidArgumentError: shapes, dtypes, devices, layouts or stride / padding / dilation break a rule.
+        UnsupportedError: no kernel of this build computes it on this GPU (sm_90a only; groups, fp8, TMA
+            im2col limits on padding and dilated filter extent).
+    """
+    n, h, wd, _ = _shape4("x", x, "N x H x W x C")
+    k, r, s, _ = _shape4("w", w, "K x R x S x C")
+    params = _conv_params(stride, padding, dilation)
+    p, q = _conv_output_hw((h, wd), (r, s), *params)
+    return _conv_launch(_core.conv2d, x, w, "x", (n, p, q, k), params, out, stream)
+
+
+def conv2d_backward_data(dy: Any, w: Any, input_hw: int | tuple[int, int], *, stride: int | tuple[int, int] = 1,
+                         padding: int | tuple[int, int] = 0, dilation: int | tuple[int, int] = 1, out: Any = None,
+                         stream: int | None = None) -> Any:
+    """The data gradient of :func:`conv2d`: dx (N, H, W, C) from dy (N, P, Q, K) and w (K, R, S, C), as
+    ``torch.nn.grad.conv2d_input`` on channels-last tensors. ``input_hw`` = (H, W) of x (several
+    input sizes give one output size when the stride is above 1).
+
+    The layout, dtype and stream rules are those of :func:`conv2d` (bf16 and f16 only).
+
+    Raises:
+        InvalidArgumentError: shapes, dtypes, devices, layouts or stride / padding / dilation break a rule.
+        UnsupportedError: a stride above 1 (strided dgrad has no sm_90a kernel), f32, or what
+            :func:`conv2d` cannot compute either.
+    """
+    dy_shape = _shape4("dy", dy, "N x P x Q x K")
+    _, r, s, c = _shape4("w", w, "K x R x S x C")
+    hw = _pair("input_hw", input_hw, 1)
+    params = _conv_params(stride, padding, dilation)
+    _require_dy_shape(dy_shape, hw, (r, s), params, f"input_hw={hw} and the filter {r}x{s}")
+    return _conv_launch(_core.conv2d_backward_data, dy, w, "dy", (dy_shape[0], *hw, c), params, out, stream)
+
+
+def conv2d_backward_weight(dy: Any, x: Any, filter_rs: int | tuple[int, int], *, stride: int | tuple[int, int] = 1,
+                           padding: int | tuple[int, int] = 0, dilation: int | tuple[int, int] = 1, out: Any = None,
+                           stream: int | None = None) -> Any:
+    """The filter gradient of :func:`conv2d`: dw (K, R, S, C) from dy (N, P, Q, K) and x (N, H, W, C), as
+    ``torch.nn.grad.conv2d_weight`` on channels-last tensors. ``filter_rs`` = (R, S).
+
+    The layout, dtype and stream rules are those of :func:`conv2d` (bf16 and f16 only).
+
+    Raises:
+        InvalidArgumentError: shapes, dtypes, devices, layouts or stride / padding / dilation break a rule.
+        UnsupportedError: f32, or what :func:`conv2d` cannot compute either.
+    """
+    dy_shape = _shape4("dy", dy, "N x P x Q x K")
+    _, h, wd, c = _shape4("x", x, "N x H x W x C")
+    rs = _pair("filter_rs", filter_rs, 1)
+    params = _conv_params(stride, padding, dilation)
+    _require_dy_shape(dy_shape, (h, wd), rs, params, f"x's {h}x{wd} and filter_rs={rs}")
+    return _conv_launch(_core.conv2d_backward_weight, dy, x, "dy", (dy_shape[3], *rs, c), params, out, stream)

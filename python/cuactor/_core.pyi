@@ -19,6 +19,21 @@ def grouped_mm(a: object | None, b: object | None, offs: object | None, out: obj
     torch._grouped_mm's 2-D x 3-D case on `stream`: a (T, K), b (G, K, N), offs (G,) int32 cumulative end rows in device memory, out (T, N); rows past offs[-1] are not written. fp8 (e4m3) inputs take scale_a (1 or G float32) and scale_b (G float32); `ab_dtype` reinterprets a's and b's storage (fp8 passed as uint8). `alloc(nbytes)` returns a device tensor for the workspace (default: stream-ordered from the device's pool).
     """
 
+def conv2d(x: object | None, w: object | None, out: object | None, stream: int, stride: Sequence[int], padding: Sequence[int], dilation: Sequence[int], alloc: object | None = None) -> None:
+    """
+    Convolution forward on `stream` (a cudaStream_t as an integer) with a cached ConvPlan: out (N, P, Q, K) = conv(x (N, H, W, C), w (K, R, S, C)); `stride`, `padding` (symmetric) and `dilation` are (height, width) pairs. Every tensor is packed in the order of its dimensions (channels contiguous) and on one CUDA device. `alloc(nbytes)` returns a device tensor for the plan's workspace, if any (default: stream-ordered from the device's pool). Raises the cuactor.errors class of the failure.
+    """
+
+def conv2d_backward_data(dy: object | None, w: object | None, out: object | None, stream: int, stride: Sequence[int], padding: Sequence[int], dilation: Sequence[int], alloc: object | None = None) -> None:
+    """
+    Convolution data gradient, as conv2d: out = dx (N, H, W, C) from dy (N, P, Q, K) and w (K, R, S, C); H and W are out's.
+    """
+
+def conv2d_backward_weight(dy: object | None, x: object | None, out: object | None, stream: int, stride: Sequence[int], padding: Sequence[int], dilation: Sequence[int], alloc: object | None = None) -> None:
+    """
+    Convolution filter gradient, as conv2d: out = dw (K, R, S, C) from dy (N, P, Q, K) and x (N, H, W, C); R and S are out's.
+    """
+
 class PreparedGroupedGemm:
     """
     A grouped GEMM bound to its operands: validated once, run many times (also inside torch.cuda.graph). Keeps the operands alive; their group rows are read from offs in device memory at each run, so new routings need no new prepare.

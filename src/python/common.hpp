@@ -55,6 +55,7 @@ nb::object make_exception(std::error_code code, const std::string& message);
 
 void bind_errors(nb::module_& m);
 void bind_ops(nb::module_& m);
+void bind_conv(nb::module_& m);
 void bind_plans(nb::module_& m);
 void bind_jit(nb::module_& m);
 void bind_device(nb::module_& m);

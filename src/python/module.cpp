@@ -13,6 +13,7 @@ NB_MODULE(_core, m) {
         "The report of `cuactor info --json` as JSON text (cuactor.info() parses it).");
   m.def("version", &cuactor::surfaces::version, "The cuactor library version.");
   bind_ops(m);
+  bind_conv(m);
   bind_plans(m);
   bind_jit(m);
   bind_device(m);

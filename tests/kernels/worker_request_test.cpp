@@ -1,8 +1,11 @@
 /// @file
-/// The isolated forms of the GEMM requests ([R10]): what async_dense_gemm and the grouped requests
-/// send to a worker decodes to the same request, and malformed payloads are typed errors (no GPU).
+/// The isolated forms of the GEMM and conv requests ([R10]): what async_dense_gemm, the grouped
+/// requests and async_conv send to a worker decodes to the same request, and malformed payloads are
+/// typed errors (no GPU).
+#include <cuda_bf16.h>
 #include <gtest/gtest.h>
 
+#include "cuactor/kernels/conv_actor.hpp"
 #include "cuactor/kernels/dense_gemm_actor.hpp"
 #include "cuactor/kernels/grouped_actor.hpp"
 
@@ -100,6 +103,74 @@ TEST(WorkerRequests, PackedOperandSizesAreCheckedInBytes) {
   ASSERT_FALSE(a.has_value());
   EXPECT_NE(a.error().message().find("a has 639 bytes"), std::string::npos) << a.error().message();
   EXPECT_FALSE(detail::check_packed_bytes(spec, -1, 32, 10, 2, 1 << 20, 1 << 20, 1 << 20).has_value());
+}
+
+TEST(WorkerRequests, ConvRequestRoundTrips) {
+  detail::ConvRequest q;
+  ConvSpec& s = q.spec;
+  s.operation = ConvOperation::wgrad;
+  s.element = DType::f16;
+  s.output = DType::f32;
+  s.n = 3, s.h = 17, s.w = 19, s.c = 64, s.k = 96, s.r = 5, s.s = 3;
+  s.pad_h = 2, s.pad_w = 1, s.stride_h = 2, s.stride_w = 3, s.dilation_h = 1, s.dilation_w = 2, s.groups = 1;
+  q.alpha = 0.25f;
+  q.beta = 1.0f;
+  q.has_x = q.has_dy = q.has_out = true;
+  q.source_is_out = true;
+  auto d = detail::ConvRequest::decode(encoded(q));
+  ASSERT_TRUE(d.has_value()) << d.error().to_string();
+  EXPECT_EQ(d->spec, q.spec);
+  EXPECT_EQ(d->alpha, 0.25f);
+  EXPECT_EQ(d->beta, 1.0f);
+  EXPECT_TRUE(d->has_x && !d->has_w && d->has_dy && d->has_out && !d->has_source && d->source_is_out);
+  EXPECT_EQ(d->buffer_count(), 3u);
+  EXPECT_FALSE(d->sku_override.has_value());
+  // A truncated payload and an unknown operation are protocol errors naming what is wrong.
+  auto bytes = encoded(q);
+  bytes.pop_back();
+  auto cut = detail::ConvRequest::decode(bytes);
+  ASSERT_FALSE(cut.has_value());
+  EXPECT_EQ(cut.error().code(), make_error_code(errc::protocol_error));
+  runtime::wire::Writer w;
+  w.put_string("fgrad");
+  auto bad = detail::ConvRequest::decode(w.take());
+  ASSERT_FALSE(bad.has_value());
+  EXPECT_NE(bad.error().message().find("fgrad"), std::string::npos) << bad.error().message();
+}
+
+// Which buffers a typed conv request sends: the operation's non-empty inputs (the others are ignored),
+// out, and source unless it is out; element types come from the template arguments.
+TEST(WorkerRequests, ConvRequestSendsTheOperationsInputsOnly) {
+  auto state = std::make_shared<runtime::DeviceState>(0);
+  state->advance_generation();
+  alignas(16) static std::byte host[4][64];  // stands in for device memory: never dereferenced here
+  const auto ref = [&](int i) {
+    return runtime::GpuRef<__nv_bfloat16>(std::make_shared<runtime::DeviceAllocation>(host[i], 64, state, nullptr));
+  };
+  ConvOperands<__nv_bfloat16, __nv_bfloat16> ops;
+  ops.x = ref(0);
+  ops.w = ref(1);
+  ops.dy = ref(2);
+  ops.out = ref(3);
+  ConvSpec spec;
+  spec.operation = ConvOperation::dgrad;
+  spec.element = spec.output = DType::f32;  // replaced by T and TOut
+  auto q = detail::conv_request(spec, ops);
+  EXPECT_EQ(q.spec.element, DType::bf16);
+  EXPECT_EQ(q.spec.output, DType::bf16);
+  EXPECT_TRUE(!q.has_x && q.has_w && q.has_dy && q.has_out && !q.has_source && !q.source_is_out);
+  ops.source = ops.out;
+  q = detail::conv_request(spec, ops);
+  EXPECT_TRUE(q.source_is_out && !q.has_source);
+  EXPECT_EQ(q.buffer_count(), 3u);
+  ops.source = ops.x;  // a separate source buffer travels
+  spec.operation = ConvOperation::fprop;
+  q = detail::conv_request(spec, ops);
+  EXPECT_TRUE(q.has_x && q.has_w && !q.has_dy && q.has_source && !q.source_is_out);
+  EXPECT_EQ(q.buffer_count(), 4u);
+  ops.x = {};  // a missing input does not travel: the worker's plan names it
+  q = detail::conv_request(spec, ops);
+  EXPECT_FALSE(q.has_x);
 }
 
 }  // namespace

@@ -15,7 +15,8 @@ from cuactor import errors
 
 def test_import_and_version():
     assert cuactor.__version__ == cuactor.info()["version"]
-    for name in ("grouped_mm", "mm", "scaled_grouped_mm", "GroupedGemmPlan", "Device", "GpuRef", "jit", "Error"):
+    for name in ("grouped_mm", "mm", "scaled_grouped_mm", "conv2d", "conv2d_backward_data", "conv2d_backward_weight",
+                 "GroupedGemmPlan", "Device", "GpuRef", "jit", "Error"):
         assert hasattr(cuactor, name), name
 
 
@@ -140,3 +141,75 @@ def test_cuda_array_interface_is_parsed():
                          FakeCudaArray((64, 8), "<f2"), 0)
     with pytest.raises(cuactor.InvalidArgumentError, match="typestr"):
         cuactor._core.mm(FakeCudaArray((4,), "<c8"), None, None, 0)
+
+
+def conv_arrays(np, n=2, h=9, w=7, c=16, k=32, r=3, s=3, dtype=None):
+    """x (N, H, W, C), w (K, R, S, C) and y (N, H, W, K) (padding R // 2 keeps H x W) as packed host arrays."""
+    dtype = dtype or np.float16
+    return (np.zeros((n, h, w, c), dtype), np.zeros((k, r, s, c), dtype), np.zeros((n, h, w, k), dtype))
+
+
+def test_conv_host_arrays_are_rejected_with_value_and_rule(np):
+    x, w, y = conv_arrays(np)
+    on_host = r"\(f16, shape \({}\), strides \({}\), cpu\): must be in CUDA device memory"
+    with pytest.raises(cuactor.InvalidArgumentError, match="x " + on_host.format("2, 9, 7, 16", "1008, 112, 16, 1")):
+        cuactor.conv2d(x, w, padding=1, out=y, stream=0)
+    with pytest.raises(cuactor.InvalidArgumentError, match="dy " + on_host.format("2, 9, 7, 32", "2016, 224, 32, 1")):
+        cuactor.conv2d_backward_data(y, w, (9, 7), padding=1, out=x, stream=0)
+    with pytest.raises(cuactor.InvalidArgumentError, match="dy " + on_host.format("2, 9, 7, 32", "2016, 224, 32, 1")):
+        cuactor.conv2d_backward_weight(y, x, (3, 3), padding=(1, 1), out=w, stream=0)
+
+
+def test_conv_layout_and_shape_rules_hold_without_a_gpu(np):
+    x, w, y = conv_arrays(np)
+    nchw = np.zeros((2, 16, 9, 7), np.float16)  # NCHW-contiguous seen as N x H x W x C: channels not contiguous
+    with pytest.raises(cuactor.InvalidArgumentError,
+                       match=r"x \(f16, shape \(2, 9, 7, 16\), strides \(1008, 7, 1, 63\), cpu\): must be packed "
+                             r"N x H x W x C .*strides \(1008, 112, 16, 1\).*permute\(0, 2, 3, 1\)"):
+        cuactor.conv2d(nchw.transpose(0, 2, 3, 1), w, padding=1, out=y, stream=0)
+    with pytest.raises(cuactor.InvalidArgumentError, match=r"w \(.*\): must be packed K x R x S x C"):
+        cuactor.conv2d(x, np.zeros((32, 16, 3, 3), np.float16).transpose(0, 2, 3, 1), padding=1, out=y, stream=0)
+    with pytest.raises(cuactor.InvalidArgumentError, match=r"w \(.*\): C=8 does not match x's C=16"):
+        cuactor.conv2d(x, np.zeros((32, 3, 3, 8), np.float16), padding=1, out=y, stream=0)
+    with pytest.raises(cuactor.InvalidArgumentError, match="x is f16 and w is f32: a convolution needs one input "):
+        cuactor.conv2d(x, w.astype(np.float32), padding=1, out=y, stream=0)
+    with pytest.raises(cuactor.InvalidArgumentError, match=r"out \(.*\): K=16 does not match w's K=32"):
+        cuactor.conv2d(x, w, padding=1, out=np.zeros((2, 9, 7, 16), np.float16), stream=0)
+    with pytest.raises(cuactor.InvalidArgumentError, match=r"dy \(.*\): N=2 does not match x's N=3"):
+        cuactor.conv2d_backward_weight(y, np.zeros((3, 9, 7, 16), np.float16), 3, padding=1, out=w, stream=0)
+    with pytest.raises(cuactor.InvalidArgumentError, match=r"rank 3, a N x H x W x C tensor needs rank 4"):
+        cuactor._core.conv2d(x[0], w, y, 0, (1, 1), (1, 1), (1, 1))
+
+
+def test_conv_argument_rules(np):
+    x, w, y = conv_arrays(np)
+    for bad in ("2", (1, 2, 3), 1.5, True, (1, None), None):
+        with pytest.raises(cuactor.InvalidArgumentError, match=r"stride=.*: must be an int or a pair of ints"):
+            cuactor.conv2d(x, w, stride=bad, padding=1, out=y, stream=0)
+    with pytest.raises(cuactor.InvalidArgumentError, match=r"stride=\(1, 0\): must be at least 1"):
+        cuactor.conv2d(x, w, stride=(1, 0), out=y, stream=0)
+    with pytest.raises(cuactor.InvalidArgumentError, match="padding=-1: must be at least 0"):
+        cuactor.conv2d(x, w, padding=-1, out=y, stream=0)
+    with pytest.raises(cuactor.InvalidArgumentError, match=r"dilation=\[0, 1\]: must be at least 1"):
+        cuactor.conv2d(x, w, dilation=[0, 1], out=y, stream=0)
+    with pytest.raises(cuactor.InvalidArgumentError, match=r"x: rank 3 \(shape \(9, 7, 16\)\), .*rank-4 N x H x W x C"):
+        cuactor.conv2d(x[0], w, out=y, stream=0)
+    with pytest.raises(cuactor.InvalidArgumentError, match=r"w: rank 2 .*rank-4 K x R x S x C"):
+        cuactor.conv2d(x, w[0, 0], out=y, stream=0)
+    with pytest.raises(cuactor.InvalidArgumentError, match=r"output would be 0x1 .*padded input \(2x3\) must hold the "
+                                                            r"dilated filter \(3x3\)"):
+        cuactor.conv2d(np.zeros((1, 2, 3, 16), np.float16), w, out=y, stream=0)
+    with pytest.raises(cuactor.InvalidArgumentError, match="out=None: .*pass out="):
+        cuactor.conv2d(x, w, padding=1, stream=0)
+    with pytest.raises(cuactor.InvalidArgumentError, match="stream=None"):
+        cuactor.conv2d(x, w, padding=1, out=y)
+    with pytest.raises(cuactor.InvalidArgumentError, match=r"input_hw=\(8, 7\) .* gives P x Q = 8 x 7"):
+        cuactor.conv2d_backward_data(y, w, (8, 7), padding=1, out=x, stream=0)
+    with pytest.raises(cuactor.InvalidArgumentError, match=r"filter_rs=\(5, 5\) .* gives P x Q = 7 x 5"):
+        cuactor.conv2d_backward_weight(y, x, 5, padding=1, out=w, stream=0)
+    with pytest.raises(cuactor.InvalidArgumentError, match="input_hw=.*: must be an int or a pair"):
+        cuactor.conv2d_backward_data(y, w, (9, 7, 1), padding=1, out=x, stream=0)
+    # stride 2, dilation 2 and lists are accepted (the host arrays are then refused).
+    with pytest.raises(cuactor.InvalidArgumentError, match="CUDA device memory"):
+        cuactor.conv2d(x, w, stride=[2, 1], padding=(2, 1), dilation=(2, 1), out=np.zeros((2, 5, 7, 32), np.float16),
+                       stream=0)

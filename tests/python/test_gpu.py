@@ -1,7 +1,7 @@
-"""GPU tests of the cuactor package: numerics against torch._grouped_mm / torch.mm and an fp64
-reference, torch.cuda.graph capture, the plan objects, the DLPack and __cuda_array_interface__
-paths, and the asyncio device actor. Marked ``gpu``: they skip without a CUDA device and fail under
-CUACTOR_REQUIRE_GPU=1."""
+"""GPU tests of the cuactor package: numerics against torch._grouped_mm / torch.mm / cuDNN's
+convolutions and an fp64 reference, torch.cuda.graph capture, the plan objects, the DLPack and
+__cuda_array_interface__ paths, and the asyncio device actor. Marked ``gpu``: they skip without a
+CUDA device and fail under CUACTOR_REQUIRE_GPU=1."""
 
 from __future__ import annotations
 
@@ -285,3 +285,175 @@ def test_device_actor_asyncio(torch_cuda):
             await dev.fill(x, 1.0)
 
     asyncio.run(main())
+
+
+# ---- 2-D convolution: channels-last tensors against torch (cuDNN) and an fp64 reference.
+
+CONV_TOL = {"bfloat16": 1e-2, "float16": 1e-2, "float32": 5e-3}  # relative Frobenius error; f32 runs on tf32
+# (N, H, W, C, K, R, S, stride, padding, dilation): odd H and W, padding, stride 2, dilation 2, 1x1.
+CONV_SHAPES = [
+    (2, 17, 13, 32, 64, 3, 3, 1, 1, 1),
+    (3, 15, 21, 64, 32, 3, 3, 2, 1, 1),
+    (2, 19, 11, 16, 48, 3, 3, 1, 2, 2),
+    (4, 9, 7, 128, 64, 1, 1, 1, 0, 1),
+    (1, 23, 17, 24, 40, 5, 3, 2, (2, 1), (1, 2)),
+]
+
+
+@pytest.fixture
+def conv_torch(torch_cuda):
+    """torch on a device with cuactor's convolution kernels (sm_90a), else a skip with the reason."""
+    if torch_cuda.cuda.get_device_capability() != (9, 0):
+        pytest.skip("cuactor's convolution kernels are sm_90a (Hopper) only")
+    return torch_cuda
+
+
+def as_pair(v):
+    return tuple(v) if isinstance(v, (tuple, list)) else (v, v)
+
+
+def conv_ids(shape):
+    n, h, w, c, k, r, s, st, pad, dil = shape
+    return f"{n}x{h}x{w}x{c}-k{k}-{r}x{s}-s{st}-p{pad}-d{dil}".replace(" ", "")
+
+
+def channels_last(torch, shape, dtype, scale=1.0):
+    """A random NCHW-shaped tensor in the channels_last memory format and its N x H x W x C view."""
+    t = (torch.randn(shape, device="cuda", dtype=torch.float32) * scale).to(dtype)
+    t = t.contiguous(memory_format=torch.channels_last)
+    return t, t.permute(0, 2, 3, 1)
+
+
+def conv_operands(torch, shape, dtype):
+    n, h, w, c, k, r, s, stride, padding, dilation = shape
+    x, x_nhwc = channels_last(torch, (n, c, h, w), dtype)
+    wt, w_krsc = channels_last(torch, (k, c, r, s), dtype, scale=(c * r * s) ** -0.5)
+    return x, x_nhwc, wt, w_krsc, dict(stride=stride, padding=padding, dilation=dilation)
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16", "float32"])
+@pytest.mark.parametrize("shape", CONV_SHAPES, ids=conv_ids)
+def test_conv2d_matches_torch(conv_torch, dtype, shape):
+    torch = conv_torch
+    F = torch.nn.functional
+    dt = getattr(torch, dtype)
+    x, x_nhwc, w, w_krsc, geom = conv_operands(torch, shape, dt)
+    y = cuactor.conv2d(x_nhwc, w_krsc, **geom)
+    ref = F.conv2d(x.double(), w.double(), **geom)  # N, K, P, Q
+    assert y.shape == ref.permute(0, 2, 3, 1).shape and y.dtype == dt and y.is_contiguous()
+    assert rel_err(torch, y, ref.permute(0, 2, 3, 1)) < CONV_TOL[dtype]
+    theirs = F.conv2d(x, w, **geom)
+    assert rel_err(torch, y.permute(0, 3, 1, 2), theirs.double()) < CONV_TOL[dtype]
+    # out= given: written in place (here the channels_last NCHW result seen as N x P x Q x K).
+    out = torch.empty_like(theirs, memory_format=torch.channels_last)
+    assert cuactor.conv2d(x_nhwc, w_krsc, out=out.permute(0, 2, 3, 1), **geom).data_ptr() == out.data_ptr()
+    assert torch.equal(out.permute(0, 2, 3, 1), y)
+
+
+def conv_backward_reference(torch, dy, x, w, geom, op):
+    """dx ("dgrad") or dw ("wgrad") from aten.convolution_backward in fp64 (NCHW)."""
+    stride, padding, dilation = (list(as_pair(geom[k])) for k in ("stride", "padding", "dilation"))
+    mask = [op == "dgrad", op == "wgrad", False]
+    grads = torch.ops.aten.convolution_backward(dy.double(), x.double(), w.double(), None, stride, padding, dilation,
+                                                False, [0, 0], 1, mask)
+    return grads[0] if op == "dgrad" else grads[1]
+
+
+@pytest.mark.parametrize("op", ["dgrad", "wgrad"])
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+@pytest.mark.parametrize("shape", CONV_SHAPES, ids=conv_ids)
+def test_conv2d_backward_matches_torch(conv_torch, op, dtype, shape):
+    torch = conv_torch
+    dt = getattr(torch, dtype)
+    x, x_nhwc, w, w_krsc, geom = conv_operands(torch, shape, dt)
+    dy, dy_npqk = channels_last(torch, tuple(torch.nn.functional.conv2d(x, w, **geom).shape), dt)
+    n, h, wd, c, k, r, s = shape[:7]
+    if op == "dgrad":
+        if as_pair(geom["stride"]) != (1, 1):
+            with pytest.raises(cuactor.UnsupportedError, match="strided dgrad"):
+                cuactor.conv2d_backward_data(dy_npqk, w_krsc, (h, wd), **geom)
+            return
+        got, want_shape = cuactor.conv2d_backward_data(dy_npqk, w_krsc, (h, wd), **geom), (n, h, wd, c)
+        theirs = torch.nn.grad.conv2d_input(tuple(x.shape), w, dy, **geom)
+    else:
+        got, want_shape = cuactor.conv2d_backward_weight(dy_npqk, x_nhwc, (r, s), **geom), (k, r, s, c)
+        theirs = torch.nn.grad.conv2d_weight(x, tuple(w.shape), dy, **geom)
+    assert got.shape == want_shape and got.dtype == dt
+    ref = conv_backward_reference(torch, dy, x, w, geom, op)
+    assert rel_err(torch, got, ref.permute(0, 2, 3, 1)) < CONV_TOL[dtype]
+    assert rel_err(torch, got.permute(0, 3, 1, 2), theirs.double()) < CONV_TOL[dtype]
+
+
+def test_conv2d_rules_on_the_device(conv_torch):
+    torch = conv_torch
+    x, x_nhwc, w, w_krsc, geom = conv_operands(torch, CONV_SHAPES[0], torch.bfloat16)
+    with pytest.raises(cuactor.InvalidArgumentError, match=r"must be packed N x H x W x C.*permute\(0, 2, 3, 1\)"):
+        cuactor.conv2d(x.contiguous().permute(0, 2, 3, 1), w_krsc, **geom)  # NCHW-contiguous: channels strided
+    with pytest.raises(cuactor.InvalidArgumentError, match="CUDA device memory"):
+        cuactor.conv2d(x_nhwc.cpu(), w_krsc, **geom)
+    with pytest.raises(cuactor.InvalidArgumentError, match="multiple of 8"):
+        cuactor.conv2d(x_nhwc[..., :12].contiguous(), w_krsc[..., :12].contiguous(), **geom)
+    dy = torch.zeros(2, 17, 13, 64, device="cuda", dtype=torch.float32)
+    with pytest.raises(cuactor.UnsupportedError):  # dgrad and wgrad have 16-bit kernels only
+        cuactor.conv2d_backward_data(dy, w_krsc.float(), (17, 13), **geom)
+    with pytest.raises(NotImplementedError):
+        cuactor.conv2d_backward_weight(dy, x_nhwc.float(), 3, **geom)
+
+
+def test_conv2d_runs_on_the_current_stream(conv_torch):
+    torch = conv_torch
+    x, x_nhwc, w, w_krsc, geom = conv_operands(torch, CONV_SHAPES[1], torch.float16)
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        y = cuactor.conv2d(x_nhwc, w_krsc, **geom)
+        ref = torch.nn.functional.conv2d(x, w, **geom)
+    s.synchronize()
+    assert rel_err(torch, y.permute(0, 3, 1, 2), ref.double()) < CONV_TOL["float16"]
+
+
+@pytest.mark.parametrize("wrap", [DLPackOnly, CaiOnly], ids=["dlpack", "cuda_array_interface"])
+def test_conv2d_foreign_tensors_with_explicit_stream(conv_torch, wrap):
+    torch = conv_torch
+    x, x_nhwc, w, w_krsc, geom = conv_operands(torch, CONV_SHAPES[0], torch.float16)
+    y = torch.zeros(2, 17, 13, 64, device="cuda", dtype=torch.float16)
+    cuactor.conv2d(wrap(x_nhwc), wrap(w_krsc), out=wrap(y), stream=torch.cuda.current_stream().cuda_stream, **geom)
+    ref = torch.nn.functional.conv2d(x.double(), w.double(), **geom).permute(0, 2, 3, 1)
+    assert rel_err(torch, y, ref) < CONV_TOL["float16"]
+
+
+def test_conv2d_under_cuda_graph_replays_as_eager(conv_torch):
+    torch = conv_torch
+    shape = CONV_SHAPES[2]
+    x, x_nhwc, w, w_krsc, geom = conv_operands(torch, shape, torch.bfloat16)
+    n, h, wd, c, k, r, s = shape[:7]
+    y = torch.zeros(n, h, wd, k, device="cuda", dtype=torch.bfloat16)  # padding 2, dilation 2: P x Q = H x W
+    dy, dy_npqk = channels_last(torch, (n, k, h, wd), torch.bfloat16)
+    dx = torch.zeros(n, h, wd, c, device="cuda", dtype=torch.bfloat16)
+    dw = torch.zeros(k, r, s, c, device="cuda", dtype=torch.bfloat16)
+
+    def step():
+        cuactor.conv2d(x_nhwc, w_krsc, out=y, **geom)
+        cuactor.conv2d_backward_data(dy_npqk, w_krsc, (h, wd), out=dx, **geom)
+        cuactor.conv2d_backward_weight(dy_npqk, x_nhwc, (r, s), out=dw, **geom)
+
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # warm up (plans) outside the capture, as torch recommends
+        step()
+    torch.cuda.current_stream().wait_stream(side)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        step()
+    for _ in range(2):  # new inputs in the captured buffers, then compare with eager calls
+        x.copy_(torch.randn_like(x))
+        dy.copy_(torch.randn_like(dy))
+        for t in (y, dx, dw):
+            t.zero_()
+        g.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(y, cuactor.conv2d(x_nhwc, w_krsc, **geom))
+        assert torch.equal(dx, cuactor.conv2d_backward_data(dy_npqk, w_krsc, (h, wd), **geom))
+        assert torch.equal(dw, cuactor.conv2d_backward_weight(dy_npqk, x_nhwc, (r, s), **geom))
+        ref = torch.nn.functional.conv2d(x.double(), w.double(), **geom).permute(0, 2, 3, 1)
+        assert rel_err(torch, y, ref) < CONV_TOL["bfloat16"]

@@ -1,8 +1,8 @@
 /// @file
-/// GEMM, grouped GEMM and capture/replay on an isolated device ([R10]): the same request functions
-/// as in-process (kernels::async_dense_gemm, async_grouped_gemm[_device_sized]), run by the real
-/// cuactor-worker, against fp64 host references; a captured sequence held in the worker replays like
-/// the same requests run eagerly.
+/// GEMM, grouped GEMM, convolution and capture/replay on an isolated device ([R10]): the same request
+/// functions as in-process (kernels::async_dense_gemm, async_grouped_gemm[_device_sized],
+/// async_conv), run by the real cuactor-worker, against fp64 host references; a captured sequence
+/// held in the worker replays like the same requests run eagerly.
 #include <cuda_bf16.h>
 
 #include <boost/asio/use_future.hpp>
@@ -10,11 +10,15 @@
 #include <cmath>
 #include <cstring>
 #include <future>
-#include <random>
 
+#include "cuactor/gpu/device.hpp"
 #include "cuactor/graph/worker_capture.hpp"
+#include "cuactor/kernels/catalog.hpp"
+#include "cuactor/kernels/conv_actor.hpp"
 #include "cuactor/kernels/dense_gemm_actor.hpp"
 #include "cuactor/kernels/grouped_actor.hpp"
+#include "support/bf16_data.hpp"
+#include "support/conv_reference.hpp"
 #include "support/gpu_test.hpp"
 
 namespace cuactor::runtime {
@@ -23,6 +27,9 @@ namespace {
 using namespace std::chrono_literals;
 namespace asio = boost::asio;
 using bf16 = __nv_bfloat16;
+using test_support::f64;
+using test_support::random_bf16;
+using test_support::relative_error;
 
 template <class R>
 std::tuple<std::error_code, R> wait(std::future<std::tuple<std::error_code, R>> f) {
@@ -31,29 +38,6 @@ std::tuple<std::error_code, R> wait(std::future<std::tuple<std::error_code, R>> 
     return {make_error_code(errc::timeout), R{}};
   }
   return f.get();
-}
-
-std::vector<bf16> random_bf16(std::size_t n, unsigned seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> d(-1.0f, 1.0f);
-  std::vector<bf16> v(n);
-  for (auto& x : v) x = __float2bfloat16(d(rng));
-  return v;
-}
-
-double f64(bf16 x) {
-  return double(__bfloat162float(x));
-}
-
-/// Relative Frobenius error of `got` against `ref`.
-double relative_error(const std::vector<bf16>& got, const std::vector<double>& ref) {
-  double num = 0, den = 0;
-  for (std::size_t i = 0; i < ref.size(); ++i) {
-    const double g = f64(got[i]);
-    num += (g - ref[i]) * (g - ref[i]);
-    den += ref[i] * ref[i];
-  }
-  return std::sqrt(num / den);
 }
 
 /// D rows of the grouped reference: rows of group g times expert g (N x K, "TN").
@@ -111,6 +95,7 @@ class IsolatedKernelsGpu : public test_support::GpuTest {
   std::optional<DeviceActor> actor_;
   kernels::GemmPlanCache unused_plans_;  // an isolated actor plans in its worker
   kernels::GroupedPlanCache unused_grouped_;
+  kernels::ConvPlanCache unused_conv_;
 };
 
 TEST_F(IsolatedKernelsGpu, DenseGemmRunsInTheWorkerAndMatchesTheReference) {
@@ -224,6 +209,38 @@ TEST_F(IsolatedKernelsGpu, CapturedSequenceHeldByTheWorkerReplaysLikeEagerForNew
     auto eager = download(ops.d);
     EXPECT_EQ(0, std::memcmp(eager.data(), replayed.data(), eager.size() * sizeof(bf16)));
   }
+  EXPECT_EQ(actor_->stats().worker_restarts, 0u);
+}
+
+TEST_F(IsolatedKernelsGpu, ConvRunsInTheWorkerAndMatchesTheReference) {
+  auto props = gpu::device_properties(0);
+  ASSERT_TRUE(props.has_value()) << props.error().to_string();
+  bool has_kernel = false;
+  for (const kernels::CatalogEntry* e : kernels::catalog_entries(kernels::GemmFamily::conv_fprop))
+    has_kernel = has_kernel || (kernels::runs_on(e->sku, props->arch) && e->sku.a == DType::bf16);
+  if (!has_kernel) GTEST_SKIP() << "no bf16 conv_fprop kernel for " << props->arch.name() << " in this build";
+  kernels::ConvSpec spec;  // 3x3, padding 1: the border reads padding
+  spec.n = 2, spec.h = 9, spec.w = 11, spec.c = 16, spec.k = 32, spec.r = 3, spec.s = 3, spec.pad_h = spec.pad_w = 1;
+  const auto x = random_bf16(std::size_t(spec.activation_elements()), 71);
+  const auto w = random_bf16(std::size_t(spec.filter_elements()), 72);
+  kernels::ConvOperands<bf16, bf16> ops;
+  ops.x = upload(x);
+  ops.w = upload(w);
+  ops.out = upload(std::vector<bf16>(std::size_t(spec.output_elements()), __float2bfloat16(NAN)));
+  ops.source = ops.out;  // in place (beta 0): y = 2 conv(x, w); out is only written
+  ops.alpha = 2.0f;
+  auto ref = test_support::conv_reference(spec, test_support::to_f64(x), test_support::to_f64(w), {});
+  for (double& v : ref) v *= 2.0;
+  auto [ec, sku] = wait(kernels::async_conv(*actor_, unused_conv_, spec, ops, asio::use_future));
+  ASSERT_FALSE(ec) << ec.message();
+  EXPECT_EQ(sku.family, kernels::GemmFamily::conv_fprop);
+  EXPECT_EQ(unused_conv_.size(), 0u);
+  EXPECT_LT(relative_error(download(ops.out), ref), 8e-3);
+  // An output too small is the worker's typed error; the worker stays.
+  ops.out = upload(std::vector<bf16>(16));
+  ops.source = {};
+  auto [ec2, s2] = wait(kernels::async_conv(*actor_, unused_conv_, spec, ops, asio::use_future));
+  EXPECT_EQ(ec2, make_error_code(errc::invalid_argument));
   EXPECT_EQ(actor_->stats().worker_restarts, 0u);
 }
 

@@ -12,6 +12,7 @@
 #include <string>
 
 #include "cuactor/jit/tuning.hpp"
+#include "cuactor/kernels/conv_actor.hpp"
 #include "cuactor/kernels/dense_gemm_actor.hpp"
 #include "cuactor/kernels/grouped_actor.hpp"
 #include "cuactor/runtime/device_actor.hpp"
@@ -43,6 +44,7 @@ void register_kernel_ops(cuactor::worker::Server& server) {
   // Dense plans consult the tuning database of this machine first (cuactor tune gemm).
   auto dense = std::make_shared<kernels::GemmPlanCache>(64, cuactor::jit::default_tuned_planner());
   auto grouped = std::make_shared<kernels::GroupedPlanCache>();
+  auto conv = std::make_shared<kernels::ConvPlanCache>();
   server.add_handler(ops::dense_gemm, [dense](auto& ctx, auto payload, auto buffers) {
     return kernels::detail::handle_dense_worker_op(ctx, *dense, payload, buffers);
   });
@@ -51,6 +53,9 @@ void register_kernel_ops(cuactor::worker::Server& server) {
   };
   server.add_handler(ops::grouped_gemm, grouped_handler);
   server.add_handler(ops::grouped_gemm_device_sized, grouped_handler);
+  server.add_handler(ops::conv, [conv](auto& ctx, auto payload, auto buffers) {
+    return kernels::detail::handle_conv_worker_op(ctx, *conv, payload, buffers);
+  });
 }
 
 }  // namespace

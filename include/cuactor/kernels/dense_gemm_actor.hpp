@@ -209,6 +209,18 @@ struct DenseRequest {
   }
 };
 
+/// Scratch of `bytes` (null for 0) for work about to be enqueued on ctx's stream: allocated in
+/// stream order from the device's pool and kept alive until that work finished (under capture it
+/// belongs to the graph).
+inline Result<void*> stream_workspace(runtime::OpContext& ctx, std::size_t bytes) {
+  if (bytes == 0) return static_cast<void*>(nullptr);
+  auto ws = ctx.allocate_bytes(bytes);
+  if (!ws) return fail(ws.error());
+  void* data = (*ws)->data();
+  ctx.keep_alive(std::move(*ws));
+  return data;
+}
+
 /// Runs a dense request whose operand pointers are set in `o` (`bytes` = sizes of A, B, C, D) on
 /// ctx's stream with a plan from `plans`, allocating any workspace in stream order: the one body of
 /// both forms of the request. Returns the SKU that ran.
@@ -224,14 +236,9 @@ inline Result<GemmSku> run_dense(runtime::OpContext& ctx, GemmPlanCache& plans, 
   if (!plan) return fail(plan.error());
   CUACTOR_TRY(plan->validate(o));
   CUACTOR_TRY(plan->check_buffer_sizes(o, bytes[0], bytes[1], bytes[2], bytes[3]));
-  void* workspace = nullptr;
-  if (plan->workspace_size() > 0) {
-    auto ws = ctx.allocate_bytes(plan->workspace_size());
-    if (!ws) return fail(ws.error());
-    workspace = (*ws)->data();
-    ctx.keep_alive(std::move(*ws));
-  }
-  CUACTOR_TRY(plan->run(o, workspace, plan->workspace_size(), ctx.stream()));
+  auto workspace = stream_workspace(ctx, plan->workspace_size());
+  if (!workspace) return fail(workspace.error());
+  CUACTOR_TRY(plan->run(o, *workspace, plan->workspace_size(), ctx.stream()));
   return plan->sku();
 }
 

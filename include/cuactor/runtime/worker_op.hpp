@@ -6,7 +6,7 @@
 ///
 /// Handler ids by layer (each layer owns its range, so ids never collide):
 ///   0x0100-0x01ff  graph    (capture and replay held in the worker)
-///   0x0200-0x02ff  kernels  (dense GEMM, grouped GEMM)
+///   0x0200-0x02ff  kernels  (dense GEMM, grouped GEMM, convolution)
 #pragma once
 
 #include <cstddef>
@@ -31,6 +31,7 @@ inline constexpr std::uint16_t graph_drop = 0x0104;                 ///< graph: 
 inline constexpr std::uint16_t dense_gemm = 0x0200;                 ///< kernels: D = alpha A B + beta C.
 inline constexpr std::uint16_t grouped_gemm = 0x0201;               ///< kernels: grouped GEMM, rows known on the host.
 inline constexpr std::uint16_t grouped_gemm_device_sized = 0x0202;  ///< kernels: rows read from device memory.
+inline constexpr std::uint16_t conv = 0x0203;                       ///< kernels: conv2d fprop / dgrad / wgrad.
 }  // namespace worker_ops
 
 /// A buffer operand as a worker handler sees it: the start of the worker's allocation and its size.
