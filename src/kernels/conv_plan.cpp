@@ -72,7 +72,10 @@ double estimated_cost(const GemmSku& sku, const ConvSpec& spec, int sm_count) {
   const auto [m, n] = gemm_mn(spec);
   const auto tiles = ((m + sku.tile.m - 1) / sku.tile.m) * ((n + sku.tile.n - 1) / sku.tile.n);
   const std::int64_t sms = sm_count > 0 ? sm_count : kDefaultSmCount;
-  return static_cast<double>((tiles + sms - 1) / sms) * sku.tile.m * sku.tile.n;
+  // Narrow tiles reuse each loaded activation row less: prefer 128x128 unless the wider tile wastes
+  // more than this of its columns or waves.
+  const double narrow_tile_penalty = sku.tile.m * sku.tile.n < 128 * 128 ? 1.15 : 1.0;
+  return static_cast<double>((tiles + sms - 1) / sms) * sku.tile.m * sku.tile.n * narrow_tile_penalty;
 }
 
 /// a * b * ..., saturated at INT64_MAX (every factor is positive).

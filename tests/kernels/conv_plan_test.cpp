@@ -30,6 +30,7 @@
 #include "kernels/conv_instance_abi.h"
 #include "support/conv_reference.hpp"
 #include "support/gpu_test.hpp"
+#include "support/host_elements.hpp"
 
 namespace cuactor::kernels {
 namespace {
@@ -136,56 +137,8 @@ void expect_rejected(const ConvSpec& spec, errc code, const std::string& mention
 
 // ---- GPU helpers: host tensors, errors against the fp64 reference (support/conv_reference.hpp), cases ----
 
-/// Rounds `x` to `t`, appends the stored bytes to `bytes` and returns the rounded value.
-double store(DType t, double x, std::vector<std::uint8_t>& bytes) {
-  const auto put = [&bytes](const void* p, std::size_t n) {
-    const auto* b = static_cast<const std::uint8_t*>(p);
-    bytes.insert(bytes.end(), b, b + n);
-  };
-  const float f = static_cast<float>(x);
-  switch (t) {
-    case DType::bf16: {
-      const __nv_bfloat16 v = __float2bfloat16_rn(f);
-      put(&v, sizeof v);
-      return static_cast<double>(__bfloat162float(v));
-    }
-    case DType::f16: {
-      const __half v = __float2half_rn(f);
-      put(&v, sizeof v);
-      return static_cast<double>(__half2float(v));
-    }
-    case DType::f32:
-      put(&f, sizeof f);
-      return static_cast<double>(f);
-    default:
-      ADD_FAILURE() << "no host conversion for " << name(t);
-      return 0;
-  }
-}
-
-/// Reads element `i` of a buffer of `t`.
-double load(DType t, const std::vector<std::uint8_t>& bytes, std::size_t i) {
-  switch (t) {
-    case DType::bf16: {
-      __nv_bfloat16_raw v{};
-      std::memcpy(&v.x, bytes.data() + 2 * i, 2);
-      return static_cast<double>(__bfloat162float(__nv_bfloat16(v)));
-    }
-    case DType::f16: {
-      __half_raw v{};
-      std::memcpy(&v.x, bytes.data() + 2 * i, 2);
-      return static_cast<double>(__half2float(__half(v)));
-    }
-    case DType::f32: {
-      float v;
-      std::memcpy(&v, bytes.data() + 4 * i, 4);
-      return static_cast<double>(v);
-    }
-    default:
-      ADD_FAILURE() << "no host conversion for " << name(t);
-      return 0;
-  }
-}
+using test_support::load;
+using test_support::store;
 
 /// A packed tensor of random values in [-1, 1]: its device bytes and the rounded doubles.
 struct HostTensor {
@@ -1033,6 +986,19 @@ TEST_F(ConvGpu, HeuristicChoosesAKernelOfTheOperation) {
     EXPECT_EQ(plan.sku().family, e->sku.family) << plan.sku().to_string();
     EXPECT_EQ(plan.sku().a, e->sku.a) << plan.sku().to_string();
     EXPECT_TRUE(runs_on(plan.sku(), props_.arch)) << plan.sku().to_string();
+  }
+  // With both fprop tiles compiled in, a 64-channel output takes the 128x64 tile and a 512-channel
+  // one the 128x128 tile (the wave heuristic by class, not by listed shape).
+  ConvSpec narrow = base_spec();
+  narrow.n = 32;
+  narrow.h = narrow.w = 56;
+  CUACTOR_ASSERT_OK_AND_ASSIGN(small, ConvPlan::create(narrow, props_.arch));
+  ConvSpec wide = narrow;
+  wide.c = wide.k = 512;
+  CUACTOR_ASSERT_OK_AND_ASSIGN(large, ConvPlan::create(wide, props_.arch));
+  if (find_in_catalog(ConvPlan::sku_for(narrow, kHopper, {128, 64, 64})) != nullptr && props_.arch == kHopper) {
+    EXPECT_EQ(small.sku().tile.n, 64) << small.sku().to_string();
+    EXPECT_EQ(large.sku().tile.n, 128) << large.sku().to_string();
   }
 }
 

@@ -21,65 +21,13 @@
 #include "cuactor/kernels/catalog.hpp"
 #include "cuactor/kernels/gemm_plan.hpp"
 #include "support/gpu_test.hpp"
+#include "support/host_elements.hpp"
 
 namespace cuactor::kernels {
 namespace {
 
-/// Rounds `x` to `t` and returns the stored bytes (appended to `bytes`) and the rounded value.
-double store(DType t, double x, std::vector<std::uint8_t>& bytes) {
-  const auto put = [&bytes](const void* p, std::size_t n) {
-    const auto* b = static_cast<const std::uint8_t*>(p);
-    bytes.insert(bytes.end(), b, b + n);
-  };
-  const float f = static_cast<float>(x);
-  switch (t) {
-    case DType::bf16: {
-      const __nv_bfloat16 v = __float2bfloat16_rn(f);
-      put(&v, sizeof v);
-      return static_cast<double>(__bfloat162float(v));
-    }
-    case DType::f16: {
-      const __half v = __float2half_rn(f);
-      put(&v, sizeof v);
-      return static_cast<double>(__half2float(v));
-    }
-    case DType::e4m3: {
-      const __nv_fp8_e4m3 v(f);
-      put(&v, sizeof v);
-      return static_cast<double>(static_cast<float>(v));
-    }
-    case DType::f32:
-      put(&f, sizeof f);
-      return static_cast<double>(f);
-    default:
-      ADD_FAILURE() << "no host conversion for " << name(t);
-      return 0;
-  }
-}
-
-/// Reads element `i` of a buffer of `t`.
-double load(DType t, const std::vector<std::uint8_t>& bytes, std::size_t i) {
-  switch (t) {
-    case DType::bf16: {
-      __nv_bfloat16_raw v{};
-      std::memcpy(&v.x, bytes.data() + 2 * i, 2);
-      return static_cast<double>(__bfloat162float(__nv_bfloat16(v)));
-    }
-    case DType::f16: {
-      __half_raw v{};
-      std::memcpy(&v.x, bytes.data() + 2 * i, 2);
-      return static_cast<double>(__half2float(__half(v)));
-    }
-    case DType::f32: {
-      float v;
-      std::memcpy(&v, bytes.data() + 4 * i, 4);
-      return static_cast<double>(v);
-    }
-    default:
-      ADD_FAILURE() << "no host conversion for " << name(t);
-      return 0;
-  }
-}
+using test_support::load;
+using test_support::store;
 
 /// A host matrix stack (batch x rows x cols in `layout` with leading dimension ld) of random values,
 /// kept both as device bytes and as the rounded doubles the reference uses.
