@@ -12,10 +12,14 @@
 #include "cuactor/core/nvtx.hpp"
 #include "cuactor/gpu/check.hpp"
 #include "cuactor/kernels/catalog.hpp"
+#include "gemm_geometry.hpp"
 #include "kernels/conv_instance_abi.h"
 
 namespace cuactor::kernels {
 namespace {
+
+using detail::alignment_elements;
+using detail::kDefaultSmCount;
 
 constexpr std::array<std::pair<std::string_view, ConvOperation>, 3> kOperations{{
     {"fprop", ConvOperation::fprop},
@@ -28,13 +32,6 @@ constexpr std::array<std::pair<std::string_view, ConvOperation>, 3> kOperations{
 constexpr std::int64_t kMinCorner = -128;
 constexpr std::int64_t kMaxCorner = 127;
 constexpr std::int64_t kMaxFilterOffset = 255;
-// The H100/H200 SXM count: the heuristic's and the plan-time probe's default.
-constexpr int kDefaultSmCount = 132;
-
-/// Elements per 16 bytes: what TMA needs of the contiguous (channel) extent and of pointers.
-std::int64_t alignment_elements(DType t) {
-  return 128 / size_bits(t);
-}
 
 /// Layouts of (A, B, C/D) of each operation's implicit GEMM.
 std::array<MatrixLayout, 3> layouts_of(ConvOperation op) {
@@ -461,11 +458,11 @@ Status ConvPlan::check_buffer_sizes(std::size_t x_bytes, std::size_t w_bytes, st
     DType type;
     std::size_t bytes;
   };
-  const bool fprop = s.operation == ConvOperation::fprop, dgrad = s.operation == ConvOperation::dgrad;
+  const ConvReads reads = reads_of(s.operation);
   const Need needs[] = {
-      {"x (N x H x W x C)", !dgrad, s.activation_elements(), s.element, x_bytes},
-      {"w (K x R x S x C)", s.operation != ConvOperation::wgrad, s.filter_elements(), s.element, w_bytes},
-      {"dy (N x P x Q x K)", !fprop, s.output_elements(), s.element, dy_bytes},
+      {"x (N x H x W x C)", reads.x, s.activation_elements(), s.element, x_bytes},
+      {"w (K x R x S x C)", reads.w, s.filter_elements(), s.element, w_bytes},
+      {"dy (N x P x Q x K)", reads.dy, s.output_elements(), s.element, dy_bytes},
       {"out", true, s.result_elements(), s.output, out_bytes},
       {"source", source_bytes != 0, s.result_elements(), s.output, source_bytes},
   };

@@ -1,7 +1,8 @@
 // Operand geometry shared by every dense GEMM back end (CUTLASS plans and cuBLAS): packed defaults
 // of leading dimensions and batch strides, and the checks every back end needs (non-null pointer,
-// leading dimension at least the contiguous extent, batch stride at least one matrix).
-// Back-end rules such as CUTLASS's 16-byte alignment stay with the back end. Host only; uses fmt.
+// leading dimension at least the contiguous extent, batch stride at least one matrix), and the two
+// facts every CUTLASS plan of this layer (dense GEMM, convolution) assumes: the default SM count and
+// the 16-byte alignment in elements. Host only; uses fmt.
 #pragma once
 
 #include <fmt/format.h>
@@ -14,6 +15,15 @@
 #include "cuactor/kernels/gemm_plan.hpp"
 
 namespace cuactor::kernels::detail {
+
+/// The SM count plans assume when none is given: the H100/H200 SXM count.
+inline constexpr int kDefaultSmCount = 132;
+
+/// Elements per 16 bytes: the alignment TMA and cp.async need of pointers, strides and the
+/// contiguous extent (GEMM rows, convolution channels).
+inline std::int64_t alignment_elements(DType t) {
+  return 128 / size_bits(t);
+}
 
 /// Extents of an R x C matrix stored in `layout`: the contiguous one and the other.
 struct Extents {

@@ -15,21 +15,15 @@
 namespace cuactor::kernels {
 namespace {
 
+using detail::alignment_elements;
 using detail::extents;
+using detail::kDefaultSmCount;
 using detail::ld_or_packed;
 using detail::stride_or_packed;
-
-constexpr int kDefaultSmCount = 132;
 
 /// The SM count plans assume: the options', else the H100/H200 SXM count.
 int sm_count_of(const GemmPlanOptions& options) {
   return options.sm_count > 0 ? options.sm_count : kDefaultSmCount;
-}
-
-/// Elements per 16 bytes: the alignment TMA and cp.async need of pointers, strides and the
-/// contiguous extent.
-std::int64_t alignment_elements(DType t) {
-  return 128 / size_bits(t);
 }
 
 bool sku_computes(const GemmSku& s, const GemmProblem& p) {

@@ -134,9 +134,10 @@ void conv(kernels::ConvOperation op, nb::handle a_obj, nb::handle b_obj, nb::han
                       dy->describe(), dy->shape[1], dy->shape[2], spec.to_string(), spec.p(), spec.q()));
 
   kernels::ConvTensors t;  // only what the operation reads
-  t.x = op == ConvOperation::dgrad ? nullptr : x->data;
-  t.w = op == ConvOperation::wgrad ? nullptr : w->data;
-  t.dy = op == ConvOperation::fprop ? nullptr : dy->data;
+  const kernels::ConvReads reads = kernels::reads_of(op);
+  t.x = reads.x ? x->data : nullptr;
+  t.w = reads.w ? w->data : nullptr;
+  t.dy = reads.dy ? dy->data : nullptr;
   t.out = out.data;
   check(plan.validate(t));
   const auto bytes = [](const TensorArg& v, bool read) {

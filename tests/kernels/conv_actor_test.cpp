@@ -74,7 +74,7 @@ class ConvActorGpu : public test_support::ActorGpuTest {
   /// Uploads random tensors for the inputs of `spec`'s operation (and a poisoned output).
   ConvOperands<bf16, bf16> random_operands(const ConvSpec& spec, unsigned seed) {
     ConvOperands<bf16, bf16> ops;
-    const auto in = detail::conv_inputs(spec.operation);
+    const auto in = reads_of(spec.operation);
     if (in.x) ops.x = upload(random_bf16(static_cast<std::size_t>(spec.activation_elements()), seed));
     if (in.w) ops.w = upload(random_bf16(static_cast<std::size_t>(spec.filter_elements()), seed + 1));
     if (in.dy) ops.dy = upload(random_bf16(static_cast<std::size_t>(spec.output_elements()), seed + 2));
@@ -84,7 +84,7 @@ class ConvActorGpu : public test_support::ActorGpuTest {
 
   /// The fp64 accumulator of `spec` on the current contents of `ops`' inputs.
   std::vector<double> reference(const ConvSpec& spec, const ConvOperands<bf16, bf16>& ops) {
-    const auto in = detail::conv_inputs(spec.operation);
+    const auto in = reads_of(spec.operation);
     return conv_reference(spec, in.x ? to_f64(download(ops.x)) : std::vector<double>{},
                           in.w ? to_f64(download(ops.w)) : std::vector<double>{},
                           in.dy ? to_f64(download(ops.dy)) : std::vector<double>{});

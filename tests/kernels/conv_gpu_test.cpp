@@ -23,8 +23,8 @@
 #include "cuactor/gpu/stream.hpp"
 #include "cuactor/kernels/catalog.hpp"
 #include "cuactor/kernels/conv_plan.hpp"
-#include "kernels/conv_test_common.hpp"
 #include "support/conv_reference.hpp"
+#include "support/conv_test_common.hpp"
 #include "support/gpu_test.hpp"
 #include "support/host_elements.hpp"
 

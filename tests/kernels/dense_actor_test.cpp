@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "cuactor/kernels/dense_gemm_actor.hpp"
+#include "support/bf16_data.hpp"
 #include "support/gpu_test.hpp"
 
 namespace cuactor::kernels {
@@ -18,6 +19,7 @@ namespace {
 namespace asio = boost::asio;
 using runtime::DeviceActor;
 using runtime::GpuRef;
+using test_support::random_bf16;
 
 template <class R>
 std::pair<std::error_code, R> wait(std::future<std::tuple<std::error_code, R>> f) {
@@ -41,14 +43,6 @@ class DenseActorGpu : public cuactor::test_support::GpuTest {
     auto a = DeviceActor::create(0);
     ASSERT_TRUE(a.has_value()) << a.error().to_string();
     actor_.emplace(std::move(*a));
-  }
-
-  static std::vector<__nv_bfloat16> random_bf16(std::size_t n, unsigned seed) {
-    std::mt19937 rng(seed);
-    std::uniform_real_distribution<float> d(-1.0f, 1.0f);
-    std::vector<__nv_bfloat16> v(n);
-    for (auto& x : v) x = __float2bfloat16(d(rng));
-    return v;
   }
 
   template <class T>

@@ -10,6 +10,7 @@
 #include "cuactor/kernels/cublas_gemm.hpp"
 #include "cuactor/kernels/gemm_plan.hpp"
 #include "support/gpu_test.hpp"
+#include "support/plan_checks.hpp"
 
 namespace cuactor::kernels {
 namespace {
@@ -33,24 +34,9 @@ GemmProblem fp8_problem() {
   return p;
 }
 
-/// A fake device address with the given misalignment; validate() never dereferences it.
-const void* fake(std::uintptr_t offset = 0) {
-  return reinterpret_cast<const void*>(0x7f0000000000ull + offset);
-}
-void* fake_mut(std::uintptr_t offset = 0) {
-  return reinterpret_cast<void*>(0x7f0000100000ull + offset);
-}
-
-void expect_error(const Status& s, errc code, const std::string& mentions) {
-  ASSERT_FALSE(s.has_value()) << "expected an error mentioning '" << mentions << "'";
-  EXPECT_EQ(s.error(), code) << s.error().to_string();
-  EXPECT_NE(s.error().message().find(mentions), std::string::npos) << s.error().message();
-}
-
-template <class T>
-void expect_error(const Result<T>& r, errc code, const std::string& mentions) {
-  expect_error(r.has_value() ? Status{} : Status{::cuda::std::unexpected<Error>(r.error())}, code, mentions);
-}
+using test_support::expect_error;
+using test_support::fake;
+using test_support::fake_mut;
 
 bool in_catalog(const GemmProblem& p, GpuArch arch) {
   for (const CatalogEntry* e : catalog_entries(GemmFamily::dense))

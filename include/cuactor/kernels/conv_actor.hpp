@@ -48,18 +48,6 @@ struct ConvOperands {
 
 namespace detail {
 
-/// Which of x, w and dy an operation reads.
-struct ConvInputs {
-  bool x = false;
-  bool w = false;
-  bool dy = false;
-};
-
-/// The inputs of `op` (fprop x and w, dgrad dy and w, wgrad dy and x).
-constexpr ConvInputs conv_inputs(ConvOperation op) noexcept {
-  return {op != ConvOperation::dgrad, op != ConvOperation::wgrad, op != ConvOperation::fprop};
-}
-
 /// The spec, scalars and buffer layout of a convolution request, as both its forms use them: the
 /// in-process closure and the isolated worker's handler (which receives this through the wire).
 /// Buffer operands travel in the order x, w, dy, out, source, each only when its flag is set.
@@ -125,7 +113,7 @@ ConvRequest conv_request(ConvSpec spec, const ConvOperands<T, TOut>& ops) {
   q.sku_override = ops.sku_override;
   q.alpha = ops.alpha;
   q.beta = ops.beta;
-  const ConvInputs in = conv_inputs(spec.operation);
+  const ConvReads in = reads_of(spec.operation);
   q.has_x = in.x && !ops.x.empty();
   q.has_w = in.w && !ops.w.empty();
   q.has_dy = in.dy && !ops.dy.empty();

@@ -45,6 +45,18 @@ std::optional<ConvOperation> parse_conv_operation(std::string_view s) noexcept;
 /// The SKU family of an operation (conv_fprop, conv_dgrad, conv_wgrad).
 GemmFamily family_of(ConvOperation op) noexcept;
 
+/// Which of x, w and dy an operation reads.
+struct ConvReads {
+  bool x = false;
+  bool w = false;
+  bool dy = false;
+};
+
+/// The tensors `op` reads: fprop x and w, dgrad dy and w, wgrad dy and x.
+constexpr ConvReads reads_of(ConvOperation op) noexcept {
+  return {op != ConvOperation::dgrad, op != ConvOperation::wgrad, op != ConvOperation::fprop};
+}
+
 /// What a convolution computes. `element` is the type of the tensors the operation reads (x and w
 /// for fprop, dy and w for dgrad, dy and x for wgrad); `output` the type of the tensor it writes
 /// (and of its optional source C). fp32 tensors run on tf32 tensor cores.

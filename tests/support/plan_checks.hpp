@@ -1,0 +1,38 @@
+/// @file
+/// Test support for plan rules checked without a device: fake device addresses that validation
+/// reads but never dereferences, and an assertion that a Status / Result failed with a given code
+/// and a message naming the rule.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <string>
+
+#include "cuactor/core/expected.hpp"
+
+namespace cuactor::test_support {
+
+/// A fake device address with the given misalignment; nothing dereferences it.
+inline const void* fake(std::uintptr_t offset = 0) {
+  return reinterpret_cast<const void*>(0x7f0000000000ull + offset);
+}
+/// A second fake address (for outputs), apart from fake()'s.
+inline void* fake_mut(std::uintptr_t offset = 0) {
+  return reinterpret_cast<void*>(0x7f0000100000ull + offset);
+}
+
+/// `s` failed with `code` and a message containing `mentions`.
+inline void expect_error(const Status& s, errc code, const std::string& mentions) {
+  ASSERT_FALSE(s.has_value()) << "expected an error mentioning '" << mentions << "'";
+  EXPECT_EQ(s.error(), code) << s.error().to_string();
+  EXPECT_NE(s.error().message().find(mentions), std::string::npos) << s.error().message();
+}
+
+/// `r` failed with `code` and a message containing `mentions`.
+template <class T>
+void expect_error(const Result<T>& r, errc code, const std::string& mentions) {
+  expect_error(r.has_value() ? Status{} : Status{::cuda::std::unexpected<Error>(r.error())}, code, mentions);
+}
+
+}  // namespace cuactor::test_support
