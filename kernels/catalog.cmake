@@ -51,7 +51,14 @@ function(cuactor_gemm_instance)
   list(GET ARG_CLUSTER 2 CLUSTER_K)
   set(STAGES ${ARG_STAGES})
   set(SCHEDULE ${ARG_SCHEDULE})
-  set(EPILOGUE ${ARG_EPILOGUE})
+  set(EPILOGUE "${ARG_EPILOGUE}")
+  # An epilogue tree "silu(add(acc,colbias))" names the C++ type silu<add<acc,colbias>> of
+  # gemm_tags.cuh and the symbol fragment silu_add_acc_colbias (EpilogueSpec::cxx_type/symbol_key).
+  string(REGEX REPLACE "([a-z0-9_]+)" "cuactor::kernels::tags::\\1" EPILOGUE_TYPE "${EPILOGUE}")
+  string(REPLACE "(" "<" EPILOGUE_TYPE "${EPILOGUE_TYPE}")
+  string(REPLACE ")" ">" EPILOGUE_TYPE "${EPILOGUE_TYPE}")
+  string(REGEX REPLACE "[(),]+" "_" epilogue_key "${EPILOGUE}")
+  string(REGEX REPLACE "_$" "" epilogue_key "${epilogue_key}")
   foreach(var IN LISTS ARG_VARS)
     string(REGEX MATCH "^([A-Za-z0-9_]+)=(.*)$" _ "${var}")
     set(${CMAKE_MATCH_1} "${CMAKE_MATCH_2}")
@@ -62,7 +69,7 @@ function(cuactor_gemm_instance)
   # Must stay equal to GemmSku::symbol_name() (tested), so the JIT can name the same configuration.
   set(SYMBOL "cuactor_gemm_${FAMILY}_${arch_key}_${ELEMENT_A}_${ELEMENT_B}_${ELEMENT_C}_${ELEMENT_D}_${ELEMENT_ACC}")
   string(APPEND SYMBOL "_${la}${lb}${lc}_${TILE_M}x${TILE_N}x${TILE_K}_${CLUSTER_M}x${CLUSTER_N}x${CLUSTER_K}")
-  string(APPEND SYMBOL "_s${STAGES}_${SCHEDULE}_${EPILOGUE}")
+  string(APPEND SYMBOL "_s${STAGES}_${SCHEDULE}_${epilogue_key}")
   set(source ${CMAKE_CURRENT_BINARY_DIR}/instances/${SYMBOL}.cu)
   configure_file(${CUACTOR_KERNELS_TEMPLATE_DIR}/${ARG_TEMPLATE} ${source} @ONLY)
   add_library(${SYMBOL} OBJECT ${source})
@@ -130,6 +137,15 @@ cuactor_gemm_instance(${dense90} TYPES e4m3 e4m3 bf16 bf16 f32 LAYOUTS row col r
                       SCHEDULE pingpong_fp8_fast_accum EPILOGUE scaled_linear_combination)
 
 # ---- dense GEMM, sm_80 (CUTLASS 2.x; 96 KiB of shared memory so it fits Ada/GA10x too) ----
+# Epilogue trees ([K8]) ahead of time for the common layers: Linear bias + activation (bf16), and
+# fp8 row-wise scaling (per-token x per-channel scales) + bias. Any other tree goes through the JIT.
+foreach(act silu gelu relu)
+  cuactor_gemm_instance(${dense90} TYPES bf16 bf16 bf16 bf16 f32 LAYOUTS row col row TILE 128 256 64 CLUSTER 2 1 1
+                        SCHEDULE cooperative EPILOGUE "${act}(add(acc,colbias))")
+endforeach()
+cuactor_gemm_instance(${dense90} TYPES e4m3 e4m3 bf16 bf16 f32 LAYOUTS row col row TILE 256 128 128 CLUSTER 1 2 1
+                      SCHEDULE cooperative_fp8_fast_accum EPILOGUE "add(mul(mul(acc,rowscale),colscale),colbias)")
+
 set(dense80 FAMILY dense ARCH sm_80 TEMPLATE dense_sm80_instance.cu.in CLUSTER 1 1 1 STAGES 3
             SCHEDULE multistage EPILOGUE linear_combination)
 cuactor_gemm_instance(${dense80} TYPES bf16 bf16 bf16 bf16 f32 LAYOUTS row col row TILE 128 128 64)

@@ -73,4 +73,53 @@ struct linear_combination {};
 /// D = (alpha * scale_a * scale_b) * acc + beta * C with per-tensor scales read from device memory.
 struct scaled_linear_combination {};
 
+/// Epilogue tree nodes (EpilogueSpec, [K8]): a token "silu(add(acc,colbias))" is the type
+/// silu<add<acc, colbias>>; kernels/sm90_epilogue.cuh maps each node to a CUTLASS visitor.
+/// The accumulator.
+struct acc {};
+/// The source matrix C.
+struct c {};
+/// Scalar alpha.
+struct alpha {};
+/// Scalar beta.
+struct beta {};
+/// f32 vector, one value per output row.
+struct rowscale {};
+/// f32 vector, one value per output column.
+struct colscale {};
+/// Vector of C's element type, one value per output row.
+struct rowbias {};
+/// Vector of C's element type, one value per output column.
+struct colbias {};
+/// x + y.
+template <class X, class Y>
+struct add {};
+/// x * y.
+template <class X, class Y>
+struct mul {};
+/// x * y + z.
+template <class X, class Y, class Z>
+struct fma {};
+/// max(x, 0).
+template <class X>
+struct relu {};
+/// GELU (error function).
+template <class X>
+struct gelu {};
+/// GELU (tanh approximation).
+template <class X>
+struct gelutanh {};
+/// x * sigmoid(x).
+template <class X>
+struct silu {};
+/// 1 / (1 + exp(-x)).
+template <class X>
+struct sigmoid {};
+/// min(max(x, lo), hi), bounds at run time.
+template <class X>
+struct clamp {};
+/// x, recording max |x| in device memory.
+template <class X>
+struct amax {};
+
 }  // namespace cuactor::kernels::tags

@@ -17,7 +17,7 @@ extern "C" {
 #endif
 
 /** Version of this ABI; a loader rejects an instance built against another one. */
-#define CUACTOR_KERNEL_ABI_VERSION 1u
+#define CUACTOR_KERNEL_ABI_VERSION 2u
 
 /** Status codes returned by the entry points (0 is success). */
 enum cuactor_kernel_status {
@@ -64,6 +64,21 @@ typedef struct cuactor_gemm_instance {
   int (*run)(const void* args, void* workspace, size_t workspace_bytes, void* stream);
 } cuactor_gemm_instance;
 
+/** Run-time operands of an epilogue tree (EpilogueSpec); instances with a preset epilogue ignore
+ *  them. Dense GEMM: each vector is one device pointer, shared by every batch. Grouped GEMM: each
+ *  vector is a device array of group_count pointers (one vector per group). */
+typedef struct cuactor_epilogue_args {
+  const void* row_scale;  /**< rowscale: f32, one value per output row. */
+  const void* col_scale;  /**< colscale: f32, one value per output column. */
+  const void* row_bias;   /**< rowbias: element C, one value per output row. */
+  const void* col_bias;   /**< colbias: element C, one value per output column. */
+  float* amax;            /**< amax: f32 in device memory, max-reduced atomically (zeroed by the caller). */
+  float clamp_lo;         /**< clamp: lower bound. */
+  float clamp_hi;         /**< clamp: upper bound. */
+  const float* alpha_ptr; /**< Dense trees: device alpha read instead of `alpha` when set. */
+  const float* beta_ptr;  /**< Dense trees: device beta read instead of `beta` when set. */
+} cuactor_epilogue_args;
+
 /** Arguments of a dense (optionally batched) GEMM: D = alpha * scale_a * scale_b * A B + beta * C.
  *  A is M x K, B is K x N, C and D are M x N, each stored as its SKU's layout says; leading
  *  dimensions and batch strides count elements. */
@@ -78,12 +93,13 @@ typedef struct cuactor_dense_args {
   int64_t batch_stride_a, batch_stride_b, batch_stride_c, batch_stride_d;
   float alpha;
   float beta;
-  const float* scale_a; /**< Device pointer to A's per-tensor scale (scaled epilogues), or null for 1. */
-  const float* scale_b; /**< Device pointer to B's per-tensor scale (scaled epilogues), or null for 1. */
-  int device;           /**< Ordinal of the device the kernel runs on. */
-  int sm_count;         /**< Its multiprocessor count (0: queried by the instance). */
-  int max_swizzle;      /**< sm_90a tile rasterisation swizzle (1, 2, 4, 8; 0: CUTLASS's default 1). */
-  int raster_order;     /**< sm_90a raster order: 0 heuristic, 1 along M, 2 along N. */
+  const float* scale_a;           /**< Device pointer to A's per-tensor scale (scaled epilogues), or null for 1. */
+  const float* scale_b;           /**< Device pointer to B's per-tensor scale (scaled epilogues), or null for 1. */
+  int device;                     /**< Ordinal of the device the kernel runs on. */
+  int sm_count;                   /**< Its multiprocessor count (0: queried by the instance). */
+  int max_swizzle;                /**< sm_90a tile rasterisation swizzle (1, 2, 4, 8; 0: CUTLASS's default 1). */
+  int raster_order;               /**< sm_90a raster order: 0 heuristic, 1 along M, 2 along N. */
+  cuactor_epilogue_args epilogue; /**< Operands of an epilogue tree. */
 } cuactor_dense_args;
 
 #ifdef __cplusplus

@@ -22,6 +22,7 @@
 #include "kernels/adapter_entries.cuh"
 #include "kernels/gemm_tags.cuh"
 #include "kernels/instance_abi.h"
+#include "kernels/sm90_epilogue.cuh"
 
 namespace cuactor::kernels::sm90 {
 
@@ -77,15 +78,18 @@ using ScaledLinearCombination = cutlass::epilogue::fusion::Sm90EVT<
         cutlass::epilogue::fusion::Sm90ScalarBroadcast<ElementCompute, cute::Stride<cute::_0, cute::_0, int64_t>, 3>,
         cutlass::epilogue::fusion::Sm90AccFetch>>;
 
-/// The fusion operation of an epilogue tag.
-template <class Epilogue, class ElementD, class ElementC, class ElementCompute>
-struct Fusion;
-template <class ElementD, class ElementC, class ElementCompute>
-struct Fusion<tags::linear_combination, ElementD, ElementC, ElementCompute> {
+/// The fusion operation of an epilogue tag: a preset, or an epilogue tree (sm90_epilogue.cuh).
+template <class Epilogue, class ElementD, class ElementC, class ElementCompute, class TileShape>
+struct Fusion {
+  using Tree = evt::Root<Epilogue, ElementD, evt::Context<ElementC, TileShape, false>>;
+  using type = typename Tree::type;
+};
+template <class ElementD, class ElementC, class ElementCompute, class TileShape>
+struct Fusion<tags::linear_combination, ElementD, ElementC, ElementCompute, TileShape> {
   using type = cutlass::epilogue::fusion::LinearCombination<ElementD, ElementCompute, ElementC, ElementCompute>;
 };
-template <class ElementD, class ElementC, class ElementCompute>
-struct Fusion<tags::scaled_linear_combination, ElementD, ElementC, ElementCompute> {
+template <class ElementD, class ElementC, class ElementCompute, class TileShape>
+struct Fusion<tags::scaled_linear_combination, ElementD, ElementC, ElementCompute, TileShape> {
   using type = ScaledLinearCombination<ElementD, ElementC, ElementCompute>;
 };
 
@@ -127,7 +131,7 @@ struct DenseGemm : AdapterEntries<DenseGemm<A, B, C, D, Acc, LayoutA, LayoutB, L
       cutlass::epilogue::collective::EpilogueTileAuto, ElementAccumulator, ElementCompute, ElementC,
       typename LayoutC::type, kAlignmentC, ElementD, typename LayoutC::type, kAlignmentD,
       typename Schedules<Schedule>::epilogue,
-      typename Fusion<Epilogue, ElementD, ElementC, ElementCompute>::type>::CollectiveOp;
+      typename Fusion<Epilogue, ElementD, ElementC, ElementCompute, TileShape>::type>::CollectiveOp;
 
   using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, ElementA, typename LayoutA::type, kAlignmentA, ElementB,
@@ -158,9 +162,12 @@ struct DenseGemm : AdapterEntries<DenseGemm<A, B, C, D, Acc, LayoutA, LayoutB, L
       // Tree arguments in visiting order: {beta}, C, {{alpha, scale_a, scale_b}, acc, multiply}, fma.
       args.epilogue.thread = {
           {{a.beta}, {nullptr}, {}}, {}, {{{a.alpha, 1.0f, 1.0f}, {nullptr, a.scale_a, a.scale_b}, {}}, {}, {}}, {}};
-    } else {
+    } else if constexpr (evt::kIsPreset<Epilogue>) {
       args.epilogue.thread.alpha = a.alpha;
       args.epilogue.thread.beta = a.beta;
+    } else {
+      args.epilogue.thread = Fusion<Epilogue, ElementD, ElementC, ElementCompute, TileShape>::Tree::args(
+          {&a.epilogue, a.alpha, a.beta, a.epilogue.alpha_ptr, a.epilogue.beta_ptr});
     }
     if (a.max_swizzle > 0) args.scheduler.max_swizzle_size = a.max_swizzle;
     args.scheduler.raster_order = static_cast<decltype(args.scheduler.raster_order)>(a.raster_order);

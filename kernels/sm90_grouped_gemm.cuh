@@ -21,6 +21,7 @@
 #include "kernels/adapter_entries.cuh"
 #include "kernels/gemm_tags.cuh"
 #include "kernels/grouped_instance_abi.h"
+#include "kernels/sm90_epilogue.cuh"
 
 namespace cuactor::kernels::sm90 {
 
@@ -71,12 +72,16 @@ struct GroupedGemm : AdapterEntries<GroupedGemm<TagA, TagB, TagC, TagD, TagAcc, 
   using EpilogueSchedule = std::conditional_t<kPingpong, cutlass::epilogue::PtrArrayTmaWarpSpecializedPingpong,
                                               cutlass::epilogue::PtrArrayTmaWarpSpecializedCooperative>;
 
+  /// An epilogue tree's vectors are per group (one pointer each) and alpha is per group when set.
+  using Tree = evt::Root<Epilogue, ElementD, evt::Context<ElementD, TileShape, true>>;
+  using FusionOp = typename std::conditional_t<evt::kIsPreset<Epilogue>,
+                                               std::type_identity<cutlass::epilogue::fusion::LinearCombination<
+                                                   ElementD, ElementAccumulator, ElementD, ElementAccumulator>>,
+                                               Tree>::type;
   using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
       cutlass::epilogue::collective::EpilogueTileAuto, ElementAccumulator, ElementAccumulator, ElementD, LayoutD*,
-      kAlignmentD, ElementD, LayoutD*, kAlignmentD, EpilogueSchedule,
-      cutlass::epilogue::fusion::LinearCombination<ElementD, ElementAccumulator, ElementD,
-                                                   ElementAccumulator>>::CollectiveOp;
+      kAlignmentD, ElementD, LayoutD*, kAlignmentD, EpilogueSchedule, FusionOp>::CollectiveOp;
 
   using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, ElementA, LayoutA*, kAlignmentA, ElementB, LayoutB*,
@@ -112,12 +117,16 @@ struct GroupedGemm : AdapterEntries<GroupedGemm<TagA, TagB, TagC, TagD, TagAcc, 
                      reinterpret_cast<StrideA*>(const_cast<std::int64_t*>(a.ld_a)),
                      reinterpret_cast<const ElementB**>(const_cast<const void**>(a.ptr_b)),
                      reinterpret_cast<StrideB*>(const_cast<std::int64_t*>(a.ld_b))};
-    auto& fusion = args.epilogue.thread;
-    fusion.alpha = a.alpha;
-    fusion.beta = a.beta;
-    if (a.alpha_per_group != nullptr) {  // alpha[g] (fp8 per-tensor scales folded in on the device)
-      fusion.alpha_ptr = a.alpha_per_group;
-      fusion.dAlpha = {cute::_0{}, cute::_0{}, 1};
+    if constexpr (evt::kIsPreset<Epilogue>) {
+      auto& fusion = args.epilogue.thread;
+      fusion.alpha = a.alpha;
+      fusion.beta = a.beta;
+      if (a.alpha_per_group != nullptr) {  // alpha[g] (fp8 per-tensor scales folded in on the device)
+        fusion.alpha_ptr = a.alpha_per_group;
+        fusion.dAlpha = {cute::_0{}, cute::_0{}, 1};
+      }
+    } else {
+      args.epilogue.thread = Tree::args({&a.epilogue, a.alpha, a.beta, a.alpha_per_group, nullptr});
     }
     args.epilogue.ptr_C = reinterpret_cast<const ElementD**>(const_cast<const void**>(a.ptr_c));
     args.epilogue.dC = reinterpret_cast<StrideC*>(const_cast<std::int64_t*>(a.ld_c));

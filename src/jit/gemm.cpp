@@ -66,7 +66,8 @@ Placeholders placeholders_for(const GemmSku& sku) {
       {"CLUSTER_K", std::to_string(sku.cluster.k)},
       {"STAGES", std::to_string(sku.stages)},
       {"SCHEDULE", str(kernels::name(sku.schedule))},
-      {"EPILOGUE", str(kernels::name(sku.epilogue))},
+      {"EPILOGUE", sku.epilogue.token()},
+      {"EPILOGUE_TYPE", sku.epilogue.cxx_type()},
       {"SYMBOL", sku.symbol_name()},
   };
 }
@@ -102,6 +103,11 @@ Result<InstanceRequest> instance_request(const GemmSku& sku, std::optional<GpuAr
   if (kernels::is_conv(sku.family) && sku.epilogue != kernels::GemmEpilogue::linear_combination)
     return fail(errc::unsupported,
                 fmt::format("SKU {}: convolution instances compute linear_combination only", sku.to_string()));
+  if (!sku.epilogue.is_preset() && (sku.arch != GpuArch{9, 0, true} || (sku.family != kernels::GemmFamily::dense &&
+                                                                        sku.family != kernels::GemmFamily::grouped)))
+    return fail(errc::unsupported, fmt::format("SKU {}: epilogue trees are rendered for sm_90a dense and grouped "
+                                               "kernels only (CUTLASS's Sm90EVT visitors)",
+                                               sku.to_string()));
   const GpuArch compile_for = target.value_or(sku.arch);
   if (compile_for.sm() < sku.arch.sm())
     return fail(errc::unsupported, fmt::format("SKU {} needs {} or later and cannot be compiled for {}",

@@ -200,7 +200,19 @@ Result<kernels::GemmPlan> plan_dense_gemm(const kernels::GemmProblem& problem, c
   if (options.sm_count == 0) options.sm_count = device.sm_count;
   const auto tuned =
       (db != nullptr && !options.sku_override) ? db->find(device, DenseGemmClass::of(problem)) : std::nullopt;
-  if (!tuned) return kernels::GemmPlan::make(problem, device.arch, options);
+  if (!tuned) {
+    auto plan = kernels::GemmPlan::make(problem, device.arch, options);
+    // An epilogue tree the catalog lacks: the heuristic's configuration, instantiated by the JIT.
+    if (plan || !(plan.error() == errc::unsupported) || jit == nullptr || problem.epilogue.is_preset() ||
+        options.sku_override)
+      return plan;
+    auto sku = kernels::GemmPlan::sku_for(problem, device.arch, options);
+    if (!sku) return fail(sku.error());
+    auto resolved = jit->resolve(*sku).get();
+    if (!resolved) return fail(resolved.error());
+    return kernels::GemmPlan::with_instance(problem, device.arch, *sku, *(*resolved)->abi, (*resolved)->jit,
+                                            kernels::PlanSource::heuristic, options);
+  }
   kernels::GemmPlanOptions tuned_options = options;
   tuned_options.max_swizzle = tuned->max_swizzle;
   tuned_options.raster_order = tuned->raster_order;

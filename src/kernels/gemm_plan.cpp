@@ -61,15 +61,26 @@ Status check_problem(const GemmProblem& p) {
                 fmt::format("GEMM problem m={} n={} k=0: dense plans need k >= 1 (D = beta*C is a scaling, not a GEMM)",
                             p.m, p.n));
   const bool fp8 = p.a == DType::e4m3 || p.a == DType::e5m2;
-  if (fp8 && p.epilogue != GemmEpilogue::scaled_linear_combination)
+  if (fp8 && p.epilogue == GemmEpilogue::linear_combination)
     return fail(errc::invalid_argument,
                 fmt::format("GEMM problem with A={}: fp8 inputs need the scaled_linear_combination epilogue "
-                            "(per-tensor scales), not {}",
+                            "(per-tensor scales) or an epilogue tree, not {}",
                             name(p.a), name(p.epilogue)));
+  CUACTOR_TRY(p.epilogue.check());
+  const bool reads_bias = p.epilogue.uses(EpilogueNode::row_bias) || p.epilogue.uses(EpilogueNode::col_bias);
+  if (!p.epilogue.is_preset() && reads_bias && p.c != DType::bf16 && p.c != DType::f16 && p.c != DType::f32)
+    return fail(errc::unsupported,
+                fmt::format("GEMM epilogue '{}': bias vectors take C's dtype, and {} is not bf16, f16 or f32",
+                            name(p.epilogue), name(p.c)));
   return ok();
 }
 
 Status check_arch(const GemmProblem& p, GpuArch arch) {
+  if (!p.epilogue.is_preset() && arch != GpuArch{9, 0, true})
+    return fail(errc::unsupported,
+                fmt::format("GEMM epilogue tree '{}' needs an sm_90a device (CUTLASS's Sm90EVT visitors); the device "
+                            "is {}",
+                            name(p.epilogue), arch.name()));
   for (DType t : {p.a, p.b}) {
     if ((t == DType::e4m3 || t == DType::e5m2) && arch.sm() < 89)
       return fail(errc::unsupported,
@@ -142,6 +153,13 @@ cuactor_dense_args make_args(const GemmProblem& p, const GemmOperands& o, const 
   a.beta = o.beta;
   a.scale_a = o.scale_a;
   a.scale_b = o.scale_b;
+  a.epilogue.row_scale = o.epilogue.row_scale;
+  a.epilogue.col_scale = o.epilogue.col_scale;
+  a.epilogue.row_bias = o.epilogue.row_bias;
+  a.epilogue.col_bias = o.epilogue.col_bias;
+  a.epilogue.amax = o.epilogue.amax;
+  a.epilogue.clamp_lo = o.epilogue.clamp_lo;
+  a.epilogue.clamp_hi = o.epilogue.clamp_hi;
   a.device = opts.device;
   a.sm_count = opts.sm_count;
   a.max_swizzle = opts.max_swizzle;
@@ -153,11 +171,11 @@ cuactor_dense_args make_args(const GemmProblem& p, const GemmOperands& o, const 
 
 std::size_t hash_value(const GemmProblem& p) noexcept {
   std::size_t h = 0x9e3779b97f4a7c15ull;
-  for (long long v :
-       {static_cast<long long>(p.m), static_cast<long long>(p.n), static_cast<long long>(p.k),
-        static_cast<long long>(p.batch), static_cast<long long>(p.a), static_cast<long long>(p.b),
-        static_cast<long long>(p.c), static_cast<long long>(p.d), static_cast<long long>(p.layout_a),
-        static_cast<long long>(p.layout_b), static_cast<long long>(p.layout_c), static_cast<long long>(p.epilogue)})
+  for (long long v : {static_cast<long long>(p.m), static_cast<long long>(p.n), static_cast<long long>(p.k),
+                      static_cast<long long>(p.batch), static_cast<long long>(p.a), static_cast<long long>(p.b),
+                      static_cast<long long>(p.c), static_cast<long long>(p.d), static_cast<long long>(p.layout_a),
+                      static_cast<long long>(p.layout_b), static_cast<long long>(p.layout_c),
+                      static_cast<long long>(hash_value(p.epilogue))})
     h = (h ^ static_cast<std::size_t>(v)) * 0x100000001b3ull + (h >> 31);
   return h;
 }
@@ -211,6 +229,60 @@ Result<GemmPlan> GemmPlan::make(const GemmProblem& problem, GpuArch device_arch,
   }
   return finish(problem, device_arch, chosen->sku, *chosen->instance, nullptr,
                 options.sku_override ? PlanSource::overridden : PlanSource::heuristic, options);
+}
+
+Result<GemmSku> GemmPlan::sku_for(const GemmProblem& problem, GpuArch device_arch, const GemmPlanOptions& options) {
+  CUACTOR_TRY(check_problem(problem));
+  CUACTOR_TRY(check_arch(problem, device_arch));
+  CUACTOR_TRY(check_options(options));
+  GemmSku base;
+  base.family = GemmFamily::dense;
+  base.a = problem.a;
+  base.b = problem.b;
+  base.c = problem.c;
+  base.d = problem.d;
+  base.accumulator = DType::f32;
+  base.layout_a = problem.layout_a;
+  base.layout_b = problem.layout_b;
+  base.layout_c = problem.layout_c;
+  base.epilogue = problem.epilogue;
+  const bool fp8 = is_low_precision_float(problem.a);
+  struct Config {
+    GemmSchedule schedule;
+    Shape3 tile;
+    Shape3 cluster;
+  };
+  // The catalog's configurations per input width: large cooperative tiles with a 2-CTA cluster, and
+  // 64-row pingpong tiles for small M.
+  const std::vector<Config> configs =
+      fp8 ? std::vector<Config>{{GemmSchedule::cooperative_fp8_fast_accum, {256, 128, 128}, {1, 2, 1}},
+                                {GemmSchedule::pingpong_fp8_fast_accum, {64, 128, 128}, {1, 1, 1}}}
+          : std::vector<Config>{{GemmSchedule::cooperative, {128, 256, 64}, {2, 1, 1}},
+                                {GemmSchedule::pingpong, {64, 128, 128}, {1, 1, 1}}};
+  if (device_arch.sm() < 90 || !device_arch.arch_specific) {
+    if (fp8) return fail(errc::unsupported, fmt::format("no sm_80 configuration computes {} inputs", name(problem.a)));
+    base.arch = GpuArch{8, 0, false};
+    base.schedule = GemmSchedule::multistage;
+    base.tile = {128, 128, 64};
+    base.cluster = {1, 1, 1};
+    base.stages = 3;
+    return base;
+  }
+  base.arch = GpuArch{9, 0, true};
+  std::optional<GemmSku> best;
+  double best_cost = 0;
+  for (const Config& c : configs) {
+    GemmSku s = base;
+    s.schedule = c.schedule;
+    s.tile = c.tile;
+    s.cluster = c.cluster;
+    const double cost = estimated_cost(s, problem, sm_count_of(options));
+    if (!best || cost < best_cost) {
+      best = s;
+      best_cost = cost;
+    }
+  }
+  return *best;
 }
 
 Result<GemmPlan> GemmPlan::with_instance(const GemmProblem& problem, GpuArch device_arch, const GemmSku& sku,
@@ -271,8 +343,13 @@ Status GemmPlan::validate(const GemmOperands& o) const {
                             stride_or_packed(p.k, p.n, p.layout_b, ldb, o.batch_stride_b)));
   CUACTOR_TRY(check_operand("D", o.d, p.d, p.m, p.n, p.layout_c, ldd, p.batch,
                             stride_or_packed(p.m, p.n, p.layout_c, ldd, o.batch_stride_d)));
+  const bool tree = !p.epilogue.is_preset();
+  if (tree && (o.c == nullptr) == p.epilogue.uses(EpilogueNode::c))
+    return fail(errc::invalid_argument, fmt::format("GEMM operand C: {} but the epilogue '{}' {} it",
+                                                    o.c == nullptr ? "pointer is null" : "set", name(p.epilogue),
+                                                    o.c == nullptr ? "reads" : "does not read"));
   if (o.c == nullptr) {
-    if (o.beta != 0.0f)
+    if (!tree && o.beta != 0.0f)
       return fail(
           errc::invalid_argument,
           fmt::format("GEMM operand C: pointer is null but beta={} (C may be omitted only when beta is 0)", o.beta));
@@ -294,7 +371,7 @@ Status GemmPlan::validate(const GemmOperands& o) const {
       return fail(errc::invalid_argument,
                   fmt::format("GEMM {}: pointer {} is not 4-byte aligned", what, fmt::ptr(ptr)));
   }
-  return ok();
+  return check_epilogue_operands(p.epilogue, o.epilogue, "GEMM");
 }
 
 Status check_gemm_buffer_sizes(const GemmProblem& p, const GemmOperands& o, std::size_t a_bytes, std::size_t b_bytes,

@@ -49,10 +49,6 @@ constexpr std::array<std::pair<std::string_view, GemmSchedule>, 8> kSchedules{{
     {"multistage", GemmSchedule::multistage},
     {"warpspecialized", GemmSchedule::warpspecialized},
 }};
-constexpr std::array<std::pair<std::string_view, GemmEpilogue>, 2> kEpilogues{{
-    {"linear_combination", GemmEpilogue::linear_combination},
-    {"scaled_linear_combination", GemmEpilogue::scaled_linear_combination},
-}};
 
 std::vector<std::string_view> split(std::string_view s, char sep) {
   std::vector<std::string_view> parts;
@@ -121,8 +117,8 @@ Result<GemmSku> from_tokens(std::string_view family, std::string_view arch,
   auto sc = need(parse_schedule(schedule), "schedule", schedule);
   if (!sc) return fail(sc.error());
   s.schedule = *sc;
-  auto e = need(parse_epilogue(epilogue), "epilogue", epilogue);
-  if (!e) return fail(e.error());
+  auto e = EpilogueSpec::parse(epilogue);
+  if (!e) return fail(errc::invalid_argument, fmt::format("GemmSku: epilogue: {}", e.error().message()));
   s.epilogue = *e;
   return s;
 }
@@ -137,9 +133,6 @@ std::string_view name(MatrixLayout l) noexcept {
 }
 std::string_view name(GemmSchedule s) noexcept {
   return token(kSchedules, s);
-}
-std::string_view name(GemmEpilogue e) noexcept {
-  return token(kEpilogues, e);
 }
 std::optional<GemmFamily> parse_family(std::string_view s) noexcept {
   return lookup(kFamilies, s);
@@ -156,14 +149,11 @@ bool is_conv(GemmFamily f) noexcept {
 bool is_stream_k(GemmSchedule s) noexcept {
   return s == GemmSchedule::cooperative_streamk || s == GemmSchedule::cooperative_fp8_fast_accum_streamk;
 }
-std::optional<GemmEpilogue> parse_epilogue(std::string_view s) noexcept {
-  return lookup(kEpilogues, s);
-}
 
 std::string GemmSku::to_string() const {
   return fmt::format("{}:{}:{},{},{},{},{}:{},{},{}:{}x{}x{}:{}x{}x{}:s{}:{}:{}", name(family), arch.name(), name(a),
                      name(b), name(c), name(d), name(accumulator), name(layout_a), name(layout_b), name(layout_c),
-                     tile.m, tile.n, tile.k, cluster.m, cluster.n, cluster.k, stages, name(schedule), name(epilogue));
+                     tile.m, tile.n, tile.k, cluster.m, cluster.n, cluster.k, stages, name(schedule), epilogue.token());
 }
 
 std::string GemmSku::symbol_name() const {
@@ -172,7 +162,7 @@ std::string GemmSku::symbol_name() const {
   return fmt::format("cuactor_gemm_{}_{}_{}_{}_{}_{}_{}_{}{}{}_{}x{}x{}_{}x{}x{}_s{}_{}_{}", name(family), arch_key,
                      name(a), name(b), name(c), name(d), name(accumulator), name(layout_a).front(),
                      name(layout_b).front(), name(layout_c).front(), tile.m, tile.n, tile.k, cluster.m, cluster.n,
-                     cluster.k, stages, name(schedule), name(epilogue));
+                     cluster.k, stages, name(schedule), epilogue.symbol_key());
 }
 
 Result<GemmSku> GemmSku::parse(std::string_view text) {
@@ -218,17 +208,27 @@ Result<GemmSku> GemmSku::from_desc(const cuactor_gemm_sku_desc& d) {
 std::size_t hash_value(const GemmSku& s) noexcept {
   std::size_t h = 0xcbf29ce484222325ull;
   auto mix = [&h](long long v) { h = (h ^ static_cast<std::size_t>(v)) * 0x100000001b3ull + (h >> 29); };
-  for (long long v : {static_cast<long long>(s.family),      static_cast<long long>(s.arch.major),
-                      static_cast<long long>(s.arch.minor),  static_cast<long long>(s.arch.arch_specific),
-                      static_cast<long long>(s.a),           static_cast<long long>(s.b),
-                      static_cast<long long>(s.c),           static_cast<long long>(s.d),
-                      static_cast<long long>(s.accumulator), static_cast<long long>(s.layout_a),
-                      static_cast<long long>(s.layout_b),    static_cast<long long>(s.layout_c),
-                      static_cast<long long>(s.tile.m),      static_cast<long long>(s.tile.n),
-                      static_cast<long long>(s.tile.k),      static_cast<long long>(s.cluster.m),
-                      static_cast<long long>(s.cluster.n),   static_cast<long long>(s.cluster.k),
-                      static_cast<long long>(s.stages),      static_cast<long long>(s.schedule),
-                      static_cast<long long>(s.epilogue)})
+  for (long long v : {static_cast<long long>(s.family),
+                      static_cast<long long>(s.arch.major),
+                      static_cast<long long>(s.arch.minor),
+                      static_cast<long long>(s.arch.arch_specific),
+                      static_cast<long long>(s.a),
+                      static_cast<long long>(s.b),
+                      static_cast<long long>(s.c),
+                      static_cast<long long>(s.d),
+                      static_cast<long long>(s.accumulator),
+                      static_cast<long long>(s.layout_a),
+                      static_cast<long long>(s.layout_b),
+                      static_cast<long long>(s.layout_c),
+                      static_cast<long long>(s.tile.m),
+                      static_cast<long long>(s.tile.n),
+                      static_cast<long long>(s.tile.k),
+                      static_cast<long long>(s.cluster.m),
+                      static_cast<long long>(s.cluster.n),
+                      static_cast<long long>(s.cluster.k),
+                      static_cast<long long>(s.stages),
+                      static_cast<long long>(s.schedule),
+                      static_cast<long long>(hash_value(s.epilogue))})
     mix(v);
   return h;
 }

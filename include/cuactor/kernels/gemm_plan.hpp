@@ -45,8 +45,9 @@ struct GemmProblem {
   MatrixLayout layout_a = MatrixLayout::row;
   MatrixLayout layout_b = MatrixLayout::col;
   MatrixLayout layout_c = MatrixLayout::row;
-  /// Epilogue; fp8 inputs need scaled_linear_combination (per-tensor scales), 16-bit ones take either.
-  GemmEpilogue epilogue = GemmEpilogue::linear_combination;
+  /// Epilogue: a preset or a tree ([K8]; sm_90a). fp8 inputs need scaled_linear_combination
+  /// (per-tensor scales) or a tree (which may scale per row and column).
+  EpilogueSpec epilogue;
 
   friend bool operator==(const GemmProblem&, const GemmProblem&) = default;
 };
@@ -73,6 +74,7 @@ struct GemmOperands {
   float beta = 0.0f;
   const float* scale_a = nullptr;  ///< Device pointer, per-tensor scale of A (scaled epilogue), null = 1.
   const float* scale_b = nullptr;  ///< Device pointer, per-tensor scale of B (scaled epilogue), null = 1.
+  EpilogueOperands epilogue;       ///< Vectors, amax and clamp bounds of an epilogue tree.
 };
 
 /// Checks that buffers of the given byte sizes hold every element the operands address (their last
@@ -131,6 +133,10 @@ class GemmPlan {
   [[nodiscard]] PlanSource source() const noexcept { return source_; }
   /// The problem this plan was made for.
   [[nodiscard]] const GemmProblem& problem() const noexcept { return problem_; }
+  /// The SKU the heuristic would choose for `problem` if every standard configuration were compiled
+  /// (what the JIT instantiates when the catalog lacks the problem's epilogue tree). Checked like make().
+  static Result<GemmSku> sku_for(const GemmProblem& problem, GpuArch device_arch, const GemmPlanOptions& options = {});
+
   /// Architecture of the device the plan targets.
   [[nodiscard]] GpuArch device_arch() const noexcept { return device_arch_; }
   /// Scratch bytes run() needs (0 for the catalog's current kernels; always check).

@@ -12,6 +12,7 @@
 #include "cuactor/core/arch.hpp"
 #include "cuactor/core/dtype.hpp"
 #include "cuactor/core/expected.hpp"
+#include "cuactor/kernels/epilogue.hpp"
 
 extern "C" {
 struct cuactor_gemm_sku_desc;
@@ -52,12 +53,6 @@ enum class GemmSchedule {
                                        ///< CTA (CUTLASS 4.2's only sm_90a convolution schedule).
 };
 
-/// What the epilogue computes from the accumulator.
-enum class GemmEpilogue {
-  linear_combination,         ///< D = alpha * acc + beta * C.
-  scaled_linear_combination,  ///< D = alpha * scale_a * scale_b * acc + beta * C (per-tensor scales).
-};
-
 /// A (m, n, k) triple: CTA tile or cluster shape.
 struct Shape3 {
   int m = 0;
@@ -72,16 +67,12 @@ std::string_view name(GemmFamily f) noexcept;
 std::string_view name(MatrixLayout l) noexcept;
 /// Token of a schedule ("cooperative", "pingpong", "cooperative_streamk", ...).
 std::string_view name(GemmSchedule s) noexcept;
-/// Token of an epilogue ("linear_combination", ...).
-std::string_view name(GemmEpilogue e) noexcept;
 /// Parses a family token.
 std::optional<GemmFamily> parse_family(std::string_view s) noexcept;
 /// Parses a layout token.
 std::optional<MatrixLayout> parse_layout(std::string_view s) noexcept;
 /// Parses a schedule token.
 std::optional<GemmSchedule> parse_schedule(std::string_view s) noexcept;
-/// Parses an epilogue token.
-std::optional<GemmEpilogue> parse_epilogue(std::string_view s) noexcept;
 /// True for schedules with the stream-K tile scheduler (dense sm_90a only; they need a workspace).
 bool is_stream_k(GemmSchedule s) noexcept;
 
@@ -102,7 +93,7 @@ struct GemmSku {
   Shape3 cluster{1, 1, 1};
   int stages = 0;  ///< Mainloop stages; 0 = chosen by the collective builder.
   GemmSchedule schedule = GemmSchedule::cooperative;
-  GemmEpilogue epilogue = GemmEpilogue::linear_combination;
+  EpilogueSpec epilogue;  ///< A preset or an epilogue tree ([K8]).
 
   /// Canonical text, e.g.
   /// "dense:sm_90a:bf16,bf16,bf16,bf16,f32:row,col,row:128x256x64:2x1x1:s0:cooperative:linear_combination".

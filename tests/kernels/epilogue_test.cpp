@@ -1,0 +1,237 @@
+// Epilogue trees ([K8]) without a device: tokens, builders, symbol and type rendering, the SKU
+// round trip, and the plan rules that reject trees and their operands.
+#include "cuactor/kernels/epilogue.hpp"
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "cuactor/kernels/gemm_plan.hpp"
+#include "cuactor/kernels/sku.hpp"
+#include "kernels/instance_abi.h"
+#include "support/plan_checks.hpp"
+
+namespace cuactor::kernels {
+namespace {
+
+using test_support::expect_error;
+using test_support::fake;
+using test_support::fake_mut;
+
+constexpr GpuArch kHopper{9, 0, true};
+constexpr GpuArch kAmpere{8, 0, false};
+
+EpilogueSpec parsed(std::string_view token) {
+  auto e = EpilogueSpec::parse(token);
+  EXPECT_TRUE(e.has_value()) << token << ": " << (e ? "" : e.error().message());
+  return e ? *e : EpilogueSpec{};
+}
+
+TEST(EpilogueSpec, TokensRoundTrip) {
+  for (std::string_view token :
+       {"linear_combination", "scaled_linear_combination", "acc", "relu(acc)", "silu(add(acc,colbias))",
+        "gelu(fma(alpha,acc,rowbias))", "gelutanh(add(mul(alpha,acc),mul(beta,c)))",
+        "add(mul(mul(acc,rowscale),colscale),colbias)", "amax(clamp(sigmoid(acc)))", "mul(acc,rowscale)"}) {
+    SCOPED_TRACE(token);
+    EXPECT_EQ(parsed(token).token(), token);
+  }
+}
+
+TEST(EpilogueSpec, BuildersEqualParsedTokens) {
+  using namespace epi;
+  EXPECT_EQ(apply(EpilogueNode::silu, add(acc(), col_bias())), parsed("silu(add(acc,colbias))"));
+  EXPECT_EQ(add(mul(mul(acc(), row_scale()), col_scale()), col_bias()),
+            parsed("add(mul(mul(acc,rowscale),colscale),colbias)"));
+  EXPECT_EQ(apply(EpilogueNode::amax, fma(alpha(), acc(), c())), parsed("amax(fma(alpha,acc,c))"));
+  EXPECT_TRUE(apply(EpilogueNode::relu, acc()).check().has_value());
+  EXPECT_EQ(EpilogueSpec(GemmEpilogue::linear_combination), parsed("linear_combination"));
+  EXPECT_NE(parsed("relu(acc)"), parsed("gelu(acc)"));
+  EXPECT_NE(hash_value(parsed("add(acc,colbias)")), hash_value(parsed("add(acc,rowbias)")));
+}
+
+TEST(EpilogueSpec, RendersSymbolAndCxxType) {
+  const EpilogueSpec e = parsed("silu(fma(acc,rowscale,colbias))");
+  EXPECT_EQ(e.symbol_key(), "silu_fma_acc_rowscale_colbias");
+  EXPECT_EQ(e.cxx_type(),
+            "cuactor::kernels::tags::silu<cuactor::kernels::tags::fma<cuactor::kernels::tags::acc,"
+            "cuactor::kernels::tags::rowscale,cuactor::kernels::tags::colbias>>");
+  EXPECT_EQ(EpilogueSpec().symbol_key(), "linear_combination");
+  EXPECT_EQ(EpilogueSpec().cxx_type(), "cuactor::kernels::tags::linear_combination");
+  EXPECT_TRUE(e.uses(EpilogueNode::row_scale));
+  EXPECT_FALSE(e.uses(EpilogueNode::c));
+  EXPECT_TRUE(EpilogueSpec().uses(EpilogueNode::c));
+}
+
+TEST(EpilogueSpec, RejectsMalformedTokensNamingTheRule) {
+  const std::pair<std::string_view, std::string_view> cases[] = {
+      {"", "expected a node name"},
+      {"bias(acc)", "'bias' is not an epilogue node"},
+      {"relu", "takes 1 operand(s)"},
+      {"relu(acc", "expected ')'"},
+      {"add(acc)", "expected ','"},
+      {"add(acc,c,c)", "expected ')'"},
+      {"relu(acc))", "trailing text"},
+      {"acc acc", "trailing text"},
+      {"relu(colbias)", "never reads the accumulator"},
+      {"amax(amax(acc))", "2 amax nodes"},
+      {"Relu(acc)", "expected a node name"},
+      {"linear_combination(acc)", "'linear' is not an epilogue node"},
+  };
+  for (const auto& [token, rule] : cases) {
+    SCOPED_TRACE(token);
+    expect_error(EpilogueSpec::parse(token), errc::invalid_argument, std::string(rule));
+  }
+  std::string deep = "acc";
+  for (int i = 0; i < 70; ++i) deep = "relu(" + deep + ")";
+  expect_error(EpilogueSpec::parse(deep), errc::invalid_argument, "more than 64 nodes");
+  // A preset used as a builder's child leaves the tree short.
+  expect_error(epi::add(epi::acc(), EpilogueSpec(GemmEpilogue::linear_combination)).check(), errc::invalid_argument,
+               "short of 1 operand");
+}
+
+TEST(EpilogueSpec, IsPartOfTheSkuIdentity) {
+  const std::string text =
+      "dense:sm_90a:bf16,bf16,bf16,bf16,f32:row,col,row:128x256x64:2x1x1:s0:cooperative:silu(add(acc,colbias))";
+  auto sku = GemmSku::parse(text);
+  ASSERT_TRUE(sku.has_value()) << sku.error().message();
+  EXPECT_EQ(sku->to_string(), text);
+  EXPECT_EQ(
+      sku->symbol_name(),
+      "cuactor_gemm_dense_sm90a_bf16_bf16_bf16_bf16_f32_rcr_128x256x64_2x1x1_s0_cooperative_silu_add_acc_colbias");
+  GemmSku other = *sku;
+  other.epilogue = parsed("relu(add(acc,colbias))");
+  EXPECT_NE(*sku, other);
+  expect_error(GemmSku::parse("dense:sm_90a:bf16,bf16,bf16,bf16,f32:row,col,row:128x256x64:2x1x1:s0:cooperative:"
+                              "silu(add(acc,bias))"),
+               errc::invalid_argument, "'bias' is not an epilogue node");
+}
+
+// --- plan rules ------------------------------------------------------------------------------
+
+struct FakeKernel {
+  static inline cuactor_dense_args last{};
+  static int can_implement(const void*) { return CUACTOR_KERNEL_OK; }
+  static std::size_t workspace_size(const void*) { return 0; }
+  static int run(const void* args, void*, std::size_t, void*) {
+    last = *static_cast<const cuactor_dense_args*>(args);
+    return CUACTOR_KERNEL_OK;
+  }
+};
+
+const cuactor_gemm_instance& fake_instance() {
+  static const cuactor_gemm_instance instance = {
+      CUACTOR_KERNEL_ABI_VERSION,
+      sizeof(cuactor_dense_args),
+      {"dense", "sm_90a", "bf16", "bf16", "bf16", "bf16", "f32", "row", "col", "row", 128, 256, 64, 2, 1, 1, 0,
+       "cooperative", "linear_combination"},
+      &FakeKernel::can_implement,
+      &FakeKernel::workspace_size,
+      &FakeKernel::run,
+  };
+  return instance;
+}
+
+GemmProblem tree_problem(std::string_view token) {
+  GemmProblem p;
+  p.m = 256;
+  p.n = 512;
+  p.k = 128;
+  p.epilogue = parsed(token);
+  return p;
+}
+
+Result<GemmPlan> fake_plan(const GemmProblem& p) {
+  auto sku = GemmPlan::sku_for(p, kHopper);
+  if (!sku) return fail(sku.error());
+  return GemmPlan::with_instance(p, kHopper, *sku, fake_instance(), nullptr, PlanSource::heuristic);
+}
+
+GemmOperands operands() {
+  GemmOperands o;
+  o.a = fake();
+  o.b = fake(0x10000);
+  o.d = fake_mut();
+  return o;
+}
+
+TEST(EpiloguePlan, SkuForCarriesTheTreeAndPicksATile) {
+  GemmProblem prefill = tree_problem("silu(add(acc,colbias))");
+  prefill.m = prefill.n = 4096;
+  auto big = GemmPlan::sku_for(prefill, kHopper);
+  ASSERT_TRUE(big.has_value()) << big.error().message();
+  EXPECT_EQ(big->epilogue.token(), "silu(add(acc,colbias))");
+  EXPECT_EQ(big->schedule, GemmSchedule::cooperative);
+  GemmProblem decode = tree_problem("silu(add(acc,colbias))");
+  decode.m = 16;
+  decode.n = 1024;
+  auto small = GemmPlan::sku_for(decode, kHopper);
+  ASSERT_TRUE(small.has_value());
+  EXPECT_EQ(small->schedule, GemmSchedule::pingpong);
+}
+
+TEST(EpiloguePlan, RejectsTreesOffHopperAndFp8Biases) {
+  expect_error(GemmPlan::make(tree_problem("relu(acc)"), kAmpere), errc::unsupported, "needs an sm_90a device");
+  expect_error(GemmPlan::sku_for(tree_problem("relu(acc)"), kAmpere), errc::unsupported, "'relu(acc)'");
+  GemmProblem p = tree_problem("add(acc,colbias)");
+  p.a = p.b = p.c = DType::e4m3;
+  expect_error(GemmPlan::make(p, kHopper), errc::unsupported, "bias vectors take C's dtype");
+  // fp8 with a tree of row / column scales is a valid problem (row-wise scaling).
+  GemmProblem rowwise = tree_problem("mul(mul(acc,rowscale),colscale)");
+  rowwise.a = rowwise.b = DType::e4m3;
+  EXPECT_TRUE(GemmPlan::sku_for(rowwise, kHopper).has_value());
+}
+
+TEST(EpiloguePlan, ValidatesTreeOperands) {
+  auto plan = fake_plan(tree_problem("silu(fma(acc,rowscale,colbias))"));
+  ASSERT_TRUE(plan.has_value()) << plan.error().message();
+  GemmOperands o = operands();
+  expect_error(plan->validate(o), errc::invalid_argument, "reads rowscale but its pointer is null");
+  o.epilogue.row_scale = static_cast<const float*>(fake(0x20000));
+  expect_error(plan->validate(o), errc::invalid_argument, "reads colbias");
+  o.epilogue.col_bias = fake(0x30008);
+  expect_error(plan->validate(o), errc::invalid_argument, "colbias at");
+  o.epilogue.col_bias = fake(0x30000);
+  EXPECT_TRUE(plan->validate(o).has_value());
+  o.epilogue.amax = static_cast<float*>(fake_mut(0x40000));
+  expect_error(plan->validate(o), errc::invalid_argument, "amax is set but the epilogue");
+  o.epilogue.amax = nullptr;
+  o.c = fake(0x50000);
+  expect_error(plan->validate(o), errc::invalid_argument, "does not read it");
+  o.c = nullptr;
+  o.scale_a = static_cast<const float*>(fake(0x60000));
+  expect_error(plan->validate(o), errc::invalid_argument, "no per-tensor scales");
+}
+
+TEST(EpiloguePlan, ValidatesCAndClampOfTrees) {
+  auto plan = fake_plan(tree_problem("clamp(fma(beta,c,acc))"));
+  ASSERT_TRUE(plan.has_value()) << plan.error().message();
+  GemmOperands o = operands();
+  expect_error(plan->validate(o), errc::invalid_argument, "pointer is null but the epilogue");
+  o.c = fake(0x50000);
+  o.beta = 0.5f;
+  EXPECT_TRUE(plan->validate(o).has_value());
+  o.epilogue.clamp_lo = 1.0f;
+  o.epilogue.clamp_hi = -1.0f;
+  expect_error(plan->validate(o), errc::invalid_argument, "clamp bounds");
+}
+
+TEST(EpiloguePlan, RunPassesTreeOperandsThroughTheAbi) {
+  auto plan = fake_plan(tree_problem("amax(clamp(add(mul(alpha,acc),colbias)))"));
+  ASSERT_TRUE(plan.has_value()) << plan.error().message();
+  GemmOperands o = operands();
+  o.alpha = 0.25f;
+  o.epilogue.col_bias = fake(0x30000);
+  o.epilogue.amax = static_cast<float*>(fake_mut(0x40000));
+  o.epilogue.clamp_lo = -2.0f;
+  o.epilogue.clamp_hi = 3.0f;
+  ASSERT_TRUE(plan->run(o, nullptr, 0, nullptr).has_value());
+  EXPECT_EQ(FakeKernel::last.epilogue.col_bias, o.epilogue.col_bias);
+  EXPECT_EQ(FakeKernel::last.epilogue.amax, o.epilogue.amax);
+  EXPECT_EQ(FakeKernel::last.epilogue.clamp_lo, -2.0f);
+  EXPECT_EQ(FakeKernel::last.epilogue.clamp_hi, 3.0f);
+  EXPECT_EQ(FakeKernel::last.alpha, 0.25f);
+  EXPECT_EQ(FakeKernel::last.epilogue.row_scale, nullptr);
+}
+
+}  // namespace
+}  // namespace cuactor::kernels

@@ -1,0 +1,97 @@
+/// @file
+/// Test support: an fp64 host evaluation of an epilogue tree (EpilogueSpec) at one output element,
+/// the reference the GPU tests of dense and grouped epilogue trees compare with.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+
+#include "cuactor/kernels/epilogue.hpp"
+
+namespace cuactor::test_support {
+
+/// The leaf values at one output element (row i, column j).
+struct EpilogueLeaves {
+  double acc = 0, c = 0, alpha = 1, beta = 0;
+  double row_scale = 0, col_scale = 0, row_bias = 0, col_bias = 0;
+  double clamp_lo = -3.4e38, clamp_hi = 3.4e38;
+};
+
+namespace detail {
+inline double eval_epilogue(const std::vector<kernels::EpilogueNode>& nodes, std::size_t& pos, const EpilogueLeaves& v,
+                            double& amax) {
+  using N = kernels::EpilogueNode;
+  const N n = nodes[pos++];
+  auto next = [&] { return eval_epilogue(nodes, pos, v, amax); };
+  switch (n) {
+    case N::acc:
+      return v.acc;
+    case N::c:
+      return v.c;
+    case N::alpha:
+      return v.alpha;
+    case N::beta:
+      return v.beta;
+    case N::row_scale:
+      return v.row_scale;
+    case N::col_scale:
+      return v.col_scale;
+    case N::row_bias:
+      return v.row_bias;
+    case N::col_bias:
+      return v.col_bias;
+    case N::add: {
+      const double x = next();
+      return x + next();
+    }
+    case N::mul: {
+      const double x = next();
+      return x * next();
+    }
+    case N::fma: {
+      const double x = next();
+      const double y = next();
+      return x * y + next();
+    }
+    case N::relu: {
+      const double x = next();
+      return x > 0 ? x : (std::isnan(x) ? x : 0.0);
+    }
+    case N::gelu: {
+      const double x = next();
+      return 0.5 * x * (1.0 + std::erf(x / std::sqrt(2.0)));
+    }
+    case N::gelu_tanh: {
+      const double x = next();
+      return 0.5 * x * (1.0 + std::tanh(std::sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x)));
+    }
+    case N::silu: {
+      const double x = next();
+      return x / (1.0 + std::exp(-x));
+    }
+    case N::sigmoid: {
+      const double x = next();
+      return 1.0 / (1.0 + std::exp(-x));
+    }
+    case N::clamp: {
+      const double x = next();
+      return std::min(std::max(x, v.clamp_lo), v.clamp_hi);
+    }
+    case N::amax: {
+      const double x = next();
+      amax = std::max(amax, std::fabs(x));
+      return x;
+    }
+  }
+  return std::nan("");
+}
+}  // namespace detail
+
+/// The tree's value at one element; max |x| of an amax node's input is max-accumulated into `amax`.
+inline double evaluate_epilogue(const kernels::EpilogueSpec& spec, const EpilogueLeaves& v, double& amax) {
+  std::size_t pos = 0;
+  return detail::eval_epilogue(spec.nodes(), pos, v, amax);
+}
+
+}  // namespace cuactor::test_support
