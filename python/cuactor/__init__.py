@@ -117,8 +117,11 @@ def _context(torch: Any, a: Any, stream: int | None, name: str = "a") -> tuple[i
     return int(stream), None
 
 
-def mm(a: Any, b: Any, out: Any = None, out_dtype: Any = None, *, stream: int | None = None) -> Any:
-    """``out = a @ b`` with a CUTLASS catalog GEMM: (M, K) x (K, N) -> (M, N), or batched
+def mm(a: Any, b: Any, out: Any = None, out_dtype: Any = None, *, epilogue: str | None = None, c: Any = None,
+       row_scale: Any = None, col_scale: Any = None, row_bias: Any = None, col_bias: Any = None, amax: Any = None,
+       alpha: float = 1.0, beta: float = 0.0, clamp: tuple[float, float] | None = None,
+       stream: int | None = None) -> Any:
+    """``out = epilogue(a @ b)`` with a CUTLASS GEMM: (M, K) x (K, N) -> (M, N), or batched
     (B, M, K) x (B, K, N) -> (B, M, N).
 
     a and b have one dtype (bf16, f16; fp8 needs scales and is not exposed here); either operand may
@@ -126,8 +129,17 @@ def mm(a: Any, b: Any, out: Any = None, out_dtype: Any = None, *, stream: int | 
     ``out_dtype`` defaults to a's (bf16 inputs may write float32 on sm_90a). No allocation besides
     ``out`` when it is None (torch), no synchronisation: capturable by torch.cuda.graph.
 
+    ``epilogue`` fuses elementwise work into the GEMM (sm_90a): a tree token over the accumulator
+    ``acc`` and the operands ``c``, ``alpha``, ``beta``, ``rowscale``, ``colscale``, ``rowbias``,
+    ``colbias`` with ``add``, ``mul``, ``fma``, ``relu``, ``gelu``, ``gelutanh``, ``silu``,
+    ``sigmoid``, ``clamp`` and ``amax``, e.g. ``"silu(add(acc,colbias))"`` for a Linear layer with
+    bias and SiLU. Vectors are contiguous 1-D tensors: scales float32, biases out's dtype (rows: M
+    values, columns: N; shared by every batch); ``amax`` is one float32 that receives max |x| of its
+    node's input (zero it first); ``clamp`` is (lo, hi). Trees outside the catalog are compiled by
+    the JIT on first use (about a minute, then cached on disk).
+
     Raises:
-        InvalidArgumentError: shapes, dtypes, devices or strides break a rule (the message says which).
+        InvalidArgumentError: shapes, dtypes, devices, strides or the epilogue token break a rule.
         UnsupportedError: no kernel of this build computes the combination on this GPU.
     """
     torch = _torch_of(a)
@@ -138,7 +150,9 @@ def mm(a: Any, b: Any, out: Any = None, out_dtype: Any = None, *, stream: int | 
     shape = (*tuple(a.shape[:-1]), int(b.shape[-1]))
     out = _prepare_out(torch, a, tuple(int(s) for s in shape), out, out_dtype, getattr(a, "dtype", None))
     s, alloc = _context(torch, a, stream)
-    _core.mm(a, b, out, s, alloc)
+    lo, hi = clamp if clamp is not None else (-3.4028234663852886e38, 3.4028234663852886e38)
+    _core.mm(a, b, out, s, alloc, epilogue, c, row_scale, col_scale, row_bias, col_bias, amax, float(alpha),
+             float(beta), float(lo), float(hi))
     return out
 
 

@@ -9,9 +9,9 @@ def info_json(with_actor_stats: bool = False, indent: int = -1) -> str:
 def version() -> str:
     """The cuactor library version."""
 
-def mm(a: object | None, b: object | None, out: object | None, stream: int, alloc: object | None = None) -> None:
+def mm(a: object | None, b: object | None, out: object | None, stream: int, alloc: object | None = None, epilogue: str | None = None, c: object | None = None, row_scale: object | None = None, col_scale: object | None = None, row_bias: object | None = None, col_bias: object | None = None, amax: object | None = None, alpha: float = 1.0, beta: float = 0.0, clamp_lo: float = -3.4028234663852886e+38, clamp_hi: float = 3.4028234663852886e+38) -> None:
     """
-    out = a @ b on `stream` (a cudaStream_t as an integer) with a catalog GemmPlan: rank 2 (M, K) x (K, N) -> (M, N), or rank 3 with a common batch. `alloc(nbytes)` returns a device tensor for the plan's workspace, if any (default: stream-ordered from the device's pool). Raises the cuactor.errors class of the failure.
+    out = epilogue(a @ b) on `stream` (a cudaStream_t as an integer) with a GemmPlan: rank 2 (M, K) x (K, N) -> (M, N), or rank 3 with a common batch. `epilogue` is a tree token such as 'silu(add(acc,colbias))' whose operands are c (out's shape and dtype), row_scale / col_scale (float32, M / N values), row_bias / col_bias (out's dtype, M / N values), amax (one float32, max-reduced), alpha, beta and the clamp bounds; trees the catalog lacks are compiled by the JIT on first use. `alloc(nbytes)` returns a device tensor for the plan's workspace, if any (default: stream-ordered from the device's pool). Raises the cuactor.errors class of the failure.
     """
 
 def grouped_mm(a: object | None, b: object | None, offs: object | None, out: object | None, stream: int, alloc: object | None = None, scale_a: object | None = None, scale_b: object | None = None, ab_dtype: str | None = None) -> None:

@@ -121,6 +121,8 @@ Result<InstanceRequest> instance_request(const GemmSku& sku, std::optional<GpuAr
   r.values = placeholders_for(sku);
   r.symbol = sku.symbol_name();
   r.arch = compile_for;
+  // An amax node's workspace is zeroed by CUTLASS through the driver API (cutlass/workspace.h).
+  if (!sku.epilogue.is_preset() && sku.epilogue.uses(kernels::EpilogueNode::amax)) r.options.push_back("-lcuda");
   return r;
 }
 

@@ -93,6 +93,8 @@ Result<std::vector<std::byte>> nvcc_compile(const NvccRequest& req, const Progre
       nvcc->string(), "-std=c++20", "--expt-relaxed-constexpr", "-O3",      "-DNDEBUG",       "-shared",
       "-Xcompiler",   "-fPIC",      "-cudart=shared",           "-gencode", gencode(req.arch)};
   for (const auto& d : req.include_dirs) argv.push_back("-I" + d.string());
+  // Where `-lcuda` finds the driver's link stub (the loaded object binds to the installed driver).
+  argv.push_back("-L" + (nvcc->parent_path().parent_path() / "lib64" / "stubs").string());
   argv.insert(argv.end(), req.options.begin(), req.options.end());
   argv.insert(argv.end(), {"-o", obj.string(), src.string()});
   const auto start = std::chrono::steady_clock::now();

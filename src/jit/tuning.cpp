@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <bit>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <nlohmann/json.hpp>
@@ -195,31 +196,47 @@ Status TuningDb::save(const fs::path& path) const {
   return ok();
 }
 
+namespace {
+
+/// The plan of a problem whose epilogue tree the catalog lacks: the heuristic's configuration
+/// (GemmPlan::sku_for), compiled or loaded from the disk cache by `jit`.
+Result<kernels::GemmPlan> jit_heuristic_plan(const kernels::GemmProblem& problem, GpuArch arch,
+                                             const kernels::GemmPlanOptions& options, GemmJit& jit) {
+  auto sku = kernels::GemmPlan::sku_for(problem, arch, options);
+  if (!sku) return fail(sku.error());
+  auto resolved = jit.resolve(*sku).get();
+  if (!resolved) return fail(resolved.error());
+  return kernels::GemmPlan::with_instance(problem, arch, *sku, *(*resolved)->abi, (*resolved)->jit,
+                                          kernels::PlanSource::heuristic, options);
+}
+
+/// GemmPlan::make, falling back to the JIT (when `jit` gives one) for epilogue trees the catalog lacks.
+Result<kernels::GemmPlan> heuristic_plan(const kernels::GemmProblem& problem, GpuArch arch,
+                                         const kernels::GemmPlanOptions& options,
+                                         const std::function<GemmJit*()>& jit) {
+  auto plan = kernels::GemmPlan::make(problem, arch, options);
+  if (plan || !(plan.error() == errc::unsupported) || problem.epilogue.is_preset() || options.sku_override) return plan;
+  GemmJit* compiler = jit ? jit() : nullptr;
+  if (compiler == nullptr) return plan;
+  return jit_heuristic_plan(problem, arch, options, *compiler);
+}
+
+}  // namespace
+
 Result<kernels::GemmPlan> plan_dense_gemm(const kernels::GemmProblem& problem, const TuningDevice& device,
                                           kernels::GemmPlanOptions options, const TuningDb* db, GemmJit* jit) {
   if (options.sm_count == 0) options.sm_count = device.sm_count;
   const auto tuned =
       (db != nullptr && !options.sku_override) ? db->find(device, DenseGemmClass::of(problem)) : std::nullopt;
-  if (!tuned) {
-    auto plan = kernels::GemmPlan::make(problem, device.arch, options);
-    // An epilogue tree the catalog lacks: the heuristic's configuration, instantiated by the JIT.
-    if (plan || !(plan.error() == errc::unsupported) || jit == nullptr || problem.epilogue.is_preset() ||
-        options.sku_override)
-      return plan;
-    auto sku = kernels::GemmPlan::sku_for(problem, device.arch, options);
-    if (!sku) return fail(sku.error());
-    auto resolved = jit->resolve(*sku).get();
-    if (!resolved) return fail(resolved.error());
-    return kernels::GemmPlan::with_instance(problem, device.arch, *sku, *(*resolved)->abi, (*resolved)->jit,
-                                            kernels::PlanSource::heuristic, options);
-  }
+  const std::function<GemmJit*()> jit_source = [jit] { return jit; };
+  if (!tuned) return heuristic_plan(problem, device.arch, options, jit_source);
   kernels::GemmPlanOptions tuned_options = options;
   tuned_options.max_swizzle = tuned->max_swizzle;
   tuned_options.raster_order = tuned->raster_order;
   const auto fall_back = [&](const Error& why) {
     log(LogLevel::warn, fmt::format("tuned GEMM kernel {} for {} is not usable ({}); using the heuristic's choice",
                                     tuned->sku.to_string(), DenseGemmClass::of(problem).to_string(), why.message()));
-    return kernels::GemmPlan::make(problem, device.arch, options);
+    return heuristic_plan(problem, device.arch, options, jit_source);
   };
   // The catalog's instance, else the JIT's (GemmJit::resolve does both); without a JIT, the catalog only.
   std::shared_ptr<const ResolvedInstance> instance;
@@ -238,7 +255,25 @@ Result<kernels::GemmPlan> plan_dense_gemm(const kernels::GemmProblem& problem, c
   return plan;
 }
 
-kernels::GemmPlanCache::Planner tuned_planner(std::shared_ptr<const TuningDb> db, std::shared_ptr<GemmJit> jit) {
+namespace {
+
+/// A JIT over the default disk cache, created on first use (planners of processes that never need
+/// one start no compiler machinery).
+std::function<GemmJit*()> lazy_default_jit() {
+  struct Lazy {
+    std::once_flag once;
+    std::shared_ptr<GemmJit> jit;
+  };
+  auto lazy = std::make_shared<Lazy>();
+  return [lazy]() -> GemmJit* {
+    std::call_once(lazy->once, [&] {
+      if (auto engine = JitEngine::create({})) lazy->jit = std::make_shared<GemmJit>(std::move(*engine));
+    });
+    return lazy->jit.get();
+  };
+}
+
+kernels::GemmPlanCache::Planner make_planner(std::shared_ptr<const TuningDb> db, std::function<GemmJit*()> jit) {
   struct Devices {
     std::mutex mutex;
     std::map<int, TuningDevice> known;
@@ -246,31 +281,33 @@ kernels::GemmPlanCache::Planner tuned_planner(std::shared_ptr<const TuningDb> db
   auto devices = std::make_shared<Devices>();
   return [db = std::move(db), jit = std::move(jit), devices](const kernels::GemmProblem& problem, GpuArch arch,
                                                              const kernels::GemmPlanOptions& options) {
-    if (!db || db->size() == 0 || options.sku_override) return kernels::GemmPlan::make(problem, arch, options);
+    if (!db || db->size() == 0 || options.sku_override) return heuristic_plan(problem, arch, options, jit);
     TuningDevice device;
     {
       std::lock_guard lock(devices->mutex);
       auto it = devices->known.find(options.device);
       if (it == devices->known.end()) {
         auto d = TuningDevice::of(options.device);
-        if (!d) return kernels::GemmPlan::make(problem, arch, options);  // no such device here: no tuning
+        if (!d) return heuristic_plan(problem, arch, options, jit);  // no such device here: no tuning
         it = devices->known.emplace(options.device, std::move(*d)).first;
       }
       device = it->second;
     }
-    if (device.arch != arch) return kernels::GemmPlan::make(problem, arch, options);  // planning for another target
-    return plan_dense_gemm(problem, device, options, db.get(), jit.get());
+    if (device.arch != arch) return heuristic_plan(problem, arch, options, jit);  // planning for another target
+    return plan_dense_gemm(problem, device, options, db.get(), jit());
   };
+}
+
+}  // namespace
+
+kernels::GemmPlanCache::Planner tuned_planner(std::shared_ptr<const TuningDb> db, std::shared_ptr<GemmJit> jit) {
+  return make_planner(std::move(db), [jit] { return jit.get(); });
 }
 
 kernels::GemmPlanCache::Planner default_tuned_planner() {
   auto db = std::make_shared<TuningDb>();
   if (auto path = TuningDb::default_path()) *db = TuningDb::load(*path);
-  std::shared_ptr<GemmJit> jit;
-  if (db->size() > 0) {
-    if (auto engine = JitEngine::create({})) jit = std::make_shared<GemmJit>(std::move(*engine));
-  }
-  return tuned_planner(std::move(db), std::move(jit));
+  return make_planner(std::move(db), lazy_default_jit());
 }
 
 }  // namespace cuactor::jit

@@ -72,8 +72,26 @@ void require_scale(const TensorArg& s, std::int64_t group_count, bool allow_sing
                       allow_single ? fmt::format("1 or G={}", group_count) : fmt::format("G={}", group_count)));
 }
 
-/// Dense or batched GEMM: out = a @ b for rank 2 (M, K) x (K, N), or rank 3 with a common batch.
-void mm(nb::handle a_obj, nb::handle b_obj, nb::handle out_obj, std::uintptr_t stream_handle, nb::handle alloc) {
+/// A contiguous 1-D vector operand of an epilogue tree: `length` values of `dtype` on `device`.
+const void* epilogue_vector(nb::handle obj, const char* what, std::int64_t length, DType dtype, int device) {
+  if (obj.is_none()) return nullptr;
+  const TensorArg v = import_tensor(obj, what);
+  require_cuda(v);
+  require_same_device(v, device);
+  require_rank(v, 1, "an epilogue vector (1-D)");
+  require_dtype(v, dtype, "epilogue vectors: scales and amax are float32, biases take out's dtype");
+  if (v.shape[0] != length || (length > 1 && v.strides[0] != 1))
+    raise(errc::invalid_argument, fmt::format("{}: must be contiguous with {} values (the output's {})", v.describe(),
+                                              length, std::string_view(what).starts_with("row") ? "rows" : "columns"));
+  return v.data;
+}
+
+/// Dense or batched GEMM: out = epilogue(a @ b) for rank 2 (M, K) x (K, N), or rank 3 with a common
+/// batch; the epilogue is the default linear combination or a tree token ([K8]) with its operands.
+void mm(nb::handle a_obj, nb::handle b_obj, nb::handle out_obj, std::uintptr_t stream_handle, nb::handle alloc,
+        std::optional<std::string> epilogue, nb::handle c_obj, nb::handle row_scale, nb::handle col_scale,
+        nb::handle row_bias, nb::handle col_bias, nb::handle amax, float alpha, float beta, float clamp_lo,
+        float clamp_hi) {
   const TensorArg a = import_tensor(a_obj, "a"), b = import_tensor(b_obj, "b"), out = import_tensor(out_obj, "out");
   for (const TensorArg* t : {&a, &b, &out}) require_cuda(*t);
   if (a.ndim != 2 && a.ndim != 3)
@@ -113,6 +131,7 @@ void mm(nb::handle a_obj, nb::handle b_obj, nb::handle out_obj, std::uintptr_t s
   p.epilogue = is_low_precision_float(a.dtype) ? kernels::GemmEpilogue::scaled_linear_combination
                                                : kernels::GemmEpilogue::linear_combination;
   kernels::GemmOperands o;
+  std::int64_t c_bytes = 0;
   o.a = a.data;
   o.b = b.data;
   o.d = out.data;
@@ -124,6 +143,40 @@ void mm(nb::handle a_obj, nb::handle b_obj, nb::handle out_obj, std::uintptr_t s
     o.batch_stride_b = b.strides[0];
     o.batch_stride_d = out.strides[0];
   }
+  if (epilogue) {
+    p.epilogue = unwrap(kernels::EpilogueSpec::parse(*epilogue));
+    o.alpha = alpha;
+    o.beta = beta;
+    auto& e = o.epilogue;
+    e.row_scale = static_cast<const float*>(epilogue_vector(row_scale, "row_scale", m, DType::f32, a.device));
+    e.col_scale = static_cast<const float*>(epilogue_vector(col_scale, "col_scale", n, DType::f32, a.device));
+    e.row_bias = epilogue_vector(row_bias, "row_bias", m, out.dtype, a.device);
+    e.col_bias = epilogue_vector(col_bias, "col_bias", n, out.dtype, a.device);
+    e.amax = static_cast<float*>(const_cast<void*>(epilogue_vector(amax, "amax", 1, DType::f32, a.device)));
+    e.clamp_lo = clamp_lo;
+    e.clamp_hi = clamp_hi;
+    if (!c_obj.is_none()) {
+      const TensorArg src = import_tensor(c_obj, "c");
+      require_cuda(src);
+      require_same_device(src, a.device);
+      require_rank(src, out.ndim, "mm's c (out's rank)");
+      require_dtype(src, out.dtype, "c takes out's dtype");
+      for (std::size_t i = 0; i < static_cast<std::size_t>(out.ndim); ++i)
+        if (src.shape[i] != out.shape[i])
+          raise(errc::invalid_argument, fmt::format("{}: must have out's shape", src.describe()));
+      const MatrixView vc = require_matrix(src, true);
+      o.c = src.data;
+      o.ldc = vc.ld;
+      c_bytes = src.extent_bytes();
+      if (batch > 1) o.batch_stride_c = src.strides[0];
+    }
+  } else {
+    for (nb::handle h : {c_obj, row_scale, col_scale, row_bias, col_bias, amax})
+      if (!h.is_none())
+        raise(errc::invalid_argument,
+              "mm: c, row_scale, col_scale, row_bias, col_bias and amax are operands of an "
+              "epilogue tree; pass epilogue= too");
+  }
   const DeviceFacts& facts = device_facts(a.device);
   kernels::GemmPlanOptions options;
   options.sm_count = facts.sm_count;
@@ -131,7 +184,7 @@ void mm(nb::handle a_obj, nb::handle b_obj, nb::handle out_obj, std::uintptr_t s
   auto plan = unwrap(dense_plans().get(p, facts.arch, options));
   check(plan.validate(o));
   check(plan.check_buffer_sizes(o, static_cast<std::size_t>(a.extent_bytes()),
-                                static_cast<std::size_t>(b.extent_bytes()), 0,
+                                static_cast<std::size_t>(b.extent_bytes()), static_cast<std::size_t>(c_bytes),
                                 static_cast<std::size_t>(out.extent_bytes())));
   const DeviceGuard guard(a.device);
   const cudaStream_t stream = stream_from(stream_handle);
@@ -309,10 +362,18 @@ kernels::GroupedScalars grouped_scalars(const GroupedOperands& ops) {
 
 void bind_ops(nb::module_& m) {
   m.def("mm", &mm, nb::arg("a").none(), nb::arg("b").none(), nb::arg("out").none(), nb::arg("stream"),
-        nb::arg("alloc").none() = nb::none(),
-        "out = a @ b on `stream` (a cudaStream_t as an integer) with a catalog GemmPlan: rank 2 (M, K) x (K, N) -> "
-        "(M, N), or rank 3 with a common batch. `alloc(nbytes)` returns a device tensor for the plan's workspace, if "
-        "any (default: stream-ordered from the device's pool). Raises the cuactor.errors class of the failure.");
+        nb::arg("alloc").none() = nb::none(), nb::arg("epilogue").none() = nb::none(), nb::arg("c").none() = nb::none(),
+        nb::arg("row_scale").none() = nb::none(), nb::arg("col_scale").none() = nb::none(),
+        nb::arg("row_bias").none() = nb::none(), nb::arg("col_bias").none() = nb::none(),
+        nb::arg("amax").none() = nb::none(), nb::arg("alpha") = 1.0f, nb::arg("beta") = 0.0f,
+        nb::arg("clamp_lo") = -3.4028234663852886e38f, nb::arg("clamp_hi") = 3.4028234663852886e38f,
+        "out = epilogue(a @ b) on `stream` (a cudaStream_t as an integer) with a GemmPlan: rank 2 (M, K) x (K, N) -> "
+        "(M, N), or rank 3 with a common batch. `epilogue` is a tree token such as 'silu(add(acc,colbias))' whose "
+        "operands are c (out's shape and dtype), row_scale / col_scale (float32, M / N values), row_bias / col_bias "
+        "(out's dtype, M / N values), amax (one float32, max-reduced), alpha, beta and the clamp bounds; trees the "
+        "catalog lacks are compiled by the JIT on first use. `alloc(nbytes)` returns a device tensor for the plan's "
+        "workspace, if any (default: stream-ordered from the device's pool). Raises the cuactor.errors class of the "
+        "failure.");
   m.def("grouped_mm", &grouped_mm, nb::arg("a").none(), nb::arg("b").none(), nb::arg("offs").none(),
         nb::arg("out").none(), nb::arg("stream"), nb::arg("alloc").none() = nb::none(),
         nb::arg("scale_a").none() = nb::none(), nb::arg("scale_b").none() = nb::none(),

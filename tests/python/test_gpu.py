@@ -155,7 +155,7 @@ def test_plan_objects_prepare_once_run_many(torch_cuda):
     small = torch.empty(16, dtype=torch.uint8, device="cuda")
     with pytest.raises(cuactor.WorkspaceTooSmallError):
         prepared.run(stream, small)
-    with pytest.raises(cuactor.InvalidArgumentError, match="layout_b"):
+    with pytest.raises(cuactor.errors.InvalidArgumentError, match="layout_b"):
         plan.prepare(a, b.contiguous(), offs, out)
 
 
@@ -191,24 +191,24 @@ def test_foreign_tensors_with_explicit_stream(torch_cuda, wrap):
     cuactor.grouped_mm(wrap(a), wrap(b), wrap(offs), wrap(out), stream=stream)
     end = int(offs[-1])
     assert rel_err(torch, out[:end], reference(torch, a, b, offs)[:end]) < TOL["float16"]
-    with pytest.raises(cuactor.InvalidArgumentError, match="stream=None"):
+    with pytest.raises(cuactor.errors.InvalidArgumentError, match="stream=None"):
         cuactor.grouped_mm(wrap(a), wrap(b), wrap(offs), wrap(out))
 
 
 def test_validation_names_operand_value_and_rule(torch_cuda):
     torch = torch_cuda
     a, b, offs = moe_operands(torch)
-    with pytest.raises(cuactor.InvalidArgumentError, match=r"offs .*int32"):
+    with pytest.raises(cuactor.errors.InvalidArgumentError, match=r"offs .*int32"):
         cuactor.grouped_mm(a, b, offs.long())
-    with pytest.raises(cuactor.InvalidArgumentError, match=r"b .*K=128 does not match a's K=256"):
+    with pytest.raises(cuactor.errors.InvalidArgumentError, match=r"b .*K=128 does not match a's K=256"):
         cuactor.grouped_mm(a, b[:, :128, :], offs)
-    with pytest.raises(cuactor.InvalidArgumentError, match="one input dtype"):
+    with pytest.raises(cuactor.errors.InvalidArgumentError, match="one input dtype"):
         cuactor.grouped_mm(a.half(), b, offs)
-    with pytest.raises(cuactor.InvalidArgumentError, match="contiguous"):
+    with pytest.raises(cuactor.errors.InvalidArgumentError, match="contiguous"):
         cuactor.grouped_mm(a.t().contiguous().t(), b, offs)
-    with pytest.raises(cuactor.InvalidArgumentError, match="CUDA device memory"):
+    with pytest.raises(cuactor.errors.InvalidArgumentError, match="CUDA device memory"):
         cuactor.grouped_mm(a.cpu(), b, offs)
-    with pytest.raises(cuactor.InvalidArgumentError, match=r"K \(or N\)|K or N contiguous"):
+    with pytest.raises(cuactor.errors.InvalidArgumentError, match=r"K \(or N\)|K or N contiguous"):
         cuactor.grouped_mm(a, b.permute(1, 0, 2).contiguous().permute(1, 0, 2)[:, :, ::2], offs)
 
 
@@ -255,13 +255,13 @@ def test_device_actor_asyncio(torch_cuda):
             refs = await asyncio.gather(*(dev.allocate(64, "i32") for _ in range(32)))
             await asyncio.gather(*(dev.fill(r, i) for i, r in enumerate(refs)))
             assert [int((await dev.copy_to_host(r))[0]) for r in refs[:4]] == [0, 1, 2, 3]
-            with pytest.raises(cuactor.InvalidArgumentError, match="do not fit"):
+            with pytest.raises(cuactor.errors.InvalidArgumentError, match="do not fit"):
                 await dev.copy_to_device(refs[0], np.zeros(65, np.int32))
             h = await dev.allocate((8,), "bf16")  # bf16 has no NumPy dtype: its bits travel as uint16
             bits = np.arange(8, dtype=np.uint16) + 0x3F80
             await dev.copy_to_device(h, bits)
             assert np.array_equal(await dev.copy_to_host(h), bits)
-            with pytest.raises(cuactor.InvalidArgumentError, match="f16 values into a bf16 buffer"):
+            with pytest.raises(cuactor.errors.InvalidArgumentError, match="f16 values into a bf16 buffer"):
                 await dev.copy_to_device(h, np.zeros(8, np.float16))
             stats = dev.stats()
             assert stats["generation"] >= 1
@@ -387,11 +387,11 @@ def test_conv2d_backward_matches_torch(conv_torch, op, dtype, shape):
 def test_conv2d_rules_on_the_device(conv_torch):
     torch = conv_torch
     x, x_nhwc, w, w_krsc, geom = conv_operands(torch, CONV_SHAPES[0], torch.bfloat16)
-    with pytest.raises(cuactor.InvalidArgumentError, match=r"must be packed N x H x W x C.*permute\(0, 2, 3, 1\)"):
+    with pytest.raises(cuactor.errors.InvalidArgumentError, match=r"must be packed N x H x W x C.*permute\(0, 2, 3, 1\)"):
         cuactor.conv2d(x.contiguous().permute(0, 2, 3, 1), w_krsc, **geom)  # NCHW-contiguous: channels strided
-    with pytest.raises(cuactor.InvalidArgumentError, match="CUDA device memory"):
+    with pytest.raises(cuactor.errors.InvalidArgumentError, match="CUDA device memory"):
         cuactor.conv2d(x_nhwc.cpu(), w_krsc, **geom)
-    with pytest.raises(cuactor.InvalidArgumentError, match="multiple of 8"):
+    with pytest.raises(cuactor.errors.InvalidArgumentError, match="multiple of 8"):
         cuactor.conv2d(x_nhwc[..., :12].contiguous(), w_krsc[..., :12].contiguous(), **geom)
     dy = torch.zeros(2, 17, 13, 64, device="cuda", dtype=torch.float32)
     with pytest.raises(cuactor.UnsupportedError):  # dgrad and wgrad have 16-bit kernels only
@@ -457,3 +457,59 @@ def test_conv2d_under_cuda_graph_replays_as_eager(conv_torch):
         assert torch.equal(dw, cuactor.conv2d_backward_weight(dy_npqk, x_nhwc, (r, s), **geom))
         ref = torch.nn.functional.conv2d(x.double(), w.double(), **geom).permute(0, 2, 3, 1)
         assert rel_err(torch, y, ref) < CONV_TOL["bfloat16"]
+
+
+@pytest.mark.parametrize("act", ["silu", "gelu", "relu"])
+def test_mm_with_bias_and_activation_matches_torch(conv_torch, act):
+    torch = conv_torch  # sm_90a: epilogue trees are CUTLASS Sm90EVT visitors
+    a = torch.randn(300, 256, device="cuda", dtype=torch.bfloat16)
+    w = torch.randn(520, 256, device="cuda", dtype=torch.bfloat16)
+    bias = torch.randn(520, device="cuda", dtype=torch.bfloat16)
+    out = cuactor.mm(a, w.t(), epilogue=f"{act}(add(acc,colbias))", col_bias=bias)
+    fn = {"silu": torch.nn.functional.silu, "gelu": torch.nn.functional.gelu, "relu": torch.relu}[act]
+    ref = fn(a.double() @ w.double().t() + bias.double())
+    assert rel_err(torch, out, ref) < TOL["bfloat16"]
+
+
+def test_mm_epilogue_tree_through_the_jit_under_cuda_graph(conv_torch):
+    torch = conv_torch
+    a = torch.randn(200, 128, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(128, 264, device="cuda", dtype=torch.bfloat16)
+    c = torch.randn(200, 264, device="cuda", dtype=torch.bfloat16)
+    rs = torch.rand(200, device="cuda", dtype=torch.float32)
+    amax = torch.zeros(1, device="cuda", dtype=torch.float32)
+    tree = "amax(clamp(fma(acc,rowscale,mul(beta,c))))"
+    eager = cuactor.mm(a, b, epilogue=tree, c=c, row_scale=rs, beta=0.5, amax=amax, clamp=(-3.0, 3.0))
+    x = (a.double() @ b.double()) * rs.double()[:, None] + 0.5 * c.double()
+    ref = x.clamp(-3.0, 3.0)
+    assert rel_err(torch, eager, ref) < TOL["bfloat16"]
+    assert abs(amax.item() - ref.abs().max().item()) <= 1e-3 * ref.abs().max().item()
+    out = torch.empty_like(eager)
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):  # warm-up outside capture (plans, JIT load)
+        cuactor.mm(a, b, out, epilogue=tree, c=c, row_scale=rs, beta=0.5, amax=amax, clamp=(-3.0, 3.0))
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        cuactor.mm(a, b, out, epilogue=tree, c=c, row_scale=rs, beta=0.5, amax=amax, clamp=(-3.0, 3.0))
+    out.zero_()
+    g.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(out, eager)
+
+
+def test_mm_epilogue_rejects_bad_operands(conv_torch):
+    torch = conv_torch
+    a = torch.randn(64, 64, device="cuda", dtype=torch.bfloat16)
+    with pytest.raises(cuactor.errors.InvalidArgumentError, match="is not an epilogue node"):
+        cuactor.mm(a, a, epilogue="silu(add(acc,bias))")
+    with pytest.raises(cuactor.errors.InvalidArgumentError, match="reads colbias but its pointer is null"):
+        cuactor.mm(a, a, epilogue="silu(add(acc,colbias))")
+    with pytest.raises(cuactor.errors.InvalidArgumentError, match="64 values"):
+        cuactor.mm(a, a, epilogue="silu(add(acc,colbias))", col_bias=torch.zeros(65, device="cuda",
+                                                                                 dtype=torch.bfloat16))
+    with pytest.raises(cuactor.errors.InvalidArgumentError, match="float32"):
+        cuactor.mm(a, a, epilogue="mul(acc,rowscale)", row_scale=torch.zeros(64, device="cuda", dtype=torch.bfloat16))
+    with pytest.raises(cuactor.errors.InvalidArgumentError, match="pass epilogue"):
+        cuactor.mm(a, a, col_bias=torch.zeros(64, device="cuda", dtype=torch.bfloat16))

@@ -99,7 +99,8 @@ class TuningDb {
 /// runs (its kernel from the catalog, else compiled or loaded from the disk cache by `jit`) with
 /// source `tuned` and the tuned scheduling options. Without a tuned choice, or when its kernel cannot
 /// be had (not compiled in and no `jit`, a failed compile: logged as a warning), GemmPlan::make's
-/// heuristic. `options.sku_override` bypasses the database. `db` and `jit` may be null.
+/// heuristic. `options.sku_override` bypasses the database. `db` and `jit` may be null. An epilogue
+/// tree that no catalog kernel computes is compiled by `jit` in the heuristic's configuration.
 Result<kernels::GemmPlan> plan_dense_gemm(const kernels::GemmProblem& problem, const TuningDevice& device,
                                           kernels::GemmPlanOptions options, const TuningDb* db, GemmJit* jit);
 
@@ -109,7 +110,8 @@ Result<kernels::GemmPlan> plan_dense_gemm(const kernels::GemmProblem& problem, c
 kernels::GemmPlanCache::Planner tuned_planner(std::shared_ptr<const TuningDb> db, std::shared_ptr<GemmJit> jit);
 
 /// The default database (TuningDb::default_path()) loaded once, or an empty one where there is no
-/// cache root; with a JIT over the default disk cache when the database has entries.
+/// cache root; with a JIT over the default disk cache, created when a tuned kernel or an epilogue
+/// tree outside the catalog first needs one.
 kernels::GemmPlanCache::Planner default_tuned_planner();
 
 }  // namespace cuactor::jit
