@@ -154,6 +154,13 @@ cuactor_gemm_instance(${dense80} TYPES f16 f16 f16 f16 f32 LAYOUTS row col row T
 
 # ---- The matrix: grouped GEMM (sm_90a ptr-array kernels, launched without host problem shapes) ----
 set(grouped90 FAMILY grouped ARCH sm_90a TEMPLATE grouped_instance.cu.in)
+# The expert FFN's down projection: each row scaled by its routing weight in the epilogue ([K8]).
+foreach(t bf16 f16)
+  cuactor_gemm_instance(${grouped90} TYPES ${t} ${t} ${t} ${t} f32 LAYOUTS row col row TILE 128 256 64 CLUSTER 2 1 1
+                        SCHEDULE cooperative EPILOGUE "mul(acc,rowscale)")
+endforeach()
+cuactor_gemm_instance(${grouped90} TYPES bf16 bf16 bf16 bf16 f32 LAYOUTS row col row TILE 64 128 128 CLUSTER 1 1 1
+                      SCHEDULE pingpong EPILOGUE "mul(acc,rowscale)")
 # 16-bit, large M: cooperative 128x256x64, cluster 2x1; small M (decode): pingpong 64x128x128.
 foreach(t bf16 f16)
   cuactor_gemm_instance(${grouped90} TYPES ${t} ${t} ${t} ${t} f32 LAYOUTS row col row TILE 128 256 64 CLUSTER 2 1 1

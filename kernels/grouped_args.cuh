@@ -27,8 +27,12 @@ struct GroupedArrays {
   std::int64_t* ld_b;
   std::int64_t* ld_c;
   std::int64_t* ld_d;
-  float* alpha;           ///< alpha[g], or null when one alpha serves every group.
-  std::int32_t* k0_rows;  ///< Rows of D = beta * C for K = 0 groups (0 elsewhere), or null.
+  float* alpha;            ///< alpha[g], or null when one alpha serves every group.
+  std::int32_t* k0_rows;   ///< Rows of D = beta * C for K = 0 groups (0 elsewhere), or null.
+  const void** row_scale;  ///< Epilogue tree vectors per group (rowscale, colscale, rowbias, colbias), or null.
+  const void** col_scale;
+  const void** row_bias;
+  const void** col_bias;
 };
 
 /// A grouped GEMM over one packed A (rows of all groups stacked, as torch._grouped_mm's input) and
@@ -55,6 +59,10 @@ struct DeviceSizedParams {
   const float* scale_a;       ///< fp8: scale of A (one value for the packed tensor), or null.
   const float* scale_b;       ///< fp8: scale of B[g] (group_count values), or null.
   std::int32_t* error_group;  ///< Set to 1 + the first group whose rows were invalid (0 = none).
+  const char* row_scale;      ///< Epilogue tree: capacity_rows floats, or null.
+  const char* col_scale;      ///< Epilogue tree: group_count x n floats, or null.
+  const char* row_bias;       ///< Epilogue tree: capacity_rows values of D's type, or null.
+  const char* col_bias;       ///< Epilogue tree: group_count x n values of D's type, or null.
 };
 
 #if defined(__CUDACC__)
@@ -93,6 +101,11 @@ __global__ void build_device_sized_args(DeviceSizedParams p, GroupedArrays out) 
     out.alpha[g] =
         p.alpha * (p.scale_a != nullptr ? p.scale_a[0] : 1.0f) * (p.scale_b != nullptr ? p.scale_b[g] : 1.0f);
   if (out.k0_rows != nullptr) out.k0_rows[g] = p.k == 0 ? m : 0;
+  const std::int64_t col_offset = static_cast<std::int64_t>(g) * p.n;
+  if (out.row_scale != nullptr) out.row_scale[g] = p.row_scale + begin * static_cast<std::int64_t>(sizeof(float));
+  if (out.col_scale != nullptr) out.col_scale[g] = p.col_scale + col_offset * static_cast<std::int64_t>(sizeof(float));
+  if (out.row_bias != nullptr) out.row_bias[g] = p.row_bias + begin * p.d_bytes;
+  if (out.col_bias != nullptr) out.col_bias[g] = p.col_bias + col_offset * p.d_bytes;
 }
 
 /// alpha[g] = alpha * scale_a[g or 0] * scale_b[g]: per-tensor fp8 scales folded on the device so

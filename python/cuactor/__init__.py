@@ -31,6 +31,7 @@ __all__ = [
     "info",
     "mm",
     "grouped_mm",
+    "moe_expert_ffn",
     "scaled_grouped_mm",
     "conv2d",
     "conv2d_backward_data",
@@ -153,6 +154,33 @@ def mm(a: Any, b: Any, out: Any = None, out_dtype: Any = None, *, epilogue: str 
     lo, hi = clamp if clamp is not None else (-3.4028234663852886e38, 3.4028234663852886e38)
     _core.mm(a, b, out, s, alloc, epilogue, c, row_scale, col_scale, row_bias, col_bias, amax, float(alpha),
              float(beta), float(lo), float(hi))
+    return out
+
+
+def moe_expert_ffn(x: Any, w_gate_up: Any, w_down: Any, offs: Any, routing_weights: Any = None, out: Any = None, *,
+                   stream: int | None = None) -> Any:
+    """The mixture-of-experts expert FFN with SwiGLU, on rows already grouped by expert.
+
+    For expert e and its rows ``offs[e-1]:offs[e]`` of ``x`` (T, H)::
+
+        h = x @ w_gate_up[e].T                 # (rows, 2F): gate then up
+        a = silu(h[:, :F]) * h[:, F:]
+        out = routing_weights[:, None] * (a @ w_down[e].T)
+
+    ``w_gate_up`` is (E, 2F, H) and ``w_down`` (E, H, F), as ``nn.Linear`` stores weights; ``offs`` (E,)
+    int32 cumulative end rows stay in device memory (no synchronisation: one torch.cuda.graph capture
+    serves every routing); ``routing_weights`` (T,) float32 or None (weight 1). The weights are applied
+    in the down projection's epilogue; the SwiGLU is one elementwise kernel. bf16 or f16; rows past
+    ``offs[-1]`` of ``out`` are not written. Returns ``out`` (allocated like x when None).
+
+    Raises:
+        InvalidArgumentError: shapes, dtypes, devices or contiguity break a rule (the message says which).
+        UnsupportedError: no kernel of this build computes the dtype on this GPU.
+    """
+    torch = _torch_of(x)
+    out = _prepare_out(torch, x, (int(x.shape[0]), int(x.shape[1])), out, None, getattr(x, "dtype", None))
+    s, alloc = _context(torch, x, stream)
+    _core.moe_expert_ffn(x, w_gate_up, w_down, offs, routing_weights, out, s, alloc)
     return out
 
 

@@ -14,6 +14,11 @@ def mm(a: object | None, b: object | None, out: object | None, stream: int, allo
     out = epilogue(a @ b) on `stream` (a cudaStream_t as an integer) with a GemmPlan: rank 2 (M, K) x (K, N) -> (M, N), or rank 3 with a common batch. `epilogue` is a tree token such as 'silu(add(acc,colbias))' whose operands are c (out's shape and dtype), row_scale / col_scale (float32, M / N values), row_bias / col_bias (out's dtype, M / N values), amax (one float32, max-reduced), alpha, beta and the clamp bounds; trees the catalog lacks are compiled by the JIT on first use. `alloc(nbytes)` returns a device tensor for the plan's workspace, if any (default: stream-ordered from the device's pool). Raises the cuactor.errors class of the failure.
     """
 
+def moe_expert_ffn(x: object | None, w_gate_up: object | None, w_down: object | None, offs: object | None, routing_weights: object | None, out: object | None, stream: int, alloc: object | None = None) -> None:
+    """
+    The mixture-of-experts expert FFN on `stream`: x (T, H) rows grouped by expert, w_gate_up (E, 2F, H) (gate rows then up rows per expert), w_down (E, H, F), offs (E,) int32 cumulative end rows in device memory, routing_weights (T,) float32 or None, out (T, H): out = w * (silu(x Wg^T) * (x Wu^T)) Wd^T per expert.
+    """
+
 def grouped_mm(a: object | None, b: object | None, offs: object | None, out: object | None, stream: int, alloc: object | None = None, scale_a: object | None = None, scale_b: object | None = None, ab_dtype: str | None = None) -> None:
     """
     torch._grouped_mm's 2-D x 3-D case on `stream`: a (T, K), b (G, K, N), offs (G,) int32 cumulative end rows in device memory, out (T, N); rows past offs[-1] are not written. fp8 (e4m3) inputs take scale_a (1 or G float32) and scale_b (G float32); `ab_dtype` reinterprets a's and b's storage (fp8 passed as uint8). `alloc(nbytes)` returns a device tensor for the workspace (default: stream-ordered from the device's pool).

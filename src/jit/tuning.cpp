@@ -215,10 +215,24 @@ Result<kernels::GemmPlan> heuristic_plan(const kernels::GemmProblem& problem, Gp
                                          const kernels::GemmPlanOptions& options,
                                          const std::function<GemmJit*()>& jit) {
   auto plan = kernels::GemmPlan::make(problem, arch, options);
-  if (plan || !(plan.error() == errc::unsupported) || problem.epilogue.is_preset() || options.sku_override) return plan;
+  if (problem.epilogue.is_preset() || options.sku_override) return plan;
+  if (!plan && !(plan.error() == errc::unsupported)) return plan;
+  // Trees: the catalog holds the common ones in one configuration (large tiles); the heuristic's
+  // configuration for this shape (small-M pingpong tiles, ...) comes from the JIT when it differs.
+  if (plan) {
+    auto want = kernels::GemmPlan::sku_for(problem, arch, options);
+    if (!want || *want == plan->sku()) return plan;
+  }
   GemmJit* compiler = jit ? jit() : nullptr;
   if (compiler == nullptr) return plan;
-  return jit_heuristic_plan(problem, arch, options, *compiler);
+  auto compiled = jit_heuristic_plan(problem, arch, options, *compiler);
+  if (!compiled && plan) {
+    log(LogLevel::warn, fmt::format("epilogue tree '{}': the JIT could not build the heuristic's configuration ({}); "
+                                    "using the catalog's {}",
+                                    problem.epilogue.token(), compiled.error().message(), plan->sku().to_string()));
+    return plan;
+  }
+  return compiled;
 }
 
 }  // namespace

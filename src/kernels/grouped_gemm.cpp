@@ -65,7 +65,7 @@ Status check_operand(std::string_view where, char operand, const void* ptr, std:
 }  // namespace
 
 GroupedLayout make_grouped_layout(int group_count, bool has_k0_groups, bool has_alpha, bool has_error_flag,
-                                  std::size_t scratch_bytes) noexcept {
+                                  std::size_t scratch_bytes, const EpilogueSpec& vectors) noexcept {
   GroupedLayout l;
   l.group_count = group_count;
   const auto g = static_cast<std::size_t>(group_count);
@@ -88,6 +88,14 @@ GroupedLayout make_grouped_layout(int group_count, bool has_k0_groups, bool has_
   l.upload_bytes = at;
   if (has_alpha) l.alpha = take(g * sizeof(float));
   if (has_error_flag) l.error_flag = take(sizeof(std::int32_t));
+  if (!vectors.is_preset()) {
+    const std::pair<EpilogueNode, std::size_t*> slots[] = {{EpilogueNode::row_scale, &l.row_scale},
+                                                           {EpilogueNode::col_scale, &l.col_scale},
+                                                           {EpilogueNode::row_bias, &l.row_bias},
+                                                           {EpilogueNode::col_bias, &l.col_bias}};
+    for (auto [node, offset] : slots)
+      if (vectors.uses(node)) *offset = take(g * sizeof(void*));
+  }
   l.scratch = align_up(at, kWorkspaceAlignment);
   l.scratch_bytes = scratch_bytes;
   l.total = l.scratch + scratch_bytes;
@@ -143,7 +151,15 @@ Status validate_device_sized(const DeviceSizedGroups& g, const GroupedGemmSpec& 
                                                     grouped_alignment_elements(spec.a), name(spec.a)));
   const std::string where = "device-sized groups";
   CUACTOR_TRY(check_operand(where, 'd', g.d, g.ldd, g.n, "n", spec.d));
-  if (beta != 0.0f) {
+  CUACTOR_TRY(check_epilogue_operands(spec.epilogue, g.epilogue, "grouped GEMM"));
+  const bool tree = !spec.epilogue.is_preset();
+  if (tree && spec.epilogue.uses(EpilogueNode::c) && g.c == nullptr)
+    return fail(errc::invalid_argument,
+                fmt::format("{}: c is null but the epilogue '{}' reads it", where, spec.epilogue.token()));
+  if (tree && g.k == 0)
+    return fail(errc::unsupported, fmt::format("{}: k=0 (D = beta * C) with the epilogue tree '{}' is not supported",
+                                               where, spec.epilogue.token()));
+  if ((!tree && beta != 0.0f) || (tree && g.c != nullptr)) {
     if (g.c == nullptr)
       return fail(errc::invalid_argument, fmt::format("{}: c is null but beta={} reads C", where, beta));
     CUACTOR_TRY(check_operand(where, 'c', g.c, g.ldc, g.n, "n", spec.d));
@@ -208,8 +224,9 @@ int grouped_alignment_elements(DType t) noexcept {
 namespace {
 
 bool spec_matches(const GemmSku& sku, const GroupedGemmSpec& spec) {
+  const bool epilogue = spec.epilogue.is_preset() ? sku.epilogue.is_preset() : sku.epilogue == spec.epilogue;
   return sku.family == GemmFamily::grouped && sku.a == spec.a && sku.b == spec.b && sku.d == spec.d &&
-         sku.layout_b == spec.layout_b && grouped_sku_runs_on(sku, spec.arch);
+         sku.layout_b == spec.layout_b && epilogue && grouped_sku_runs_on(sku, spec.arch);
 }
 
 bool is_small_m(GemmSchedule s) {
@@ -257,6 +274,15 @@ Result<GroupedGemmPlan> GroupedGemmPlan::create(const GroupedGemmSpec& spec) {
     return fail(errc::invalid_argument,
                 fmt::format("grouped GEMM: sm_count={} must be the device's multiprocessor count", spec.sm_count));
   CUACTOR_TRY(check_dtypes(spec));
+  if (!spec.epilogue.is_preset()) {
+    CUACTOR_TRY(spec.epilogue.check());
+    if (spec.epilogue.uses(EpilogueNode::amax))
+      return fail(errc::unsupported, fmt::format("grouped GEMM epilogue '{}': amax is supported for dense GEMM only",
+                                                 spec.epilogue.token()));
+    if (spec.arch != GpuArch{9, 0, true})
+      return fail(errc::unsupported, fmt::format("grouped GEMM epilogue tree '{}' needs an sm_90a device, not {}",
+                                                 spec.epilogue.token(), spec.arch.name()));
+  }
   if (spec.sku_override) {
     const GemmSku& want = *spec.sku_override;
     const CatalogEntry* entry = find_in_catalog(want);
@@ -277,9 +303,11 @@ Result<GroupedGemmPlan> GroupedGemmPlan::create(const GroupedGemmSpec& spec) {
     if (best == nullptr || preference(e->sku, spec) > preference(best->sku, spec)) best = e;
   }
   if (best == nullptr)
-    return fail(errc::unsupported,
-                fmt::format("grouped GEMM: no kernel in this build computes a={} b={} d={} layout_b={} on {}",
-                            name(spec.a), name(spec.b), name(spec.d), name(spec.layout_b), spec.arch.name()));
+    return fail(
+        errc::unsupported,
+        fmt::format("grouped GEMM: no kernel in this build computes a={} b={} d={} layout_b={} epilogue {} on {}",
+                    name(spec.a), name(spec.b), name(spec.d), name(spec.layout_b), spec.epilogue.token(),
+                    spec.arch.name()));
   CUACTOR_TRY(check_instance_abi(*best->instance, sizeof(cuactor_grouped_args)));
   return GroupedGemmPlan(spec, best->sku, best->instance);
 }
@@ -306,6 +334,10 @@ Result<PreparedGroupedGemm> GroupedGemmPlan::prepare(std::span<const GroupedProb
                                                      const GroupedScalars& scalars) const {
   const nvtx::Range range([&] { return "grouped.prepare " + std::to_string(groups.size()) + " groups"; });
   if (groups.empty()) return fail(errc::invalid_argument, "group_count=0: a grouped GEMM needs at least one group");
+  if (!spec_.epilogue.is_preset())
+    return fail(errc::unsupported, fmt::format("grouped GEMM epilogue tree '{}': trees take device-sized groups "
+                                               "(DeviceSizedGroups), whose vectors are laid out per packed row / group",
+                                               spec_.epilogue.token()));
   if (groups.size() > static_cast<std::size_t>(INT32_MAX / 3))
     return fail(errc::invalid_argument, fmt::format("group_count={} is too large", groups.size()));
   CUACTOR_TRY(check_scalars(scalars, static_cast<int>(groups.size())));
@@ -340,7 +372,8 @@ Result<PreparedGroupedGemm> GroupedGemmPlan::prepare(const DeviceSizedGroups& gr
   if (!scratch) return fail(scratch.error());
   const bool has_alpha = scalars.scale_a != nullptr || scalars.scale_b != nullptr;
   auto meta = std::make_unique<GroupedMetadata>();
-  meta->layout = detail::make_grouped_layout(groups.group_count, groups.k == 0, has_alpha, true, *scratch);
+  meta->layout =
+      detail::make_grouped_layout(groups.group_count, groups.k == 0, has_alpha, true, *scratch, spec_.epilogue);
   meta->sku = sku_;
   meta->instance = instance_;
   meta->spec = spec_;
@@ -383,12 +416,14 @@ Status PreparedGroupedGemm::run(cudaStream_t stream, void* workspace, std::size_
   auto* ws = static_cast<std::byte*>(workspace);
   auto at = [&](std::size_t offset) { return offset == detail::GroupedLayout::none ? nullptr : ws + offset; };
   kernels::grouped::GroupedArrays arrays{
-      reinterpret_cast<std::int32_t*>(at(l.shapes)), reinterpret_cast<const void**>(at(l.ptr_a)),
-      reinterpret_cast<const void**>(at(l.ptr_b)),   reinterpret_cast<const void**>(at(l.ptr_c)),
-      reinterpret_cast<void**>(at(l.ptr_d)),         reinterpret_cast<std::int64_t*>(at(l.ld_a)),
-      reinterpret_cast<std::int64_t*>(at(l.ld_b)),   reinterpret_cast<std::int64_t*>(at(l.ld_c)),
-      reinterpret_cast<std::int64_t*>(at(l.ld_d)),   reinterpret_cast<float*>(at(l.alpha)),
-      reinterpret_cast<std::int32_t*>(at(l.k0_rows))};
+      reinterpret_cast<std::int32_t*>(at(l.shapes)),   reinterpret_cast<const void**>(at(l.ptr_a)),
+      reinterpret_cast<const void**>(at(l.ptr_b)),     reinterpret_cast<const void**>(at(l.ptr_c)),
+      reinterpret_cast<void**>(at(l.ptr_d)),           reinterpret_cast<std::int64_t*>(at(l.ld_a)),
+      reinterpret_cast<std::int64_t*>(at(l.ld_b)),     reinterpret_cast<std::int64_t*>(at(l.ld_c)),
+      reinterpret_cast<std::int64_t*>(at(l.ld_d)),     reinterpret_cast<float*>(at(l.alpha)),
+      reinterpret_cast<std::int32_t*>(at(l.k0_rows)),  reinterpret_cast<const void**>(at(l.row_scale)),
+      reinterpret_cast<const void**>(at(l.col_scale)), reinterpret_cast<const void**>(at(l.row_bias)),
+      reinterpret_cast<const void**>(at(l.col_bias))};
   const GroupedScalars& s = meta_->scalars;
   const GroupedGemmSpec& spec = meta_->spec;
   if (meta_->device_sized) {
@@ -416,7 +451,11 @@ Status PreparedGroupedGemm::run(cudaStream_t stream, void* workspace, std::size_
                                           s.alpha,
                                           s.scale_a,
                                           s.scale_b,
-                                          error_flag};
+                                          error_flag,
+                                          reinterpret_cast<const char*>(g.epilogue.row_scale),
+                                          reinterpret_cast<const char*>(g.epilogue.col_scale),
+                                          static_cast<const char*>(g.epilogue.row_bias),
+                                          static_cast<const char*>(g.epilogue.col_bias)};
     CUACTOR_TRY(gpu::check(detail::launch_build_device_sized_args(p, arrays, stream),
                            "grouped GEMM: building device-sized arguments"));
   } else {
@@ -444,6 +483,14 @@ Status PreparedGroupedGemm::run(cudaStream_t stream, void* workspace, std::size_
   args.alpha = s.alpha;
   args.beta = s.beta;
   args.alpha_per_group = arrays.alpha;
+  args.epilogue.row_scale = arrays.row_scale;
+  args.epilogue.col_scale = arrays.col_scale;
+  args.epilogue.row_bias = arrays.row_bias;
+  args.epilogue.col_bias = arrays.col_bias;
+  if (meta_->device_sized) {
+    args.epilogue.clamp_lo = meta_->device_sized->epilogue.clamp_lo;
+    args.epilogue.clamp_hi = meta_->device_sized->epilogue.clamp_hi;
+  }
   args.device = spec.device;
   args.sm_count = spec.sm_count;
   const int rc = meta_->instance->run(&args, ws + l.scratch, l.scratch_bytes, stream);

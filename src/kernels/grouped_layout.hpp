@@ -24,7 +24,8 @@ struct GroupedLayout {
   std::size_t upload_bytes = 0;   ///< End of the metadata image.
   std::size_t alpha = none;       ///< alpha[g] folded from fp8 scales on the device.
   std::size_t error_flag = none;  ///< Device-sized groups: 1 + first group with bad rows.
-  std::size_t scratch = 0;        ///< Kernel scratch (256-byte aligned).
+  std::size_t row_scale = none, col_scale = none, row_bias = none, col_bias = none;  ///< Tree vectors per group.
+  std::size_t scratch = 0;  ///< Kernel scratch (256-byte aligned).
   std::size_t scratch_bytes = 0;
   std::size_t total = 0;  ///< workspace_size().
 };
@@ -33,8 +34,9 @@ struct GroupedLayout {
 inline constexpr std::size_t kWorkspaceAlignment = 256;
 
 /// The layout of `group_count` groups' metadata plus `scratch_bytes` of kernel scratch.
+/// `vectors` names the epilogue tree's vectors (per-group pointer arrays built on the device).
 GroupedLayout make_grouped_layout(int group_count, bool has_k0_groups, bool has_alpha, bool has_error_flag,
-                                  std::size_t scratch_bytes) noexcept;
+                                  std::size_t scratch_bytes, const EpilogueSpec& vectors = {}) noexcept;
 
 /// Checks one host-known group against the rules of [K5] for the plan's element types and B layout;
 /// `invalid_argument` naming the group, the value and the rule.

@@ -17,6 +17,7 @@
 #include "cuactor/jit/tuning.hpp"
 #include "cuactor/kernels/gemm_plan.hpp"
 #include "cuactor/kernels/grouped_plan_cache.hpp"
+#include "cuactor/kernels/moe_ffn.hpp"
 
 namespace cuactor::pyext {
 namespace {
@@ -360,6 +361,78 @@ kernels::GroupedScalars grouped_scalars(const GroupedOperands& ops) {
   return s;
 }
 
+/// A contiguous tensor of `rank` with the given dims (-1: any) on `device`.
+TensorArg contiguous_operand(nb::handle obj, const char* what, std::initializer_list<std::int64_t> dims, int device) {
+  const TensorArg t = import_tensor(obj, what);
+  require_cuda(t);
+  require_same_device(t, device);
+  require_rank(t, static_cast<int>(dims.size()), what);
+  std::int64_t expected_stride = 1;
+  for (int i = static_cast<int>(dims.size()) - 1; i >= 0; --i) {
+    const std::int64_t want = dims.begin()[i];
+    if (want >= 0 && t.shape[static_cast<std::size_t>(i)] != want)
+      raise(errc::invalid_argument, fmt::format("{}: dimension {} must be {}", t.describe(), i, want));
+    if (t.shape[static_cast<std::size_t>(i)] > 1 && t.strides[static_cast<std::size_t>(i)] != expected_stride)
+      raise(errc::invalid_argument, fmt::format("{}: must be contiguous (call .contiguous())", t.describe()));
+    expected_stride *= t.shape[static_cast<std::size_t>(i)];
+  }
+  return t;
+}
+
+/// The expert FFN: out = w * (silu(x Wg^T) * (x Wu^T)) Wd^T per expert, rows grouped by expert.
+void moe_expert_ffn(nb::handle x_obj, nb::handle w_gate_up_obj, nb::handle w_down_obj, nb::handle offs_obj,
+                    nb::handle weights_obj, nb::handle out_obj, std::uintptr_t stream_handle, nb::handle alloc) {
+  const TensorArg x0 = import_tensor(x_obj, "x");
+  require_cuda(x0);
+  const int device = x0.device;
+  const TensorArg x = contiguous_operand(x_obj, "x (T, H)", {-1, -1}, device);
+  const std::int64_t tokens = x.shape[0], hidden = x.shape[1];
+  const TensorArg wgu = contiguous_operand(w_gate_up_obj, "w_gate_up (E, 2F, H)", {-1, -1, hidden}, device);
+  const std::int64_t experts = wgu.shape[0], two_f = wgu.shape[1];
+  if (two_f % 2 != 0)
+    raise(errc::invalid_argument,
+          fmt::format("{}: dimension 1 holds gate then up rows, 2F; {} is odd", wgu.describe(), two_f));
+  const TensorArg wd = contiguous_operand(w_down_obj, "w_down (E, H, F)", {experts, hidden, two_f / 2}, device);
+  const TensorArg offs = contiguous_operand(offs_obj, "offs (E,)", {experts}, device);
+  require_dtype(offs, DType::i32, "offs holds int32 cumulative end rows, one per expert");
+  const TensorArg out = contiguous_operand(out_obj, "out (T, H)", {tokens, hidden}, device);
+  for (const TensorArg* t : {&wgu, &wd, &out})
+    if (t->dtype != x.dtype)
+      raise(errc::invalid_argument, fmt::format("{}: must have x's dtype {}", t->describe(), name(x.dtype)));
+  const void* weights = nullptr;
+  if (!weights_obj.is_none()) {
+    const TensorArg w = contiguous_operand(weights_obj, "routing_weights (T,)", {tokens}, device);
+    require_dtype(w, DType::f32, "routing weights are float32, one per row of x");
+    weights = w.data;
+  }
+  const DeviceFacts& facts = device_facts(device);
+  kernels::MoeFfnSpec spec;
+  spec.dtype = x.dtype;
+  spec.hidden = static_cast<int>(hidden);
+  spec.ffn = static_cast<int>(two_f / 2);
+  spec.experts = static_cast<int>(experts);
+  spec.capacity_rows = tokens;
+  spec.weighted = weights != nullptr;
+  spec.arch = facts.arch;
+  spec.sm_count = facts.sm_count;
+  spec.device = device;
+  spec.rows_per_expert_hint = experts > 0 ? static_cast<int>(std::min<std::int64_t>(tokens / experts, INT32_MAX)) : 0;
+  if (hidden > INT32_MAX || two_f > INT32_MAX || experts > INT32_MAX)
+    raise(errc::invalid_argument, "moe_expert_ffn: H, 2F and E must fit in int32");
+  auto plan = unwrap(kernels::MoeExpertFfn::create(spec));
+  kernels::MoeFfnTensors t;
+  t.x = x.data;
+  t.w_gate_up = wgu.data;
+  t.w_down = wd.data;
+  t.offsets = static_cast<const std::int32_t*>(offs.data);
+  t.routing_weights = static_cast<const float*>(weights);
+  t.out = out.data;
+  const DeviceGuard guard(device);
+  const cudaStream_t stream = stream_from(stream_handle);
+  Workspace ws(std::max<std::size_t>(plan.workspace_size(), 256), alloc, stream, device);
+  check(plan.run(t, ws.data(), ws.bytes(), stream));
+}
+
 void bind_ops(nb::module_& m) {
   m.def("mm", &mm, nb::arg("a").none(), nb::arg("b").none(), nb::arg("out").none(), nb::arg("stream"),
         nb::arg("alloc").none() = nb::none(), nb::arg("epilogue").none() = nb::none(), nb::arg("c").none() = nb::none(),
@@ -374,6 +447,12 @@ void bind_ops(nb::module_& m) {
         "catalog lacks are compiled by the JIT on first use. `alloc(nbytes)` returns a device tensor for the plan's "
         "workspace, if any (default: stream-ordered from the device's pool). Raises the cuactor.errors class of the "
         "failure.");
+  m.def("moe_expert_ffn", &moe_expert_ffn, nb::arg("x").none(), nb::arg("w_gate_up").none(), nb::arg("w_down").none(),
+        nb::arg("offs").none(), nb::arg("routing_weights").none(), nb::arg("out").none(), nb::arg("stream"),
+        nb::arg("alloc").none() = nb::none(),
+        "The mixture-of-experts expert FFN on `stream`: x (T, H) rows grouped by expert, w_gate_up (E, 2F, H) (gate "
+        "rows then up rows per expert), w_down (E, H, F), offs (E,) int32 cumulative end rows in device memory, "
+        "routing_weights (T,) float32 or None, out (T, H): out = w * (silu(x Wg^T) * (x Wu^T)) Wd^T per expert.");
   m.def("grouped_mm", &grouped_mm, nb::arg("a").none(), nb::arg("b").none(), nb::arg("offs").none(),
         nb::arg("out").none(), nb::arg("stream"), nb::arg("alloc").none() = nb::none(),
         nb::arg("scale_a").none() = nb::none(), nb::arg("scale_b").none() = nb::none(),

@@ -513,3 +513,86 @@ def test_mm_epilogue_rejects_bad_operands(conv_torch):
         cuactor.mm(a, a, epilogue="mul(acc,rowscale)", row_scale=torch.zeros(64, device="cuda", dtype=torch.bfloat16))
     with pytest.raises(cuactor.errors.InvalidArgumentError, match="pass epilogue"):
         cuactor.mm(a, a, col_bias=torch.zeros(64, device="cuda", dtype=torch.bfloat16))
+
+
+def moe_reference(torch, x, w_gate_up, w_down, offs, weights):
+    """fp64 expert FFN on the rows offs covers (the others stay NaN)."""
+    out = torch.full(x.shape, float("nan"), dtype=torch.float64, device=x.device)
+    f = w_down.shape[2]
+    begin = 0
+    for e, end in enumerate(offs.tolist()):
+        if end > begin:
+            h = x[begin:end].double() @ w_gate_up[e].double().t()
+            a = torch.nn.functional.silu(h[:, :f]) * h[:, f:]
+            y = a @ w_down[e].double().t()
+            out[begin:end] = y * (weights[begin:end].double()[:, None] if weights is not None else 1.0)
+        begin = end
+    return out
+
+
+@pytest.mark.parametrize("weighted", [True, False])
+def test_moe_expert_ffn_matches_fp64_with_skewed_routing(conv_torch, weighted):
+    torch = conv_torch
+    experts, hidden, ffn, tokens = 8, 256, 384, 700
+    gen = torch.Generator(device="cuda").manual_seed(3)
+    x = torch.randn(tokens, hidden, device="cuda", dtype=torch.bfloat16, generator=gen)
+    wgu = torch.randn(experts, 2 * ffn, hidden, device="cuda", dtype=torch.bfloat16, generator=gen) / hidden ** 0.5
+    wd = torch.randn(experts, hidden, ffn, device="cuda", dtype=torch.bfloat16, generator=gen) / ffn ** 0.5
+    rows = [300, 0, 1, 150, 0, 64, 100, 33]  # skewed, two empty experts; 52 rows past offs[-1]
+    offs = torch.tensor(rows, dtype=torch.int32).cumsum(0, dtype=torch.int32).cuda()
+    w = torch.rand(tokens, device="cuda", dtype=torch.float32, generator=gen) if weighted else None
+    out = torch.full((tokens, hidden), float("nan"), device="cuda", dtype=torch.bfloat16)
+    cuactor.moe_expert_ffn(x, wgu, wd, offs, w, out)
+    ref = moe_reference(torch, x, wgu, wd, offs, w)
+    valid = int(offs[-1])
+    assert rel_err(torch, out[:valid], ref[:valid]) < TOL["bfloat16"]
+    assert torch.isnan(out[valid:]).all(), "rows past offs[-1] were written"
+
+
+def test_moe_expert_ffn_under_cuda_graph_serves_every_routing(conv_torch):
+    torch = conv_torch
+    experts, hidden, ffn, tokens = 16, 128, 256, 512
+    x = torch.randn(tokens, hidden, device="cuda", dtype=torch.bfloat16)
+    wgu = torch.randn(experts, 2 * ffn, hidden, device="cuda", dtype=torch.bfloat16) / hidden ** 0.5
+    wd = torch.randn(experts, hidden, ffn, device="cuda", dtype=torch.bfloat16) / ffn ** 0.5
+    w = torch.rand(tokens, device="cuda", dtype=torch.float32)
+    offs = torch.zeros(experts, device="cuda", dtype=torch.int32)
+    out = torch.zeros(tokens, hidden, device="cuda", dtype=torch.bfloat16)
+
+    def route(rows):
+        offs.copy_(torch.tensor(rows, dtype=torch.int32).cumsum(0, dtype=torch.int32))
+
+    route([tokens // experts] * experts)
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        cuactor.moe_expert_ffn(x, wgu, wd, offs, w, out)
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        cuactor.moe_expert_ffn(x, wgu, wd, offs, w, out)
+    for rows in ([tokens // experts] * experts, [tokens] + [0] * (experts - 1), [0] * 15 + [tokens],
+                 [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 392]):
+        route(rows)
+        g.replay()
+        eager = cuactor.moe_expert_ffn(x, wgu, wd, offs, w)
+        torch.cuda.synchronize()
+        assert torch.equal(out, eager), rows
+        assert rel_err(torch, out, moe_reference(torch, x, wgu, wd, offs, w)) < TOL["bfloat16"]
+
+
+def test_moe_expert_ffn_rejects_bad_operands(conv_torch):
+    torch = conv_torch
+    x = torch.randn(64, 128, device="cuda", dtype=torch.bfloat16)
+    wgu = torch.randn(4, 256, 128, device="cuda", dtype=torch.bfloat16)
+    wd = torch.randn(4, 128, 128, device="cuda", dtype=torch.bfloat16)
+    offs = torch.tensor([16, 32, 48, 64], device="cuda", dtype=torch.int32)
+    InvalidArgumentError = cuactor.errors.InvalidArgumentError
+    with pytest.raises(InvalidArgumentError, match="dimension 2 must be 128"):
+        cuactor.moe_expert_ffn(x, wgu, wd[:, :, :64].contiguous(), offs)
+    with pytest.raises(InvalidArgumentError, match="int32"):
+        cuactor.moe_expert_ffn(x, wgu, wd, offs.long())
+    with pytest.raises(InvalidArgumentError, match="float32"):
+        cuactor.moe_expert_ffn(x, wgu, wd, offs, torch.ones(64, device="cuda", dtype=torch.bfloat16))
+    with pytest.raises(InvalidArgumentError, match="contiguous"):
+        cuactor.moe_expert_ffn(x, wgu.transpose(1, 2).contiguous().transpose(1, 2), wd, offs)

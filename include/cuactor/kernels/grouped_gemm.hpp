@@ -36,6 +36,10 @@ struct GroupedGemmSpec {
   int device = 0;                             ///< Device ordinal the kernel will run on.
   int rows_per_group_hint = 0;                ///< Typical rows (M) per group; <= 64 picks the small-M SKU, 0 = unknown.
   std::optional<GemmSku> sku_override;        ///< Use exactly this SKU (must be compiled in and fit the spec).
+  /// A preset, or an epilogue tree ([K8]; sm_90a, device-sized groups) whose vectors are per row of
+  /// the packed rows (rowscale, rowbias: e.g. MoE routing weights) or per group and column
+  /// (colscale, colbias: e.g. a per-expert bias); amax is not supported for grouped GEMM.
+  EpilogueSpec epilogue;
 };
 
 /// One group's problem: A is M x K row-major (lda >= K), B is N x K row-major (ldb >= K) for
@@ -85,6 +89,10 @@ struct DeviceSizedGroups {
   std::int64_t ldc = 0;
   void* d = nullptr;  ///< capacity_rows x N.
   std::int64_t ldd = 0;
+  /// Operands of an epilogue tree: rowscale (float) and rowbias (D's dtype) hold capacity_rows values,
+  /// one per packed row; colscale (float) and colbias (D's dtype) hold group_count x N values, one
+  /// row of N per group. Unused ones stay null.
+  EpilogueOperands epilogue;
 };
 
 /// Packed metadata of one prepared grouped GEMM (opaque; defined in the implementation).

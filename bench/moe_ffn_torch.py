@@ -1,0 +1,125 @@
+#!/usr/bin/env python3
+"""Mixture-of-experts expert FFN: cuactor.moe_expert_ffn vs the PyTorch formulation of the same
+computation in one process, on the same tensors:
+
+    torch:   h = torch._grouped_mm(x, w_gate_up^T, offs); a = F.silu(h[:, :F]) * h[:, F:];
+             out = torch._grouped_mm(a, w_down^T, offs) * w[:, None]
+    cuactor: cuactor.moe_expert_ffn(x, w_gate_up, w_down, offs, w)   (weights fused into the down GEMM)
+
+Shapes: Mixtral-like (8 experts, hidden 4096, FFN 14336) and Qwen3-MoE-like (128 experts, hidden 2048,
+FFN 768; 128 experts, hidden 4096, FFN 1536), prefill (4096 tokens x top-k) and decode (64 tokens x
+top-k), with skewed routing (rows per expert drawn from a Zipf-like distribution, some experts empty).
+Both results are compared (relative Frobenius error), then timed with CUDA events, interleaved, after a
+warm-up, each sample after a GPU sleep so that host launch time is not counted; medians.
+TFLOP/s = 2 * rows * (2F*H + H*F) / time; ratio = torch time / cuactor time (> 1: cuactor faster).
+
+Usage: bench/moe_ffn_torch.py [--out DIR] [--cuactor PATH] [--reps N] [--warmup N]
+"""
+import argparse
+import json
+import pathlib
+import sys
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+from conv_torch import rel_err, time_interleaved  # noqa: E402 (the sibling benchmarks' helpers)
+from grouped_mm_torch import find_build, import_cuactor  # noqa: E402
+
+# (name, experts, hidden, ffn, tokens, top_k)
+SHAPES = [
+    ("mixtral prefill", 8, 4096, 14336, 4096, 2),
+    ("mixtral decode", 8, 4096, 14336, 64, 2),
+    ("qwen3-h2048 prefill", 128, 2048, 768, 4096, 8),
+    ("qwen3-h2048 decode", 128, 2048, 768, 64, 8),
+    ("qwen3-h4096 prefill", 128, 4096, 1536, 4096, 8),
+    ("qwen3-h4096 decode", 128, 4096, 1536, 64, 8),
+]
+
+
+def skewed_rows(torch, experts, total, gen):
+    """Rows per expert summing to `total`, skewed (Zipf-like weights in a random order)."""
+    ranks = torch.randperm(experts, generator=gen, device="cpu").double() + 1.0
+    p = 1.0 / ranks ** 1.1
+    counts = torch.floor(p / p.sum() * total).long()
+    counts[torch.argmax(p)] += total - int(counts.sum())
+    return counts
+
+
+def bench(cuactor, torch, shape, args):
+    name, experts, hidden, ffn, tokens, top_k = shape
+    F = torch.nn.functional
+    gen = torch.Generator(device="cuda").manual_seed(experts * 7 + hidden)
+    cpu_gen = torch.Generator().manual_seed(experts)
+    rows = tokens * top_k
+    x = torch.randn(rows, hidden, device="cuda", dtype=torch.bfloat16, generator=gen)
+    wgu = torch.randn(experts, 2 * ffn, hidden, device="cuda", dtype=torch.bfloat16, generator=gen) / hidden ** 0.5
+    wd = torch.randn(experts, hidden, ffn, device="cuda", dtype=torch.bfloat16, generator=gen) / ffn ** 0.5
+    w = torch.rand(rows, device="cuda", dtype=torch.float32, generator=gen)
+    counts = skewed_rows(torch, experts, rows, cpu_gen)
+    offs = counts.cumsum(0).to(torch.int32).cuda()
+    out = torch.empty(rows, hidden, device="cuda", dtype=torch.bfloat16)
+    wgu_t, wd_t = wgu.transpose(-2, -1), wd.transpose(-2, -1)
+
+    def ours():
+        cuactor.moe_expert_ffn(x, wgu, wd, offs, w, out)
+
+    def theirs():
+        h = torch._grouped_mm(x, wgu_t, offs=offs)
+        a = F.silu(h[:, :ffn]) * h[:, ffn:]
+        return torch._grouped_mm(a, wd_t, offs=offs) * w[:, None]
+
+    ours()
+    err = rel_err(out, theirs())
+    t_ours, t_torch = time_interleaved([ours, theirs], args.reps, args.warmup, args.sleep_cycles, torch)
+    flops = 2.0 * rows * (2 * ffn * hidden + hidden * ffn)
+    return {"shape": name, "experts": experts, "hidden": hidden, "ffn": ffn, "rows": rows,
+            "empty_experts": int((counts == 0).sum()), "cuactor_ms": t_ours, "torch_ms": t_torch,
+            "cuactor_tflops": flops / t_ours / 1e9, "torch_tflops": flops / t_torch / 1e9, "ratio": t_torch / t_ours,
+            "rel_err": err}
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", default=None, help="directory for moe_ffn_torch.{txt,json}")
+    parser.add_argument("--cuactor", default=None, help="path of the cuactor binary (its build's python/ is used)")
+    parser.add_argument("--reps", type=int, default=20)
+    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--sleep-cycles", type=int, default=2_000_000)
+    args = parser.parse_args()
+    try:
+        import torch
+    except ImportError:
+        print("moe_ffn_torch.py: PyTorch is not installed here; nothing to compare against")
+        return 0
+    if not torch.cuda.is_available():
+        print("moe_ffn_torch.py: no CUDA device visible to PyTorch")
+        return 0
+    try:
+        import cuactor
+    except ImportError:
+        cuactor = import_cuactor(find_build(args.cuactor))
+    lines = [f"device: {torch.cuda.get_device_name(0)}; torch {torch.__version__}; cuactor {cuactor.__version__}; "
+             f"bf16; median of {args.reps} reps; skewed routing",
+             "ratio = torch time / cuactor time (>1: cuactor faster); TFLOP/s over the rows routed",
+             f"{'shape':<22} {'E':>4} {'H':>5} {'F':>6} {'rows':>6} {'empty':>5} {'cuactor TF/s':>12} "
+             f"{'torch TF/s':>10} {'cuactor ms':>10} {'torch ms':>9} {'ratio':>6} {'rel err':>8}"]
+    print("\n".join(lines), flush=True)
+    results = []
+    for shape in SHAPES:
+        r = bench(cuactor, torch, shape, args)
+        results.append(r)
+        lines.append(f"{r['shape']:<22} {r['experts']:>4} {r['hidden']:>5} {r['ffn']:>6} {r['rows']:>6} "
+                     f"{r['empty_experts']:>5} {r['cuactor_tflops']:>12.1f} {r['torch_tflops']:>10.1f} "
+                     f"{r['cuactor_ms']:>10.4f} {r['torch_ms']:>9.4f} {r['ratio']:>6.2f} {r['rel_err']:>8.1e}")
+        print(lines[-1], flush=True)
+        torch.cuda.empty_cache()
+    if args.out:
+        out_dir = pathlib.Path(args.out)
+        out_dir.mkdir(parents=True, exist_ok=True)
+        (out_dir / "moe_ffn_torch.txt").write_text("\n".join(lines) + "\n")
+        (out_dir / "moe_ffn_torch.json").write_text(json.dumps({"device": torch.cuda.get_device_name(0),
+                                                                 "rows": results}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

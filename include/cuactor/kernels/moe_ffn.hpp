@@ -1,0 +1,86 @@
+/// @file
+/// The mixture-of-experts expert FFN ([K8], [K6]): for tokens already grouped by expert (rows of
+/// expert e are offsets[e-1]..offsets[e]),
+///   h   = x W_gate_up[e]^T          (grouped GEMM, 2F columns: gate then up)
+///   a   = silu(h[:, :F]) * h[:, F:]  (SwiGLU, one elementwise kernel)
+///   out = w * (a W_down[e]^T)        (grouped GEMM, the routing weight w[t] of each row fused into the
+///                                     epilogue as the tree mul(acc,rowscale))
+/// with the group sizes in device memory (no host synchronisation, capturable: one captured graph
+/// serves every routing). Life cycle as for every plan: create(spec) -> workspace_size() ->
+/// run(tensors, workspace, stream), which allocates nothing and does not synchronise.
+///
+/// The SwiGLU is a separate kernel rather than part of the first GEMM's epilogue: CUTLASS's visitor
+/// nodes see one output element at a time, while gate[t, f] and up[t, f] are F columns apart (in
+/// different output tiles) and the result is half as wide as the GEMM's output, which needs an
+/// interleaved weight layout and a custom store visitor.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "cuactor/core/arch.hpp"
+#include "cuactor/core/dtype.hpp"
+#include "cuactor/core/expected.hpp"
+#include "cuactor/kernels/grouped_gemm.hpp"
+
+namespace cuactor::kernels {
+
+/// What an expert FFN computes and where it runs.
+struct MoeFfnSpec {
+  DType dtype = DType::bf16;       ///< Element of x, the weights, the intermediates and out (bf16 or f16).
+  int hidden = 0;                  ///< H: columns of x and out (multiple of 8).
+  int ffn = 0;                     ///< F: the expert's intermediate width (multiple of 8).
+  int experts = 0;                 ///< E: number of experts (groups).
+  std::int64_t capacity_rows = 0;  ///< T: rows of x, out and the routing weights (tokens x top-k slots).
+  bool weighted = true;            ///< Scale each output row by its routing weight (else weight 1).
+  GpuArch arch{9, 0, true};        ///< Best target of the device.
+  int sm_count = 0;                ///< Its multiprocessor count.
+  int device = 0;                  ///< Its ordinal.
+  int rows_per_expert_hint = 0;    ///< Typical rows per expert (<= 64 picks small-M kernels), 0 = unknown.
+};
+
+/// Device pointers of one expert FFN launch.
+struct MoeFfnTensors {
+  const void* x = nullptr;                 ///< T x H, row-major, rows grouped by expert.
+  const void* w_gate_up = nullptr;         ///< E x 2F x H: per expert, rows [0, F) gate, [F, 2F) up (nn.Linear layout).
+  const void* w_down = nullptr;            ///< E x H x F (nn.Linear layout).
+  const std::int32_t* offsets = nullptr;   ///< E cumulative end rows in device memory (torch `offs`).
+  const float* routing_weights = nullptr;  ///< T floats (weighted specs), the weight of each row.
+  void* out = nullptr;                     ///< T x H; rows past offsets[E-1] are not written.
+};
+
+/// An expert FFN plan: two grouped GEMM plans and the SwiGLU between them. Host only, cheap to copy.
+class MoeExpertFfn {
+ public:
+  /// Checks `spec` (`invalid_argument` naming the field and the rule) and chooses both GEMMs' kernels
+  /// (`unsupported` when the build has none for the dtype on this device).
+  static Result<MoeExpertFfn> create(const MoeFfnSpec& spec);
+
+  /// Device workspace bytes run() needs: the intermediates (T x 2F and T x F) and both GEMMs' metadata.
+  [[nodiscard]] std::size_t workspace_size() const noexcept { return workspace_size_; }
+  /// The specification this plan was made for.
+  [[nodiscard]] const MoeFfnSpec& spec() const noexcept { return spec_; }
+  /// The SKUs of the gate/up and down GEMMs.
+  [[nodiscard]] const GemmSku& gate_up_sku() const noexcept { return gate_up_.sku(); }
+  [[nodiscard]] const GemmSku& down_sku() const noexcept { return down_.sku(); }
+
+  /// Validates `tensors` (non-null, 16-byte aligned; `invalid_argument` naming the tensor) and enqueues
+  /// the three kernels (plus the two GEMMs' argument builders) on `stream`. `workspace` must be
+  /// 256-byte aligned device memory of workspace_size() bytes. Rows whose offsets are out of range are
+  /// skipped and flagged as in grouped GEMM (routing_error_flag).
+  Status run(const MoeFfnTensors& tensors, void* workspace, std::size_t workspace_bytes, cudaStream_t stream) const;
+
+ private:
+  MoeExpertFfn(MoeFfnSpec spec, GroupedGemmPlan gate_up, GroupedGemmPlan down, std::size_t gate_up_ws,
+               std::size_t down_ws);
+
+  MoeFfnSpec spec_;
+  GroupedGemmPlan gate_up_;
+  GroupedGemmPlan down_;
+  std::size_t h_offset_ = 0, act_offset_ = 0, gate_up_ws_offset_ = 0, down_ws_offset_ = 0;
+  std::size_t gate_up_ws_ = 0, down_ws_ = 0, workspace_size_ = 0;
+};
+
+}  // namespace cuactor::kernels

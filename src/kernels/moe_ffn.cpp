@@ -1,0 +1,150 @@
+// The expert FFN: gate/up grouped GEMM -> SwiGLU -> down grouped GEMM with the routing weights fused.
+#include "cuactor/kernels/moe_ffn.hpp"
+
+#include <fmt/format.h>
+
+#include <climits>
+#include <utility>
+
+#include "cuactor/core/nvtx.hpp"
+#include "cuactor/gpu/check.hpp"
+#include "kernels/moe_launch.hpp"
+
+namespace cuactor::kernels {
+namespace {
+
+constexpr std::size_t kAlign = 256;
+
+std::size_t align_up(std::size_t v) {
+  return (v + kAlign - 1) / kAlign * kAlign;
+}
+
+bool aligned16(const void* p) {
+  return reinterpret_cast<std::uintptr_t>(p) % 16 == 0;
+}
+
+/// The device-sized groups of one of the two GEMMs (x -> h, or act -> out).
+DeviceSizedGroups groups_of(const MoeFfnSpec& s, const std::int32_t* offsets, const void* a, int k, const void* b,
+                            int n, void* d) {
+  DeviceSizedGroups g;
+  g.group_count = s.experts;
+  g.offsets = offsets;
+  g.capacity_rows = s.capacity_rows;
+  g.n = n;
+  g.k = k;
+  g.a = a;
+  g.lda = k;
+  g.b = b;
+  g.ldb = k;  // N x K per expert (layout_b = col)
+  g.b_group_stride = static_cast<std::int64_t>(n) * k;
+  g.d = d;
+  g.ldd = n;
+  return g;
+}
+
+GroupedGemmSpec gemm_spec(const MoeFfnSpec& s, bool down) {
+  GroupedGemmSpec g;
+  g.a = g.b = g.d = s.dtype;
+  g.layout_b = MatrixLayout::col;
+  g.arch = s.arch;
+  g.sm_count = s.sm_count;
+  g.device = s.device;
+  g.rows_per_group_hint = s.rows_per_expert_hint;
+  if (down && s.weighted) g.epilogue = epi::mul(epi::acc(), epi::row_scale());
+  return g;
+}
+
+/// Workspace bytes of a plan's device-sized launch (prepare() of device-sized groups reads no
+/// memory: fake, aligned addresses stand in for the tensors).
+Result<std::size_t> grouped_workspace(const GroupedGemmPlan& plan, const MoeFfnSpec& s, int k, int n, bool weighted) {
+  auto* fake = reinterpret_cast<void*>(std::uintptr_t{1} << 20);
+  DeviceSizedGroups g = groups_of(s, static_cast<const std::int32_t*>(fake), fake, k, fake, n, fake);
+  if (weighted) g.epilogue.row_scale = static_cast<const float*>(fake);
+  auto prepared = plan.prepare(g);
+  if (!prepared) return fail(prepared.error());
+  return prepared->workspace_size();
+}
+
+}  // namespace
+
+MoeExpertFfn::MoeExpertFfn(MoeFfnSpec spec, GroupedGemmPlan gate_up, GroupedGemmPlan down, std::size_t gate_up_ws,
+                           std::size_t down_ws)
+    : spec_(spec), gate_up_(std::move(gate_up)), down_(std::move(down)), gate_up_ws_(gate_up_ws), down_ws_(down_ws) {
+  const std::size_t elem = static_cast<std::size_t>(size_bits(spec_.dtype) / 8);
+  const auto t = static_cast<std::size_t>(spec_.capacity_rows), f = static_cast<std::size_t>(spec_.ffn);
+  std::size_t at = 0;
+  h_offset_ = at;
+  at = align_up(at + t * 2 * f * elem);
+  act_offset_ = at;
+  at = align_up(at + t * f * elem);
+  gate_up_ws_offset_ = at;
+  at = align_up(at + gate_up_ws_);
+  down_ws_offset_ = at;
+  workspace_size_ = at + down_ws_;
+}
+
+Result<MoeExpertFfn> MoeExpertFfn::create(const MoeFfnSpec& s) {
+  const nvtx::Range range("moe_ffn.plan");
+  if (s.dtype != DType::bf16 && s.dtype != DType::f16)
+    return fail(errc::unsupported, fmt::format("expert FFN: dtype={} is not supported (bf16 or f16)", name(s.dtype)));
+  if (s.hidden <= 0 || s.ffn <= 0 || s.experts <= 0 || s.capacity_rows < 0)
+    return fail(errc::invalid_argument,
+                fmt::format("expert FFN: hidden={}, ffn={}, experts={} must be >= 1 and capacity_rows={} >= 0",
+                            s.hidden, s.ffn, s.experts, s.capacity_rows));
+  if (s.hidden % 8 != 0 || s.ffn % 8 != 0)
+    return fail(errc::invalid_argument,
+                fmt::format("expert FFN: hidden={} and ffn={} must be multiples of 8 (16-byte rows)", s.hidden, s.ffn));
+  if (s.ffn > INT_MAX / 2 || s.capacity_rows > INT_MAX)
+    return fail(errc::invalid_argument, fmt::format("expert FFN: 2 * ffn={} and capacity_rows={} must fit in int32",
+                                                    2 * static_cast<std::int64_t>(s.ffn), s.capacity_rows));
+  auto gate_up = GroupedGemmPlan::create(gemm_spec(s, false));
+  if (!gate_up) return fail(gate_up.error());
+  auto down = GroupedGemmPlan::create(gemm_spec(s, true));
+  if (!down) return fail(down.error());
+  auto gate_up_ws = grouped_workspace(*gate_up, s, s.hidden, 2 * s.ffn, false);
+  if (!gate_up_ws) return fail(gate_up_ws.error());
+  auto down_ws = grouped_workspace(*down, s, s.ffn, s.hidden, s.weighted);
+  if (!down_ws) return fail(down_ws.error());
+  return MoeExpertFfn(s, std::move(*gate_up), std::move(*down), *gate_up_ws, *down_ws);
+}
+
+Status MoeExpertFfn::run(const MoeFfnTensors& t, void* workspace, std::size_t workspace_bytes,
+                         cudaStream_t stream) const {
+  const nvtx::Range range("moe_ffn.run");
+  const std::pair<const char*, const void*> tensors[] = {
+      {"x", t.x}, {"w_gate_up", t.w_gate_up}, {"w_down", t.w_down}, {"offsets", t.offsets}, {"out", t.out}};
+  for (const auto& [what, ptr] : tensors) {
+    if (ptr == nullptr) return fail(errc::invalid_argument, fmt::format("expert FFN: {} is null", what));
+    if (!aligned16(ptr))
+      return fail(errc::invalid_argument, fmt::format("expert FFN: {}={} is not 16-byte aligned", what, fmt::ptr(ptr)));
+  }
+  if (spec_.weighted != (t.routing_weights != nullptr))
+    return fail(errc::invalid_argument,
+                fmt::format("expert FFN: routing_weights {} but the plan is {}weighted",
+                            t.routing_weights != nullptr ? "given" : "missing", spec_.weighted ? "" : "not "));
+  if (t.routing_weights != nullptr && !aligned16(t.routing_weights))
+    return fail(errc::invalid_argument, "expert FFN: routing_weights is not 16-byte aligned");
+  if (workspace_bytes < workspace_size_)
+    return fail(errc::workspace_too_small,
+                fmt::format("expert FFN: workspace of {} bytes, needs {}", workspace_bytes, workspace_size_));
+  if (workspace == nullptr || reinterpret_cast<std::uintptr_t>(workspace) % kAlign != 0)
+    return fail(errc::invalid_argument, "expert FFN: workspace must be 256-byte aligned device memory");
+  if (spec_.capacity_rows == 0) return ok();
+  auto* ws = static_cast<std::byte*>(workspace);
+  void* h = ws + h_offset_;
+  void* act = ws + act_offset_;
+  // Host-only preparation (no CUDA calls): the groups name this call's tensors and workspace.
+  auto first = gate_up_.prepare(groups_of(spec_, t.offsets, t.x, spec_.hidden, t.w_gate_up, 2 * spec_.ffn, h));
+  if (!first) return fail(first.error());
+  CUACTOR_TRY(first->run(stream, ws + gate_up_ws_offset_, gate_up_ws_));
+  CUACTOR_TRY(gpu::check(detail::launch_swiglu(spec_.dtype, h, act, t.offsets, spec_.experts, spec_.capacity_rows,
+                                               spec_.ffn, (spec_.sm_count > 0 ? spec_.sm_count : 132) * 8, stream),
+                         "expert FFN: SwiGLU"));
+  DeviceSizedGroups second = groups_of(spec_, t.offsets, act, spec_.ffn, t.w_down, spec_.hidden, t.out);
+  second.epilogue.row_scale = t.routing_weights;
+  auto down = down_.prepare(second);
+  if (!down) return fail(down.error());
+  return down->run(stream, ws + down_ws_offset_, down_ws_);
+}
+
+}  // namespace cuactor::kernels

@@ -1,0 +1,111 @@
+// Grouped epilogue trees and the expert FFN without a device: the rules that reject specs and
+// operands, and the per-group vector arrays of the workspace layout.
+#include "cuactor/kernels/moe_ffn.hpp"
+
+#include <gtest/gtest.h>
+
+#include "cuactor/kernels/grouped_gemm.hpp"
+#include "kernels/grouped_layout.hpp"
+#include "support/plan_checks.hpp"
+
+namespace cuactor::kernels {
+namespace {
+
+using test_support::expect_error;
+using test_support::fake;
+using test_support::fake_mut;
+
+GroupedGemmSpec tree_spec(const EpilogueSpec& tree) {
+  GroupedGemmSpec s;
+  s.sm_count = 132;
+  s.epilogue = tree;
+  return s;
+}
+
+DeviceSizedGroups moe_groups() {
+  DeviceSizedGroups g;
+  g.group_count = 4;
+  g.offsets = static_cast<const std::int32_t*>(fake(0x100));
+  g.capacity_rows = 256;
+  g.n = 128;
+  g.k = 64;
+  g.a = fake(0x1000);
+  g.lda = 64;
+  g.b = fake(0x20000);
+  g.ldb = 64;
+  g.b_group_stride = 128 * 64;
+  g.d = fake_mut();
+  g.ldd = 128;
+  return g;
+}
+
+TEST(GroupedEpilogue, RejectsAmaxAndNonHopperDevices) {
+  using namespace epi;
+  expect_error(GroupedGemmPlan::create(tree_spec(apply(EpilogueNode::amax, acc()))), errc::unsupported,
+               "amax is supported for dense GEMM only");
+  GroupedGemmSpec ampere = tree_spec(mul(acc(), row_scale()));
+  ampere.arch = GpuArch{8, 0, false};
+  expect_error(GroupedGemmPlan::create(ampere), errc::unsupported, "needs an sm_90a device");
+  expect_error(GroupedGemmPlan::create(tree_spec(add(acc(), EpilogueSpec()))), errc::invalid_argument, "short of");
+}
+
+TEST(GroupedEpilogue, ValidatesDeviceSizedTreeOperands) {
+  const GroupedGemmSpec spec = tree_spec(epi::mul(epi::acc(), epi::row_scale()));
+  DeviceSizedGroups g = moe_groups();
+  expect_error(detail::validate_device_sized(g, spec, 0.0f), errc::invalid_argument,
+               "reads rowscale but its pointer is null");
+  g.epilogue.row_scale = static_cast<const float*>(fake(0x40004));
+  expect_error(detail::validate_device_sized(g, spec, 0.0f), errc::invalid_argument, "not 16-byte aligned");
+  g.epilogue.row_scale = static_cast<const float*>(fake(0x40000));
+  EXPECT_TRUE(detail::validate_device_sized(g, spec, 0.0f).has_value());
+  g.epilogue.col_bias = fake(0x50000);
+  expect_error(detail::validate_device_sized(g, spec, 0.0f), errc::invalid_argument, "colbias is set");
+  g.epilogue.col_bias = nullptr;
+  g.k = 0;
+  expect_error(detail::validate_device_sized(g, spec, 0.0f), errc::unsupported, "k=0");
+  const GroupedGemmSpec with_c = tree_spec(epi::fma(epi::beta(), epi::c(), epi::acc()));
+  expect_error(detail::validate_device_sized(moe_groups(), with_c, 0.0f), errc::invalid_argument,
+               "c is null but the epilogue");
+  // A preset epilogue takes no tree operands.
+  DeviceSizedGroups preset = moe_groups();
+  preset.epilogue.row_scale = static_cast<const float*>(fake(0x40000));
+  expect_error(detail::validate_device_sized(preset, tree_spec(EpilogueSpec()), 0.0f), errc::invalid_argument,
+               "rowscale is set");
+}
+
+TEST(GroupedEpilogue, LayoutHoldsOnePointerArrayPerTreeVector) {
+  const auto tree = epi::add(epi::mul(epi::acc(), epi::row_scale()), epi::col_bias());
+  const detail::GroupedLayout l = detail::make_grouped_layout(10, false, false, true, 4096, tree);
+  EXPECT_NE(l.row_scale, detail::GroupedLayout::none);
+  EXPECT_NE(l.col_bias, detail::GroupedLayout::none);
+  EXPECT_EQ(l.col_scale, detail::GroupedLayout::none);
+  EXPECT_EQ(l.row_bias, detail::GroupedLayout::none);
+  EXPECT_GE(l.col_bias, l.row_scale + 10 * sizeof(void*));
+  EXPECT_LE(l.col_bias + 10 * sizeof(void*), l.scratch);
+  const detail::GroupedLayout plain = detail::make_grouped_layout(10, false, false, true, 4096);
+  EXPECT_EQ(plain.row_scale, detail::GroupedLayout::none);
+}
+
+TEST(MoeExpertFfn, RejectsSpecsNamingTheRule) {
+  MoeFfnSpec s;
+  s.hidden = 256;
+  s.ffn = 512;
+  s.experts = 8;
+  s.capacity_rows = 1024;
+  s.sm_count = 132;
+  MoeFfnSpec f32 = s;
+  f32.dtype = DType::f32;
+  expect_error(MoeExpertFfn::create(f32), errc::unsupported, "dtype=f32");
+  MoeFfnSpec zero = s;
+  zero.experts = 0;
+  expect_error(MoeExpertFfn::create(zero), errc::invalid_argument, "experts=0");
+  MoeFfnSpec odd = s;
+  odd.ffn = 100;
+  expect_error(MoeExpertFfn::create(odd), errc::invalid_argument, "multiples of 8");
+  MoeFfnSpec negative = s;
+  negative.capacity_rows = -1;
+  expect_error(MoeExpertFfn::create(negative), errc::invalid_argument, "capacity_rows=-1");
+}
+
+}  // namespace
+}  // namespace cuactor::kernels
