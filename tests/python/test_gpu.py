@@ -530,21 +530,23 @@ def moe_reference(torch, x, w_gate_up, w_down, offs, weights):
     return out
 
 
-@pytest.mark.parametrize("weighted", [True, False])
-def test_moe_expert_ffn_matches_fp64_with_skewed_routing(conv_torch, weighted):
+@pytest.mark.parametrize("weighted,dtype", [(True, "bfloat16"), (False, "bfloat16"), (True, "float16")])
+def test_moe_expert_ffn_matches_fp64_with_skewed_routing(conv_torch, weighted, dtype):
     torch = conv_torch
+    dt = getattr(torch, dtype)
     experts, hidden, ffn, tokens = 8, 256, 384, 700
     gen = torch.Generator(device="cuda").manual_seed(3)
-    x = torch.randn(tokens, hidden, device="cuda", dtype=torch.bfloat16, generator=gen)
-    wgu = torch.randn(experts, 2 * ffn, hidden, device="cuda", dtype=torch.bfloat16, generator=gen) / hidden ** 0.5
-    wd = torch.randn(experts, hidden, ffn, device="cuda", dtype=torch.bfloat16, generator=gen) / ffn ** 0.5
+    x = torch.randn(tokens, hidden, device="cuda", dtype=dt, generator=gen)
+    wgu = torch.randn(experts, 2 * ffn, hidden, device="cuda", dtype=dt, generator=gen) / hidden ** 0.5
+    wd = torch.randn(experts, hidden, ffn, device="cuda", dtype=dt, generator=gen) / ffn ** 0.5
     rows = [300, 0, 1, 150, 0, 64, 100, 33]  # skewed, two empty experts; 52 rows past offs[-1]
     offs = torch.tensor(rows, dtype=torch.int32).cumsum(0, dtype=torch.int32).cuda()
     w = torch.rand(tokens, device="cuda", dtype=torch.float32, generator=gen) if weighted else None
-    out = torch.full((tokens, hidden), float("nan"), device="cuda", dtype=torch.bfloat16)
+    out = torch.full((tokens, hidden), float("nan"), device="cuda", dtype=dt)
     cuactor.moe_expert_ffn(x, wgu, wd, offs, w, out)
     ref = moe_reference(torch, x, wgu, wd, offs, w)
     valid = int(offs[-1])
+    # The intermediate h is rounded to the dtype before the SwiGLU (as in torch's formulation).
     assert rel_err(torch, out[:valid], ref[:valid]) < TOL["bfloat16"]
     assert torch.isnan(out[valid:]).all(), "rows past offs[-1] were written"
 
