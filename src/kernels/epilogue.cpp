@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <array>
 #include <utility>
 
@@ -50,7 +51,7 @@ bool is_name_char(char ch) noexcept {
 
 /// Writes the subtree starting at nodes[pos] with `open`, `sep` and `close` around children and
 /// `qualify` before every name; returns the position after it.
-std::size_t write_subtree(const std::vector<EpilogueNode>& nodes, std::size_t pos, std::string& out,
+std::size_t write_subtree(std::span<const EpilogueNode> nodes, std::size_t pos, std::string& out,
                           std::string_view qualify, char open, char sep, char close) {
   const NodeInfo* i = pos < nodes.size() ? info(nodes[pos]) : nullptr;
   if (i == nullptr) {  // a short or corrupt tree (check() reports it): mark the gap
@@ -90,15 +91,14 @@ std::string_view name(GemmEpilogue e) noexcept {
 
 Status EpilogueSpec::check() const {
   if (is_preset()) return {};
-  if (nodes_.size() > kMaxNodes)
-    return fail(errc::invalid_argument,
-                fmt::format("epilogue tree has {} nodes; at most {} are accepted", nodes_.size(), kMaxNodes));
+  if (overflow_) return fail(errc::invalid_argument, fmt::format("epilogue tree has more than {} nodes", kMaxNodes));
+  const std::span<const EpilogueNode> list = nodes();
   // Walking the prefix sequence: `open` counts the children still owed to the nodes seen so far.
   std::size_t open = 1;
   int amax_count = 0;
   bool reads_acc = false;
-  for (std::size_t pos = 0; pos < nodes_.size(); ++pos) {
-    const NodeInfo* i = info(nodes_[pos]);
+  for (std::size_t pos = 0; pos < list.size(); ++pos) {
+    const NodeInfo* i = info(list[pos]);
     if (i == nullptr)
       return fail(errc::invalid_argument, fmt::format("epilogue tree: node {} has an unknown kind", pos));
     if (open == 0)
@@ -122,8 +122,12 @@ Status EpilogueSpec::check() const {
 
 Result<EpilogueSpec> EpilogueSpec::from_prefix(std::vector<EpilogueNode> nodes) {
   if (nodes.empty()) return fail(errc::invalid_argument, "epilogue tree: no nodes");
+  if (nodes.size() > kMaxNodes)
+    return fail(errc::invalid_argument,
+                fmt::format("epilogue tree has {} nodes; at most {} are accepted", nodes.size(), kMaxNodes));
   EpilogueSpec s;
-  s.nodes_ = std::move(nodes);
+  std::copy(nodes.begin(), nodes.end(), s.nodes_.begin());
+  s.size_ = static_cast<std::uint8_t>(nodes.size());
   CUACTOR_TRY(s.check());
   return s;
 }
@@ -177,7 +181,7 @@ Result<EpilogueSpec> EpilogueSpec::parse(std::string_view text) {
 bool EpilogueSpec::uses(EpilogueNode n) const noexcept {
   if (is_preset())
     return n == EpilogueNode::acc || n == EpilogueNode::alpha || n == EpilogueNode::beta || n == EpilogueNode::c;
-  for (EpilogueNode x : nodes_)
+  for (EpilogueNode x : nodes())
     if (x == n) return true;
   return false;
 }
@@ -185,14 +189,14 @@ bool EpilogueSpec::uses(EpilogueNode n) const noexcept {
 std::string EpilogueSpec::token() const {
   if (is_preset()) return std::string(name(preset_));
   std::string out;
-  write_subtree(nodes_, 0, out, "", '(', ',', ')');
+  write_subtree(nodes(), 0, out, "", '(', ',', ')');
   return out;
 }
 
 std::string EpilogueSpec::symbol_key() const {
   if (is_preset()) return std::string(name(preset_));
   std::string out;
-  for (EpilogueNode n : nodes_) {
+  for (EpilogueNode n : nodes()) {
     if (!out.empty()) out.push_back('_');
     out.append(name(n));
   }
@@ -202,7 +206,7 @@ std::string EpilogueSpec::symbol_key() const {
 std::string EpilogueSpec::cxx_type() const {
   std::string out;
   if (is_preset()) return fmt::format("cuactor::kernels::tags::{}", name(preset_));
-  write_subtree(nodes_, 0, out, "cuactor::kernels::tags::", '<', ',', '>');
+  write_subtree(nodes(), 0, out, "cuactor::kernels::tags::", '<', ',', '>');
   return out;
 }
 
@@ -248,9 +252,18 @@ Status check_epilogue_operands(const EpilogueSpec& spec, const EpilogueOperands&
 
 EpilogueSpec epi_node(EpilogueNode n, std::initializer_list<const EpilogueSpec*> children) {
   EpilogueSpec s;
-  s.nodes_.push_back(n);
-  for (const EpilogueSpec* child : children)
-    s.nodes_.insert(s.nodes_.end(), child->nodes_.begin(), child->nodes_.end());
+  auto append = [&s](EpilogueNode node) {
+    if (s.size_ == EpilogueSpec::kMaxNodes) {
+      s.overflow_ = true;
+      return;
+    }
+    s.nodes_[s.size_++] = node;
+  };
+  append(n);
+  for (const EpilogueSpec* child : children) {
+    s.overflow_ = s.overflow_ || child->overflow_;
+    for (EpilogueNode c : child->nodes()) append(c);
+  }
   return s;
 }
 

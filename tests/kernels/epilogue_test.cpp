@@ -84,6 +84,9 @@ TEST(EpilogueSpec, RejectsMalformedTokensNamingTheRule) {
   std::string deep = "acc";
   for (int i = 0; i < 70; ++i) deep = "relu(" + deep + ")";
   expect_error(EpilogueSpec::parse(deep), errc::invalid_argument, "more than 64 nodes");
+  EpilogueSpec built = epi::acc();
+  for (int i = 0; i < 70; ++i) built = epi::apply(EpilogueNode::relu, built);
+  expect_error(built.check(), errc::invalid_argument, "more than 64 nodes");
   // A preset used as a builder's child leaves the tree short.
   expect_error(epi::add(epi::acc(), EpilogueSpec(GemmEpilogue::linear_combination)).check(), errc::invalid_argument,
                "short of 1 operand");

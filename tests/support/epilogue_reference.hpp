@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
+#include <span>
 
 #include "cuactor/kernels/epilogue.hpp"
 
@@ -19,7 +20,7 @@ struct EpilogueLeaves {
 };
 
 namespace detail {
-inline double eval_epilogue(const std::vector<kernels::EpilogueNode>& nodes, std::size_t& pos, const EpilogueLeaves& v,
+inline double eval_epilogue(std::span<const kernels::EpilogueNode> nodes, std::size_t& pos, const EpilogueLeaves& v,
                             double& amax) {
   using N = kernels::EpilogueNode;
   const N n = nodes[pos++];

@@ -7,9 +7,11 @@
 /// (kernels/sm90_epilogue.cuh). The two historical epilogues are named presets of the same type.
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <initializer_list>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -76,11 +78,11 @@ class EpilogueSpec {
   [[nodiscard]] Status check() const;
 
   /// True for the named presets, false for trees.
-  [[nodiscard]] bool is_preset() const noexcept { return nodes_.empty(); }
+  [[nodiscard]] bool is_preset() const noexcept { return size_ == 0 && !overflow_; }
   /// The preset (meaningful when is_preset()).
   [[nodiscard]] GemmEpilogue preset() const noexcept { return preset_; }
   /// The tree's nodes in prefix order (empty for presets).
-  [[nodiscard]] const std::vector<EpilogueNode>& nodes() const noexcept { return nodes_; }
+  [[nodiscard]] std::span<const EpilogueNode> nodes() const noexcept { return {nodes_.data(), size_}; }
   /// True if the tree contains `n` (presets: linear_combination reads alpha, beta, acc and c).
   [[nodiscard]] bool uses(EpilogueNode n) const noexcept;
   /// The canonical token: a preset's name or the tree in prefix form with parentheses.
@@ -98,7 +100,11 @@ class EpilogueSpec {
   friend EpilogueSpec epi_node(EpilogueNode n, std::initializer_list<const EpilogueSpec*> children);
 
   GemmEpilogue preset_ = GemmEpilogue::linear_combination;
-  std::vector<EpilogueNode> nodes_;  // prefix order; empty = preset_
+  // Prefix order in a fixed array (a value type without allocation; unused entries stay zero so the
+  // defaulted comparison holds); size_ == 0 means preset_. overflow_: a builder exceeded kMaxNodes.
+  std::array<EpilogueNode, kMaxNodes> nodes_{};
+  std::uint8_t size_ = 0;
+  bool overflow_ = false;
 };
 
 /// Token of a spec (its canonical text).
