@@ -279,7 +279,8 @@ TEST_F(JitGpu, JitInstanceMatchesAotInstanceBitForBit) {
   const kernels::CatalogEntry* aot = nullptr;
   for (const auto& e : kernels::catalog())
     if (e.sku.family == kernels::GemmFamily::dense && e.sku.arch == GpuArch{9, 0, true} && e.sku.a == DType::bf16 &&
-        e.sku.d == DType::bf16 && e.sku.layout_b == kernels::MatrixLayout::col)
+        e.sku.d == DType::bf16 && e.sku.layout_b == kernels::MatrixLayout::col &&
+        e.sku.epilogue == kernels::GemmEpilogue::linear_combination)
       aot = &e;
   if (aot == nullptr) GTEST_SKIP() << "no dense bf16 sm_90a instance in this build's catalog";
   auto engine = shared_engine();

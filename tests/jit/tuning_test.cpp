@@ -213,7 +213,7 @@ TEST(TuningPlan, ConsultsTheDatabaseBeforeTheHeuristic) {
   const kernels::CatalogEntry* entry = nullptr;
   for (const kernels::CatalogEntry* e : kernels::catalog_entries(kernels::GemmFamily::dense))
     if (e->sku.a == DType::bf16 && e->sku.d == DType::bf16 && e->sku.layout_b == kernels::MatrixLayout::col &&
-        e->sku.arch.arch_specific)
+        e->sku.arch.arch_specific && e->sku.epilogue == kernels::GemmEpilogue::linear_combination)
       entry = e;
   if (entry == nullptr) GTEST_SKIP() << "no sm_90a bf16 TN kernel in this build's catalog";
   TunedGemm in_catalog = choice();

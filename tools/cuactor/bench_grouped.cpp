@@ -285,7 +285,7 @@ Status run_bench(const Options& opt) {
     if (!opt.all_skus) continue;
     for (const kernels::CatalogEntry* e : kernels::catalog_entries(kernels::GemmFamily::grouped))
       if (e->sku.a == dtype && e->sku.d == DType::bf16 && e->sku.layout_b == kernels::MatrixLayout::col &&
-          kernels::grouped_sku_runs_on(e->sku, props->arch))
+          e->sku.epilogue.is_preset() && kernels::grouped_sku_runs_on(e->sku, props->arch))
         runs.emplace_back(shape, dtype, e->sku);
   }
   std::string json = "[";
