@@ -198,15 +198,14 @@ Status TuningDb::save(const fs::path& path) const {
 
 namespace {
 
-/// The plan of a problem whose epilogue tree the catalog lacks: the heuristic's configuration
-/// (GemmPlan::sku_for), compiled or loaded from the disk cache by `jit`.
+/// The plan running `sku` (the heuristic's configuration, GemmPlan::sku_for) compiled or loaded from
+/// the disk cache by `jit`.
 Result<kernels::GemmPlan> jit_heuristic_plan(const kernels::GemmProblem& problem, GpuArch arch,
-                                             const kernels::GemmPlanOptions& options, GemmJit& jit) {
-  auto sku = kernels::GemmPlan::sku_for(problem, arch, options);
-  if (!sku) return fail(sku.error());
-  auto resolved = jit.resolve(*sku).get();
+                                             const kernels::GemmPlanOptions& options, const kernels::GemmSku& sku,
+                                             GemmJit& jit) {
+  auto resolved = jit.resolve(sku).get();
   if (!resolved) return fail(resolved.error());
-  return kernels::GemmPlan::with_instance(problem, arch, *sku, *(*resolved)->abi, (*resolved)->jit,
+  return kernels::GemmPlan::with_instance(problem, arch, sku, *(*resolved)->abi, (*resolved)->jit,
                                           kernels::PlanSource::heuristic, options);
 }
 
@@ -219,13 +218,12 @@ Result<kernels::GemmPlan> heuristic_plan(const kernels::GemmProblem& problem, Gp
   if (!plan && !(plan.error() == errc::unsupported)) return plan;
   // Trees: the catalog holds the common ones in one configuration (large tiles); the heuristic's
   // configuration for this shape (small-M pingpong tiles, ...) comes from the JIT when it differs.
-  if (plan) {
-    auto want = kernels::GemmPlan::sku_for(problem, arch, options);
-    if (!want || *want == plan->sku()) return plan;
-  }
+  auto want = kernels::GemmPlan::sku_for(problem, arch, options);
+  if (!want) return plan;  // sku_for runs make()'s checks: for trees, make() failed the same way
+  if (plan && *want == plan->sku()) return plan;
   GemmJit* compiler = jit ? jit() : nullptr;
   if (compiler == nullptr) return plan;
-  auto compiled = jit_heuristic_plan(problem, arch, options, *compiler);
+  auto compiled = jit_heuristic_plan(problem, arch, options, *want, *compiler);
   if (!compiled && plan) {
     log(LogLevel::warn, fmt::format("epilogue tree '{}': the JIT could not build the heuristic's configuration ({}); "
                                     "using the catalog's {}",

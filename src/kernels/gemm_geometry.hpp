@@ -7,6 +7,7 @@
 
 #include <fmt/format.h>
 
+#include <cstddef>
 #include <cstdint>
 #include <string_view>
 
@@ -23,6 +24,16 @@ inline constexpr int kDefaultSmCount = 132;
 /// contiguous extent (GEMM rows, convolution channels).
 inline std::int64_t alignment_elements(DType t) {
   return 128 / size_bits(t);
+}
+
+/// `v` rounded up to a multiple of `a` (workspace layouts).
+inline std::size_t align_up(std::size_t v, std::size_t a) noexcept {
+  return (v + a - 1) / a * a;
+}
+
+/// True if `p` is 16-byte aligned (TMA base pointers).
+inline bool aligned16(const void* p) noexcept {
+  return reinterpret_cast<std::uintptr_t>(p) % 16 == 0;
 }
 
 /// Extents of an R x C matrix stored in `layout`: the contiguous one and the other.

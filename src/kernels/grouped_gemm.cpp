@@ -12,6 +12,7 @@
 #include "cuactor/gpu/check.hpp"
 #include "cuactor/gpu/memory.hpp"
 #include "cuactor/kernels/catalog.hpp"
+#include "kernels/gemm_geometry.hpp"
 #include "kernels/grouped_instance_abi.h"
 #include "kernels/grouped_launch.hpp"
 #include "kernels/grouped_layout.hpp"
@@ -30,14 +31,6 @@ struct GroupedMetadata {
 
 namespace detail {
 namespace {
-
-std::size_t align_up(std::size_t v, std::size_t a) noexcept {
-  return (v + a - 1) / a * a;
-}
-
-bool aligned16(const void* p) noexcept {
-  return reinterpret_cast<std::uintptr_t>(p) % 16 == 0;
-}
 
 std::string hex(const void* p) {
   return fmt::format("{:#x}", reinterpret_cast<std::uintptr_t>(p));

@@ -8,19 +8,18 @@
 
 #include "cuactor/core/nvtx.hpp"
 #include "cuactor/gpu/check.hpp"
+#include "kernels/gemm_geometry.hpp"
+#include "kernels/grouped_layout.hpp"
 #include "kernels/moe_launch.hpp"
 
 namespace cuactor::kernels {
 namespace {
 
-constexpr std::size_t kAlign = 256;
+using detail::aligned16;
+constexpr std::size_t kAlign = detail::kWorkspaceAlignment;
 
 std::size_t align_up(std::size_t v) {
-  return (v + kAlign - 1) / kAlign * kAlign;
-}
-
-bool aligned16(const void* p) {
-  return reinterpret_cast<std::uintptr_t>(p) % 16 == 0;
+  return detail::align_up(v, kAlign);
 }
 
 /// The device-sized groups of one of the two GEMMs (x -> h, or act -> out).
