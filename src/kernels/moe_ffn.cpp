@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include <boost/container_hash/hash.hpp>
 #include <climits>
 #include <utility>
 
@@ -65,6 +66,17 @@ Result<std::size_t> grouped_workspace(const GroupedGemmPlan& plan, const MoeFfnS
 }
 
 }  // namespace
+
+std::size_t hash_value(const MoeFfnSpec& s) noexcept {
+  std::size_t h = 0;
+  for (long long v : {static_cast<long long>(s.dtype), static_cast<long long>(s.hidden), static_cast<long long>(s.ffn),
+                      static_cast<long long>(s.experts), static_cast<long long>(s.capacity_rows),
+                      static_cast<long long>(s.weighted), static_cast<long long>(s.arch.sm()),
+                      static_cast<long long>(s.arch.arch_specific), static_cast<long long>(s.sm_count),
+                      static_cast<long long>(s.device), static_cast<long long>(s.rows_per_expert_hint)})
+    boost::hash_combine(h, v);
+  return h;
+}
 
 MoeExpertFfn::MoeExpertFfn(MoeFfnSpec spec, GroupedGemmPlan gate_up, GroupedGemmPlan down, std::size_t gate_up_ws,
                            std::size_t down_ws)

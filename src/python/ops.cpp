@@ -12,6 +12,7 @@
 #include <memory>
 #include <mutex>
 
+#include "cuactor/core/lru_cache.hpp"
 #include "cuactor/gpu/check.hpp"
 #include "cuactor/gpu/device.hpp"
 #include "cuactor/jit/tuning.hpp"
@@ -32,6 +33,16 @@ kernels::GemmPlanCache& dense_plans() {
 
 kernels::GroupedPlanCache& grouped_plans() {
   static kernels::GroupedPlanCache cache;
+  return cache;
+}
+
+struct MoeSpecHash {
+  std::size_t operator()(const kernels::MoeFfnSpec& s) const noexcept { return kernels::hash_value(s); }
+};
+
+/// Expert FFN plans by their whole spec (two grouped plans each: made once per configuration).
+LruCache<kernels::MoeFfnSpec, kernels::MoeExpertFfn, MoeSpecHash>& moe_plans() {
+  static LruCache<kernels::MoeFfnSpec, kernels::MoeExpertFfn, MoeSpecHash> cache(64);
   return cache;
 }
 
@@ -419,7 +430,7 @@ void moe_expert_ffn(nb::handle x_obj, nb::handle w_gate_up_obj, nb::handle w_dow
   spec.rows_per_expert_hint = experts > 0 ? static_cast<int>(std::min<std::int64_t>(tokens / experts, INT32_MAX)) : 0;
   if (hidden > INT32_MAX || two_f > INT32_MAX || experts > INT32_MAX)
     raise(errc::invalid_argument, "moe_expert_ffn: H, 2F and E must fit in int32");
-  auto plan = unwrap(kernels::MoeExpertFfn::create(spec));
+  auto plan = unwrap(moe_plans().get_or_create(spec, [&] { return kernels::MoeExpertFfn::create(spec); }));
   kernels::MoeFfnTensors t;
   t.x = x.data;
   t.w_gate_up = wgu.data;

@@ -7,6 +7,7 @@
 
 #include "cuactor/kernels/catalog.hpp"
 #include "cuactor/kernels/grouped_gemm.hpp"
+#include "cuactor/kernels/grouped_plan_cache.hpp"
 #include "kernels/grouped_instance_abi.h"
 #include "kernels/grouped_layout.hpp"
 #include "support/gpu_test.hpp"
@@ -308,6 +309,31 @@ TEST(GroupedPlan, ChoosesBySkuShapeHintAndOverride) {
   auto mismatch = GroupedGemmPlan::create(wrong);
   ASSERT_FALSE(mismatch.has_value());
   EXPECT_EQ(mismatch.error().code(), make_error_code(errc::unsupported));
+}
+
+TEST(GroupedPlanCache, KeysOnTheEpilogueTreeAndTheShapeClass) {
+  if (!has_grouped_sm90()) GTEST_SKIP() << "no sm_90a grouped kernels in this build (CUACTOR_KERNEL_ARCHS)";
+  GroupedPlanCache cache;
+  auto plain = cache.get(hopper_spec());
+  ASSERT_TRUE(plain.has_value()) << plain.error().to_string();
+  auto weighted_spec = hopper_spec();
+  weighted_spec.epilogue = epi::mul(epi::acc(), epi::row_scale());
+  auto weighted = cache.get(weighted_spec);
+  ASSERT_TRUE(weighted.has_value()) << weighted.error().to_string();
+  EXPECT_NE((*plain)->sku(), (*weighted)->sku());  // the tree is part of the SKU, hence of the key
+  EXPECT_EQ((*weighted)->sku().epilogue, weighted_spec.epilogue);
+  auto large_hint = hopper_spec();
+  large_hint.rows_per_group_hint = 4096;
+  auto again = cache.get(large_hint);  // the same large-M class: the same plan object
+  ASSERT_TRUE(again.has_value());
+  EXPECT_EQ(again->get(), plain->get());
+  auto decode = hopper_spec();
+  decode.rows_per_group_hint = 16;
+  auto small = cache.get(decode);
+  ASSERT_TRUE(small.has_value());
+  EXPECT_NE(small->get(), plain->get());
+  EXPECT_EQ(cache.size(), 3u);
+  EXPECT_EQ(cache.stats().hits, 1u);
 }
 
 TEST(GroupedPlan, AmpereAndAdaGetTheSm80KernelsAndHopperMayToo) {

@@ -6,6 +6,9 @@ CUDA device and fail under CUACTOR_REQUIRE_GPU=1."""
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
+import time
 
 import pytest
 
@@ -283,6 +286,62 @@ def test_device_actor_asyncio(torch_cuda):
             assert rel_err(torch, got, reference(torch, a, b, offs)) < TOL["bfloat16"]
         with pytest.raises(cuactor.DeviceShuttingDownError):
             await dev.fill(x, 1.0)
+
+    asyncio.run(main())
+
+
+def test_isolated_device_runs_in_a_worker_and_outlives_it(torch_cuda):
+    """Device(isolated=True) ([R10], [P3]): the same operations through a cuactor-worker process,
+    numerics against fp64; a worker killed with SIGKILL makes the old buffers stale, fails what used
+    it once, and the device goes on with a new worker."""
+    torch = torch_cuda
+    np = pytest.importorskip("numpy")
+    if not cuactor.device._worker_path():
+        pytest.skip("no cuactor-worker next to the package and CUACTOR_WORKER unset")
+
+    def bits(t):  # bf16 travels as its uint16 bits through host arrays
+        return t.contiguous().view(torch.int16).cpu().numpy().view(np.uint16)
+
+    async def main():
+        with cuactor.Device(0, isolated=True) as dev:
+            stats = dev.stats()
+            pid = stats["worker_pid"]
+            assert stats["isolated"] and pid > 0 and pid != os.getpid()
+            x = await dev.allocate((4, 256), "f32")
+            await dev.fill(x, 1.5)
+            assert float((await dev.copy_to_host(x)).sum()) == 1.5 * 1024
+            with pytest.raises(cuactor.errors.UnsupportedError):
+                torch.from_dlpack(x)  # the buffer lives in the worker: no address in this process
+
+            groups, k, n, rows = 4, 128, 256, [32, 0, 96, 128]
+            a, b, offs = moe_operands(torch, groups=groups, k=k, n=n, rows=rows)
+            ga = await dev.copy_to_device(await dev.allocate(tuple(a.shape), "bf16"), bits(a))
+            gb = await dev.copy_to_device(await dev.allocate((groups, n, k), "bf16"), bits(b.transpose(-2, -1)))
+            go = await dev.copy_to_device(await dev.allocate((groups,), "i32"), offs.cpu().numpy())
+            gd = await dev.allocate((a.shape[0], n), "bf16")
+            await dev.fill(gd, float("nan"))  # poisoned: every row must be written
+            await dev.grouped_mm(ga, gb, go, gd, layout_b="col")
+            got = torch.from_numpy((await dev.copy_to_host(gd)).view(np.int16)).view(torch.bfloat16).cuda()
+            assert rel_err(torch, got, reference(torch, a, b, offs)) < TOL["bfloat16"]
+
+            os.kill(pid, signal.SIGKILL)
+            with pytest.raises((cuactor.errors.WorkerLostError, cuactor.errors.StaleHandleError)):
+                await dev.fill(x, 2.0)
+            deadline = time.monotonic() + 30
+            while True:  # the next requests run on a new worker once the supervisor replaced it
+                try:
+                    y = await dev.allocate(1024, "f32")
+                    break
+                except cuactor.errors.WorkerLostError:
+                    assert time.monotonic() < deadline, "no new worker within 30 s"
+                    await asyncio.sleep(0.05)
+            await dev.fill(y, 3.0)
+            assert float((await dev.copy_to_host(y)).sum()) == 3.0 * 1024
+            assert not x.is_valid()
+            with pytest.raises(cuactor.errors.StaleHandleError):
+                await dev.fill(x, 2.0)
+            after = dev.stats()
+            assert after["worker_restarts"] >= 1 and after["worker_pid"] not in (-1, pid)
 
     asyncio.run(main())
 

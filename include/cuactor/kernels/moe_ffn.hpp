@@ -39,7 +39,10 @@ struct MoeFfnSpec {
   int sm_count = 0;                ///< Its multiprocessor count.
   int device = 0;                  ///< Its ordinal.
   int rows_per_expert_hint = 0;    ///< Typical rows per expert (<= 64 picks small-M kernels), 0 = unknown.
+  friend bool operator==(const MoeFfnSpec&, const MoeFfnSpec&) = default;
 };
+/// Hash of every field of `spec` (plan caches key on the whole spec).
+std::size_t hash_value(const MoeFfnSpec& spec) noexcept;
 
 /// Device pointers of one expert FFN launch.
 struct MoeFfnTensors {
