@@ -57,21 +57,24 @@ def time_gpu(fn, reps, warmup, torch):
     return statistics.median(s.elapsed_time(e) for s, e in zip(starts, stops))
 
 
-def time_host(fn, calls, torch):
-    """Median host time of one fn() call in microseconds (the launch path, not the kernel). The
-    device is drained every 32 calls, outside the timed region, so the launch queue never fills."""
-    for _ in range(50):
-        fn()
+def time_host(fns, calls, torch, block=100):
+    """Median host time of one call of each fns[name]() in microseconds (the launch path, not the
+    kernel). The callables take turns in blocks of `block` calls, so a drift of the machine (clocks,
+    neighbours) weighs on all of them alike; the device is drained after each block, outside the
+    timed region, so the launch queue never fills."""
+    for fn in fns.values():
+        for _ in range(50):
+            fn()
     torch.cuda.synchronize()
-    samples = []
-    for i in range(calls):
-        t0 = time.perf_counter_ns()
-        fn()
-        samples.append((time.perf_counter_ns() - t0) / 1e3)
-        if i % 32 == 31:
+    samples = {name: [] for name in fns}
+    for _ in range(max(1, calls // block)):
+        for name, fn in fns.items():
+            for _ in range(block):
+                t0 = time.perf_counter_ns()
+                fn()
+                samples[name].append((time.perf_counter_ns() - t0) / 1e3)
             torch.cuda.synchronize()
-    torch.cuda.synchronize()
-    return statistics.median(samples)
+    return {name: statistics.median(v) for name, v in samples.items()}
 
 
 def host_overhead(cuactor, torch, calls):
@@ -81,11 +84,12 @@ def host_overhead(cuactor, torch, calls):
     w = torch.randn(g, n, k, device="cuda", dtype=torch.bfloat16).transpose(-2, -1)
     offs = torch.arange(1, g + 1, device="cuda", dtype=torch.int32) * rows
     out = torch.empty(g * rows, n, device="cuda", dtype=torch.bfloat16)
-    res = {"shape": f"{g} x {rows} rows, N{n} K{k}, bf16"}
-    res["cuactor_out_none_us"] = time_host(lambda: cuactor.grouped_mm(a, w, offs), calls, torch)
-    res["cuactor_out_given_us"] = time_host(lambda: cuactor.grouped_mm(a, w, offs, out=out), calls, torch)
+    fns = {"cuactor_out_none_us": lambda: cuactor.grouped_mm(a, w, offs),
+           "cuactor_out_given_us": lambda: cuactor.grouped_mm(a, w, offs, out=out)}
     if hasattr(torch, "_grouped_mm"):
-        res["torch_us"] = time_host(lambda: torch._grouped_mm(a, w, offs=offs), calls, torch)
+        fns["torch_us"] = lambda: torch._grouped_mm(a, w, offs=offs)
+    res = {"shape": f"{g} x {rows} rows, N{n} K{k}, bf16"}
+    res.update(time_host(fns, calls, torch))
     return res
 
 

@@ -66,46 +66,54 @@ struct DeviceSizedParams {
 };
 
 #if defined(__CUDACC__)
-/// One thread per group: computes the group's row range, checks it against the capacity (a bad
-/// routing skips the group and reports it instead of faulting), and writes the group's metadata.
+/// One block; each thread takes groups tid, tid + blockDim, ...: computes the group's row range,
+/// checks it against the capacity (a bad routing skips the group and reports it instead of
+/// faulting), and writes the group's metadata. The block writes error_group itself at the end (the
+/// smallest bad group + 1, or 0), so the flag needs no memset launch before it.
 __global__ void build_device_sized_args(DeviceSizedParams p, GroupedArrays out) {
-  const int g = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
-  if (g >= p.group_count) return;
-  std::int64_t begin = 0, end = 0;
-  if (p.offsets != nullptr) {
-    begin = g == 0 ? 0 : p.offsets[g - 1];
-    end = p.offsets[g];
-  } else {
-    for (int i = 0; i < g; ++i) begin += p.rows[i];
-    end = begin + p.rows[g];
+  __shared__ int first_bad;
+  if (threadIdx.x == 0) first_bad = 0x7fffffff;
+  __syncthreads();
+  for (int g = static_cast<int>(threadIdx.x); g < p.group_count; g += static_cast<int>(blockDim.x)) {
+    std::int64_t begin = 0, end = 0;
+    if (p.offsets != nullptr) {
+      begin = g == 0 ? 0 : p.offsets[g - 1];
+      end = p.offsets[g];
+    } else {
+      for (int i = 0; i < g; ++i) begin += p.rows[i];
+      end = begin + p.rows[g];
+    }
+    std::int64_t rows = end - begin;
+    if (begin < 0 || rows < 0 || end > p.capacity_rows) {
+      atomicMin(&first_bad, g);
+      rows = 0;
+      begin = 0;
+    }
+    const int m = static_cast<int>(rows);
+    out.problem_shapes[3 * g + 0] = p.k == 0 ? 0 : m;
+    out.problem_shapes[3 * g + 1] = p.n;
+    out.problem_shapes[3 * g + 2] = p.k;
+    out.ptr_a[g] = p.a + begin * p.lda * p.a_bytes;
+    out.ptr_b[g] = p.b + g * p.b_group_bytes;
+    out.ptr_d[g] = p.d + begin * p.ldd * p.d_bytes;
+    out.ptr_c[g] = p.c != nullptr ? static_cast<const void*>(p.c + begin * p.ldc * p.d_bytes) : out.ptr_d[g];
+    out.ld_a[g] = p.lda;
+    out.ld_b[g] = p.ldb;
+    out.ld_c[g] = p.c != nullptr ? p.ldc : p.ldd;
+    out.ld_d[g] = p.ldd;
+    if (out.alpha != nullptr)
+      out.alpha[g] =
+          p.alpha * (p.scale_a != nullptr ? p.scale_a[0] : 1.0f) * (p.scale_b != nullptr ? p.scale_b[g] : 1.0f);
+    if (out.k0_rows != nullptr) out.k0_rows[g] = p.k == 0 ? m : 0;
+    const std::int64_t col_offset = static_cast<std::int64_t>(g) * p.n;
+    if (out.row_scale != nullptr) out.row_scale[g] = p.row_scale + begin * static_cast<std::int64_t>(sizeof(float));
+    if (out.col_scale != nullptr)
+      out.col_scale[g] = p.col_scale + col_offset * static_cast<std::int64_t>(sizeof(float));
+    if (out.row_bias != nullptr) out.row_bias[g] = p.row_bias + begin * p.d_bytes;
+    if (out.col_bias != nullptr) out.col_bias[g] = p.col_bias + col_offset * p.d_bytes;
   }
-  std::int64_t rows = end - begin;
-  if (begin < 0 || rows < 0 || end > p.capacity_rows) {
-    atomicCAS(p.error_group, 0, g + 1);
-    rows = 0;
-    begin = 0;
-  }
-  const int m = static_cast<int>(rows);
-  out.problem_shapes[3 * g + 0] = p.k == 0 ? 0 : m;
-  out.problem_shapes[3 * g + 1] = p.n;
-  out.problem_shapes[3 * g + 2] = p.k;
-  out.ptr_a[g] = p.a + begin * p.lda * p.a_bytes;
-  out.ptr_b[g] = p.b + g * p.b_group_bytes;
-  out.ptr_d[g] = p.d + begin * p.ldd * p.d_bytes;
-  out.ptr_c[g] = p.c != nullptr ? static_cast<const void*>(p.c + begin * p.ldc * p.d_bytes) : out.ptr_d[g];
-  out.ld_a[g] = p.lda;
-  out.ld_b[g] = p.ldb;
-  out.ld_c[g] = p.c != nullptr ? p.ldc : p.ldd;
-  out.ld_d[g] = p.ldd;
-  if (out.alpha != nullptr)
-    out.alpha[g] =
-        p.alpha * (p.scale_a != nullptr ? p.scale_a[0] : 1.0f) * (p.scale_b != nullptr ? p.scale_b[g] : 1.0f);
-  if (out.k0_rows != nullptr) out.k0_rows[g] = p.k == 0 ? m : 0;
-  const std::int64_t col_offset = static_cast<std::int64_t>(g) * p.n;
-  if (out.row_scale != nullptr) out.row_scale[g] = p.row_scale + begin * static_cast<std::int64_t>(sizeof(float));
-  if (out.col_scale != nullptr) out.col_scale[g] = p.col_scale + col_offset * static_cast<std::int64_t>(sizeof(float));
-  if (out.row_bias != nullptr) out.row_bias[g] = p.row_bias + begin * p.d_bytes;
-  if (out.col_bias != nullptr) out.col_bias[g] = p.col_bias + col_offset * p.d_bytes;
+  __syncthreads();
+  if (threadIdx.x == 0) *p.error_group = first_bad == 0x7fffffff ? 0 : first_bad + 1;
 }
 
 /// alpha[g] = alpha * scale_a[g or 0] * scale_b[g]: per-tensor fp8 scales folded on the device so

@@ -70,10 +70,18 @@ def _torch_context(torch: Any, a: Any, stream: int | None, name: str = "a") -> t
         stream = torch._C._cuda_getCurrentRawStream(index)
     alloc = _workspace_allocators.get(index)
     if alloc is None:
-        device = torch.device("cuda", index)
+        raw_alloc = getattr(torch._C, "_cuda_cudaCachingAllocator_raw_alloc", None)
+        raw_delete = getattr(torch._C, "_cuda_cudaCachingAllocator_raw_delete", None)
+        if raw_alloc is not None and raw_delete is not None:
+            # The caching allocator's raw pair: stream-ordered like a tensor (a capture draws from the
+            # graph's pool) without building one per call. Allocates on the current device, which the
+            # extension sets to the operands' before asking.
+            alloc = (raw_alloc, raw_delete)
+        else:
+            device = torch.device("cuda", index)
 
-        def alloc(nbytes: int) -> Any:
-            return torch.empty(nbytes, dtype=torch.uint8, device=device)
+            def alloc(nbytes: int) -> Any:
+                return torch.empty(nbytes, dtype=torch.uint8, device=device)
 
         _workspace_allocators[index] = alloc
     return int(stream), alloc

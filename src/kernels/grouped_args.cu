@@ -1,4 +1,6 @@
 // Launchers of the grouped-GEMM helper kernels (kernels/grouped_args.cuh).
+#include <algorithm>
+
 #include "kernels/grouped_launch.hpp"
 
 namespace cuactor::kernels::detail {
@@ -11,7 +13,9 @@ unsigned blocks_for(int count) {
 
 cudaError_t launch_build_device_sized_args(const grouped::DeviceSizedParams& params, const grouped::GroupedArrays& out,
                                            cudaStream_t stream) noexcept {
-  grouped::build_device_sized_args<<<blocks_for(params.group_count), kThreads, 0, stream>>>(params, out);
+  // One block (it writes the error flag last); groups beyond its threads are strided over.
+  const int threads = std::clamp((params.group_count + 31) / 32 * 32, 32, 1024);
+  grouped::build_device_sized_args<<<1, static_cast<unsigned>(threads), 0, stream>>>(params, out);
   return cudaGetLastError();
 }
 

@@ -422,7 +422,6 @@ Status PreparedGroupedGemm::run(cudaStream_t stream, void* workspace, std::size_
   if (meta_->device_sized) {
     const DeviceSizedGroups& g = *meta_->device_sized;
     auto* error_flag = reinterpret_cast<std::int32_t*>(at(l.error_flag));
-    CUACTOR_TRY(gpu::memset_async(error_flag, 0, sizeof(std::int32_t), stream));
     const int a_bytes = size_bits(spec.a) / 8, d_bytes = size_bits(spec.d) / 8;
     kernels::grouped::DeviceSizedParams p{g.group_count,
                                           g.rows,

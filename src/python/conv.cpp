@@ -167,8 +167,8 @@ void bind_conv(nb::module_& m) {
        "Convolution forward on `stream` (a cudaStream_t as an integer) with a cached ConvPlan: out (N, P, Q, K) = "
        "conv(x (N, H, W, C), w (K, R, S, C)); `stride`, `padding` (symmetric) and `dilation` are (height, width) "
        "pairs. Every tensor is packed in the order of its dimensions (channels contiguous) and on one CUDA device. "
-       "`alloc(nbytes)` returns a device tensor for the plan's workspace, if any (default: stream-ordered from the "
-       "device's pool). Raises the cuactor.errors class of the failure."},
+       "`alloc` gives the plan's workspace, if any, as for mm (default: stream-ordered from the device's pool). Raises "
+       "the cuactor.errors class of the failure."},
       {"conv2d_backward_data", kernels::ConvOperation::dgrad, "dy", "w",
        "Convolution data gradient, as conv2d: out = dx (N, H, W, C) from dy (N, P, Q, K) and w (K, R, S, C); H and W "
        "are out's."},

@@ -249,6 +249,16 @@ DeviceGuard::~DeviceGuard() {
 
 Workspace::Workspace(std::size_t bytes, nb::handle alloc, cudaStream_t stream, int device) : stream_(stream) {
   if (bytes == 0) return;
+  if (alloc.is_valid() && PyTuple_Check(alloc.ptr()) && PyTuple_GET_SIZE(alloc.ptr()) == 2) {
+    // A stream-ordered raw allocator pair (PyTorch's caching allocator): one call each way, no tensor.
+    nb::tuple pair = nb::borrow<nb::tuple>(alloc);
+    data_ = reinterpret_cast<void*>(nb::cast<std::uintptr_t>(pair[0](bytes, reinterpret_cast<std::uintptr_t>(stream))));
+    if (data_ == nullptr)
+      raise(errc::out_of_memory, fmt::format("workspace: the allocator returned null for {} bytes", bytes));
+    release_ = nb::borrow(pair[1]);
+    bytes_ = bytes;
+    return;
+  }
   if (alloc.is_valid() && !alloc.is_none()) {
     tensor_ = alloc(bytes);
     const TensorArg t = import_tensor(tensor_, "workspace");
@@ -268,6 +278,13 @@ Workspace::Workspace(std::size_t bytes, nb::handle alloc, cudaStream_t stream, i
 
 Workspace::~Workspace() {
   if (owned_) (void)cudaFreeAsync(data_, stream_);
+  if (release_.is_valid()) {
+    try {
+      release_(reinterpret_cast<std::uintptr_t>(data_));  // stream-ordered: the launches above come first
+    } catch (nb::python_error& e) {
+      e.discard_as_unraisable("cuactor: releasing a workspace");
+    }
+  }
 }
 
 GroupedOperands import_grouped(nb::handle a_obj, nb::handle b_obj, nb::handle offs_obj, nb::handle out_obj,
@@ -455,8 +472,10 @@ void bind_ops(nb::module_& m) {
         "(M, N), or rank 3 with a common batch. `epilogue` is a tree token such as 'silu(add(acc,colbias))' whose "
         "operands are c (out's shape and dtype), row_scale / col_scale (float32, M / N values), row_bias / col_bias "
         "(out's dtype, M / N values), amax (one float32, max-reduced), alpha, beta and the clamp bounds; trees the "
-        "catalog lacks are compiled by the JIT on first use. `alloc(nbytes)` returns a device tensor for the plan's "
-        "workspace, if any (default: stream-ordered from the device's pool). Raises the cuactor.errors class of the "
+        "catalog lacks are compiled by the JIT on first use. `alloc` gives the plan's workspace, if any: alloc(nbytes) "
+        "returning "
+        "a device tensor, or a pair (raw_alloc(nbytes, stream) -> int, raw_delete(ptr)) (default: the device's pool). "
+        "Raises the cuactor.errors class of the "
         "failure.");
   m.def("moe_expert_ffn", &moe_expert_ffn, nb::arg("x").none(), nb::arg("w_gate_up").none(), nb::arg("w_down").none(),
         nb::arg("offs").none(), nb::arg("routing_weights").none(), nb::arg("out").none(), nb::arg("stream"),
@@ -471,7 +490,8 @@ void bind_ops(nb::module_& m) {
         "torch._grouped_mm's 2-D x 3-D case on `stream`: a (T, K), b (G, K, N), offs (G,) int32 cumulative end rows "
         "in device memory, out (T, N); rows past offs[-1] are not written. fp8 (e4m3) inputs take scale_a (1 or G "
         "float32) and scale_b (G float32); `ab_dtype` reinterprets a's and b's storage (fp8 passed as uint8). "
-        "`alloc(nbytes)` returns a device tensor for the workspace (default: stream-ordered from the device's pool).");
+        "`alloc` gives the workspace: a callable alloc(nbytes) returning a device tensor, or a pair (raw_alloc(nbytes, "
+        "stream) -> int, raw_delete(ptr)) of a stream-ordered allocator (default: the device's pool).");
 }
 
 }  // namespace cuactor::pyext

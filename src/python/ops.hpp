@@ -36,10 +36,11 @@ class DeviceGuard {
   int previous_ = -1;
 };
 
-/// Device scratch memory for one launch: from the caller's allocator (`alloc(nbytes)` returns a
-/// tensor; PyTorch's caching allocator for torch inputs, so capture draws from the graph's pool) or,
-/// without one, stream-ordered from the device's default pool (cudaMallocAsync, freed with
-/// cudaFreeAsync after the launch: also capturable).
+/// Device scratch memory for one launch, on the current device: from the caller's allocator, either
+/// a stream-ordered raw pair (raw_alloc(nbytes, stream) -> address, raw_delete(address): PyTorch's
+/// caching allocator for torch inputs, so a capture draws from the graph's pool) or a callable
+/// alloc(nbytes) returning a tensor; without one, stream-ordered from the device's default pool
+/// (cudaMallocAsync, freed with cudaFreeAsync after the launch: also capturable).
 class Workspace {
  public:
   Workspace(std::size_t bytes, nb::handle alloc, cudaStream_t stream, int device);
@@ -54,7 +55,8 @@ class Workspace {
   std::size_t bytes_ = 0;
   cudaStream_t stream_ = nullptr;
   bool owned_ = false;
-  nb::object tensor_;
+  nb::object tensor_;   ///< The callable's tensor, held until the launch is enqueued.
+  nb::object release_;  ///< The raw pair's delete.
 };
 
 /// The operands of a grouped GEMM in torch._grouped_mm's 2-D x 3-D form, imported and validated.

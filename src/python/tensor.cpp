@@ -131,28 +131,53 @@ const TorchTypes* torch_types() {
   return types;
 }
 
+/// An interned attribute name, made once (lookups on every operand of every call).
+PyObject* interned(const char* name) {
+  return PyUnicode_InternFromString(name);  // immortal for the process: never released
+}
+
+/// obj.name() without building a bound method.
+nb::object call_method(nb::handle obj, PyObject* name) {
+  PyObject* r = PyObject_CallMethodNoArgs(obj.ptr(), name);
+  if (r == nullptr) throw nb::python_error();
+  return nb::steal(r);
+}
+
+nb::object get_attr(nb::handle obj, PyObject* name) {
+  PyObject* r = PyObject_GetAttr(obj.ptr(), name);
+  if (r == nullptr) throw nb::python_error();
+  return nb::steal(r);
+}
+
 /// torch.Tensor without DLPack: its attributes, read directly (PyTorch's __dlpack__ would order the
 /// legacy default stream after the current one, which a capture cannot record, and costs more).
 bool import_torch(nb::handle obj, TensorArg& t, std::optional<DType> as) {
+  static PyObject* const kDtype = interned("dtype");
+  static PyObject* const kShape = interned("shape");
+  static PyObject* const kStride = interned("stride");
+  static PyObject* const kDataPtr = interned("data_ptr");
+  static PyObject* const kGetDevice = interned("get_device");
+  static PyObject* const kIsCuda = interned("is_cuda");
+  static PyObject* const kIsCpu = interned("is_cpu");
   const TorchTypes* torch = torch_types();
   if (torch == nullptr || !PyObject_IsInstance(obj.ptr(), torch->tensor.ptr())) return false;
-  nb::handle dtype = obj.attr("dtype");
+  nb::object dtype = get_attr(obj, kDtype);
   std::optional<DType> imported;
   for (const auto& [h, d] : torch->dtypes)
     if (h.is(dtype)) imported = d;
-  set_dtype(t, imported, as, nb::cast<std::string>(nb::str(dtype)), 0);
-  nb::tuple shape = nb::cast<nb::tuple>(obj.attr("shape"));
-  nb::tuple strides = nb::cast<nb::tuple>(obj.attr("stride")());
+  set_dtype(t, imported, as, imported ? std::string() : nb::cast<std::string>(nb::str(dtype)), 0);  // named on errors
+  nb::tuple shape = nb::cast<nb::tuple>(get_attr(obj, kShape));
+  nb::tuple strides = nb::cast<nb::tuple>(call_method(obj, kStride));
   set_rank(t, shape.size());
   for (int i = 0; i < t.ndim; ++i) {
     const auto u = static_cast<std::size_t>(i);
     t.shape[u] = nb::cast<std::int64_t>(shape[u]);
     t.strides[u] = nb::cast<std::int64_t>(strides[u]);
   }
-  t.data = reinterpret_cast<void*>(nb::cast<std::uintptr_t>(obj.attr("data_ptr")()));
-  const bool cuda = nb::cast<bool>(obj.attr("is_cuda"));
-  t.memory = cuda ? MemoryKind::cuda : nb::cast<bool>(obj.attr("is_cpu")) ? MemoryKind::cpu : MemoryKind::other;
-  t.device = cuda ? nb::cast<int>(obj.attr("get_device")()) : -1;
+  t.data = reinterpret_cast<void*>(nb::cast<std::uintptr_t>(call_method(obj, kDataPtr)));
+  const bool cuda = nb::cast<bool>(get_attr(obj, kIsCuda));
+  t.memory = cuda ? MemoryKind::cuda : nb::cast<bool>(get_attr(obj, kIsCpu)) ? MemoryKind::cpu : MemoryKind::other;
+  t.device = cuda ? nb::cast<int>(call_method(obj, kGetDevice)) : -1;
   t.owner = nb::borrow(obj);
   return true;
 }
