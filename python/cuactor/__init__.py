@@ -108,7 +108,7 @@ def _prepare_out(torch: Any, a: Any, shape: tuple[int, ...], out: Any, out_dtype
         return out
     want = _torch_dtype(torch, out_dtype)
     if out is None:
-        return torch.empty(shape, dtype=want or default, device=a.device)
+        return a.new_empty(shape, dtype=want or default)  # a's device; cheaper to parse than torch.empty
     if want is not None and out.dtype != want:
         raise InvalidArgumentError(f"out: dtype {out.dtype} differs from out_dtype={want}")
     if tuple(out.shape) != shape:
