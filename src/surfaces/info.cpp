@@ -11,6 +11,7 @@
 
 #include "cuactor/core/paths.hpp"
 #include "cuactor/gpu/device.hpp"
+#include "cuactor/gpu/topology.hpp"
 #include "cuactor/jit/nvcc.hpp"
 #include "cuactor/kernels/catalog.hpp"
 #include "cuactor/runtime/device_actor.hpp"
@@ -25,6 +26,24 @@ nlohmann::json actor_stats(int ordinal) {
   auto [ec, buf] = actor->allocate<int>(256, boost::asio::use_future).get();
   if (!ec) (void)actor->fill(buf, 1, boost::asio::use_future).get();
   return nlohmann::json::parse(runtime::to_json(actor->stats()));
+}
+
+/// Every ordered device pair ([M1]): peer access, CUDA's P2P attributes, NVLink per NVML.
+nlohmann::json topology_json() {
+  auto t = gpu::topology();
+  if (!t) return {{"error", t.error().to_string()}};
+  nlohmann::json links = nlohmann::json::array();
+  for (const gpu::PeerLink& l : t->links)
+    links.push_back({{"from", l.from},
+                     {"to", l.to},
+                     {"peer_access", l.peer_access},
+                     {"native_atomics", l.native_atomics},
+                     {"performance_rank", l.performance_rank},
+                     {"link", std::string(gpu::to_string(l.kind))},
+                     {"nvlinks", l.nvlinks ? nlohmann::json(*l.nvlinks) : nlohmann::json(nullptr)}});
+  return {{"nvml", t->nvml},
+          {"nvml_note", t->nvml ? nlohmann::json(nullptr) : nlohmann::json(t->nvml_note)},
+          {"links", links}};
 }
 
 nlohmann::json collect(bool with_stats) {
@@ -56,6 +75,7 @@ nlohmann::json collect(bool with_stats) {
     devices.push_back(std::move(d));
   }
   j["devices"] = devices;
+  j["topology"] = topology_json();
   j["kernel_families"] = nlohmann::json::array();
   for (const auto& f : kernels::catalog_families())
     j["kernel_families"].push_back({{"family", kernels::name(f.family)},

@@ -40,6 +40,22 @@ void print_text(const nlohmann::json& j) {
       if (d.contains("actor_stats")) std::cout << "    actor stats: " << dump_json(d["actor_stats"]) << "\n";
     }
   }
+  const auto& topo = j["topology"];
+  if (topo.contains("error")) {
+    std::cout << "  topology:     error: " << topo["error"].get<std::string>() << "\n";
+  } else if (devs.size() > 1) {
+    std::cout << "  topology:     "
+              << (topo["nvml"].get<bool>() ? "NVLink per NVML"
+                                           : "NVLink unknown (" + topo["nvml_note"].get<std::string>() + ")")
+              << "\n";
+    for (const auto& l : topo["links"])
+      std::cout << fmt::format(
+          "    {} -> {}: {}{}, {}{}\n", l["from"].get<int>(), l["to"].get<int>(), l["link"].get<std::string>(),
+          l["nvlinks"].is_null() || l["nvlinks"].get<int>() == 0 ? std::string()
+                                                                 : fmt::format(" x{}", l["nvlinks"].get<int>()),
+          l["peer_access"].get<bool>() ? "peer access" : "no peer access",
+          l["native_atomics"].get<bool>() ? ", native atomics" : "");
+  }
   const auto& fam = j["kernel_families"];
   std::cout << "  kernel families compiled in: ";
   if (fam.empty()) std::cout << "none";
