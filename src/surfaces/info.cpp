@@ -11,9 +11,9 @@
 
 #include "cuactor/core/paths.hpp"
 #include "cuactor/gpu/device.hpp"
-#include "cuactor/gpu/topology.hpp"
 #include "cuactor/jit/nvcc.hpp"
 #include "cuactor/kernels/catalog.hpp"
+#include "cuactor/parallel/topology.hpp"
 #include "cuactor/runtime/device_actor.hpp"
 
 namespace cuactor::surfaces {
@@ -30,16 +30,16 @@ nlohmann::json actor_stats(int ordinal) {
 
 /// Every ordered device pair ([M1]): peer access, CUDA's P2P attributes, NVLink per NVML.
 nlohmann::json topology_json() {
-  auto t = gpu::topology();
+  auto t = parallel::topology();
   if (!t) return {{"error", t.error().to_string()}};
   nlohmann::json links = nlohmann::json::array();
-  for (const gpu::PeerLink& l : t->links)
+  for (const parallel::PeerLink& l : t->links)
     links.push_back({{"from", l.from},
                      {"to", l.to},
                      {"peer_access", l.peer_access},
                      {"native_atomics", l.native_atomics},
                      {"performance_rank", l.performance_rank},
-                     {"link", std::string(gpu::to_string(l.kind))},
+                     {"link", std::string(parallel::to_string(l.kind))},
                      {"nvlinks", l.nvlinks ? nlohmann::json(*l.nvlinks) : nlohmann::json(nullptr)}});
   return {{"nvml", t->nvml},
           {"nvml_note", t->nvml ? nlohmann::json(nullptr) : nlohmann::json(t->nvml_note)},

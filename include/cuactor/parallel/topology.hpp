@@ -11,7 +11,7 @@
 
 #include "cuactor/core/expected.hpp"
 
-namespace cuactor::gpu {
+namespace cuactor::parallel {
 
 /// What carries peer traffic from one device to another.
 enum class LinkKind {
@@ -61,4 +61,4 @@ LinkKind classify_link(const std::vector<NvLinkEnd>& ends_of_from, std::string_v
                        bool peer_access, std::optional<int>& nvlinks);
 }  // namespace detail
 
-}  // namespace cuactor::gpu
+}  // namespace cuactor::parallel

@@ -1,5 +1,5 @@
 // Device topology ([M1]): CUDA's P2P queries for every ordered pair, NVML's NVLink view on top.
-#include "cuactor/gpu/topology.hpp"
+#include "cuactor/parallel/topology.hpp"
 
 #include <dlfcn.h>
 #include <fmt/format.h>
@@ -15,7 +15,7 @@
 #include "cuactor/gpu/check.hpp"
 #include "cuactor/gpu/device.hpp"
 
-namespace cuactor::gpu {
+namespace cuactor::parallel {
 
 std::string_view to_string(LinkKind kind) noexcept {
   switch (kind) {
@@ -183,14 +183,14 @@ NvlinkView read_nvlink(const std::vector<std::string>&) {
 
 Result<Topology> topology() {
   Topology t;
-  t.device_count = device_count();
+  t.device_count = gpu::device_count();
   if (t.device_count == 0) {
     t.nvml_note = "no devices";
     return t;
   }
   std::vector<std::string> bus(static_cast<std::size_t>(t.device_count));
   for (int i = 0; i < t.device_count; ++i) {
-    auto props = device_properties(i);
+    auto props = gpu::device_properties(i);
     if (!props) return fail(props.error());
     bus[static_cast<std::size_t>(i)] = props->pci_bus_id;
   }
@@ -224,4 +224,4 @@ Result<Topology> topology() {
   return t;
 }
 
-}  // namespace cuactor::gpu
+}  // namespace cuactor::parallel

@@ -1,11 +1,12 @@
 // Topology rules that need no device: PCI bus ids in CUDA's and NVML's spellings, and how a pair's
 // NVLink ends classify it ([M1]).
+#include "cuactor/parallel/topology.hpp"
+
 #include <gtest/gtest.h>
 
 #include "cuactor/gpu/device.hpp"
-#include "cuactor/gpu/topology.hpp"
 
-namespace cuactor::gpu {
+namespace cuactor::parallel {
 namespace {
 
 using detail::classify_link;
@@ -64,7 +65,7 @@ TEST(TopologyClassify, WithoutNvlinkPeerAccessDecides) {
 TEST(Topology, CoversEveryOrderedPairOfTheVisibleDevices) {
   auto t = topology();
   ASSERT_TRUE(t) << t.error().to_string();
-  const int n = device_count();
+  const int n = gpu::device_count();
   EXPECT_EQ(t->device_count, n);
   ASSERT_EQ(t->links.size(), static_cast<std::size_t>(n > 1 ? n * (n - 1) : 0));
   if (!t->nvml) {
@@ -82,4 +83,4 @@ TEST(Topology, CoversEveryOrderedPairOfTheVisibleDevices) {
 }
 
 }  // namespace
-}  // namespace cuactor::gpu
+}  // namespace cuactor::parallel
