@@ -159,6 +159,86 @@ void BM_ActorVsRawSync(benchmark::State& state) {
 }
 BENCHMARK(BM_ActorVsRawSync)->Arg(0)->Arg(1)->Iterations(20000)->UseRealTime();
 
+/// Where an actor round trip's time goes, interleaved with the raw launch + synchronize it is compared
+/// with (sequence-word completion). Per iteration: the raw launch and its wait, then for the actor the
+/// submit call on the caller's thread, the hand-over to its thread (submit -> the request's function
+/// starts), the enqueue (the function's own launch), completion (launch returned -> the handler runs:
+/// the marker, the GPU, the poller and the reply hand-off) and delivery (handler -> the caller sees it).
+/// Medians of each part, in microseconds.
+void BM_ActorRoundTripBreakdown(benchmark::State& state) {
+  Fixture* f = fixture();
+  if (!f) {
+    state.SkipWithError("no CUDA device");
+    return;
+  }
+  auto stream = cuactor::gpu::Stream::create(0);
+  auto raw_ptr = f->scratch.raw_device_ptr();
+  if (!stream || !raw_ptr) {
+    state.SkipWithError("setup failed");
+    return;
+  }
+  std::vector<double> raw_launch, raw_wait, submit_call, hand_over, enqueue, completion, delivery;
+  auto us = [](Clock::time_point a, Clock::time_point b) {
+    return std::chrono::duration<double, std::micro>(b - a).count();
+  };
+  for (auto _ : state) {
+    const int one = 1;
+    auto t0 = Clock::now();
+    const bool launched = cuactor::runtime::enqueue_fill(*raw_ptr, 1, &one, sizeof(int), stream->get()).has_value();
+    const auto t1 = Clock::now();
+    if (!launched || cudaStreamSynchronize(stream->get()) != cudaSuccess) {
+      state.SkipWithError("raw launch failed");
+      return;
+    }
+    raw_launch.push_back(us(t0, t1));
+    raw_wait.push_back(us(t1, Clock::now()));
+
+    std::atomic<bool> done{false};
+    std::error_code failure;
+    Clock::time_point started, enqueued, handled;
+    t0 = Clock::now();
+    f->actor.submit<int>(
+        cuactor::runtime::Reads{}, cuactor::runtime::Writes{f->scratch},
+        [&, buf = f->scratch](OpContext& ctx) -> cuactor::Result<int> {
+          started = Clock::now();
+          const int v = 1;
+          CUACTOR_TRY(cuactor::runtime::enqueue_fill(buf.allocation()->data(), 1, &v, sizeof(int), ctx.stream()));
+          enqueued = Clock::now();
+          return 0;
+        },
+        [&](std::error_code ec, int) {
+          failure = ec;
+          handled = Clock::now();
+          done.store(true, std::memory_order_release);
+        });
+    const auto submitted = Clock::now();
+    while (!done.load(std::memory_order_acquire)) {
+    }
+    const auto seen = Clock::now();
+    if (failure) {
+      state.SkipWithError("actor request failed");
+      return;
+    }
+    submit_call.push_back(us(t0, submitted));
+    hand_over.push_back(us(t0, started));
+    enqueue.push_back(us(started, enqueued));
+    completion.push_back(us(enqueued, handled));
+    delivery.push_back(us(handled, seen));
+  }
+  auto median = [](std::vector<double>& v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  };
+  state.counters["raw_launch_us"] = median(raw_launch);
+  state.counters["raw_wait_us"] = median(raw_wait);
+  state.counters["submit_call_us"] = median(submit_call);
+  state.counters["hand_over_us"] = median(hand_over);
+  state.counters["enqueue_us"] = median(enqueue);
+  state.counters["completion_us"] = median(completion);
+  state.counters["delivery_us"] = median(delivery);
+}
+BENCHMARK(BM_ActorRoundTripBreakdown)->Iterations(20000)->UseRealTime();
+
 /// CPU time of the whole process (actor thread, poller, reply pool) over one idle second after a burst
 /// of work: the poller must block, not spin, when nothing is in flight.
 void BM_ActorIdleCpu(benchmark::State& state) {
@@ -216,6 +296,13 @@ void BM_RawStreamRoundTrip(benchmark::State& state) {
   report_percentiles(state, samples);
 }
 BENCHMARK(BM_RawStreamRoundTrip)->Iterations(20000)->UseRealTime();
+
+/// Cost of one steady_clock::now() (the spinning threads read the clock; on some virtual machines it
+/// is a system call).
+void BM_SteadyClockNow(benchmark::State& state) {
+  for (auto _ : state) benchmark::DoNotOptimize(Clock::now());
+}
+BENCHMARK(BM_SteadyClockNow);
 
 /// Host time of the stream calls one actor operation is made of, each alone on a raw stream (the
 /// breakdown behind the actor's dispatch time): 0 = the 1-element fill kernel launch, 1 = cudaEventRecord

@@ -201,10 +201,10 @@ void ActorLoop::thread_main(std::promise<Status>& ready) {
 }
 
 bool ActorLoop::next_batch(std::vector<std::shared_ptr<OpRecord>>& batch) {
-  const auto spin_until = std::chrono::steady_clock::now() + options_.idle_spin;
+  const auto deadline = std::chrono::steady_clock::now() + options_.idle_spin;
   // A short lock-free spin saves the futex round trip when requests arrive back to back (a pause, not
   // a yield: a yield is a system call, and on a virtual machine it costs as much as the wait it saves).
-  while (queued_.load(std::memory_order_acquire) == 0 && std::chrono::steady_clock::now() < spin_until) cpu_relax();
+  (void)spin_until([&] { return queued_.load(std::memory_order_acquire) != 0; }, deadline);
   std::unique_lock lock(mutex_);
   for (;;) {
     if (poison_report_) {

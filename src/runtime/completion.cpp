@@ -245,7 +245,7 @@ void Completion::run() noexcept {
       // Idle: keep polling a little (the next request usually follows at once), then block.
       lock.unlock();
       const auto until = Clock::now() + options_.idle_spin;
-      while (batches_pending_.load(std::memory_order_acquire) == 0 && Clock::now() < until) cpu_relax();
+      (void)spin_until([&] { return batches_pending_.load(std::memory_order_acquire) != 0; }, until);
       lock.lock();
       if (stop_) break;
       if (halted_ || batches_.empty()) {

@@ -30,45 +30,56 @@ void CompletionPool::push(std::unique_ptr<JobBase> job) {
     std::lock_guard lock(mutex_);
     jobs_.push_back(std::move(job));
     queued_.fetch_add(1, std::memory_order_release);
-    wake = sleepers_ > 0;
+    wake = sleepers_ > 0 && spinners_ == 0;  // a spinning thread takes it without a wake-up
   }
   if (wake) wake_.notify_one();
 }
 
+std::unique_ptr<CompletionPool::JobBase> CompletionPool::take_locked() {
+  auto job = std::move(jobs_[head_++]);
+  queued_.fetch_sub(1, std::memory_order_release);
+  if (head_ == jobs_.size()) {  // drained: reuse the storage
+    jobs_.clear();
+    head_ = 0;
+  } else if (sleepers_ > 0 && spinners_ == 0) {
+    wake_.notify_one();  // more work than this thread: nobody else is looking
+  }
+  return job;
+}
+
 void CompletionPool::run() noexcept {
   using Clock = std::chrono::steady_clock;
-  auto spin_until = Clock::now() + spin_;
+  std::unique_lock lock(mutex_);
   for (;;) {
-    // Spin on the count alone: posting threads never meet a spinning one on the mutex.
-    while (queued_.load(std::memory_order_acquire) == 0 && Clock::now() < spin_until) cpu_relax();
-    std::unique_ptr<JobBase> job;
-    {
-      std::unique_lock lock(mutex_);
-      if (head_ == jobs_.size()) {
-        if (stop_) return;
-        if (Clock::now() < spin_until) continue;  // another thread took it: keep spinning
-        ++sleepers_;
-        wake_.wait(lock, [&] { return stop_ || head_ < jobs_.size(); });
-        --sleepers_;
-        if (head_ == jobs_.size()) return;  // stopping, nothing left
+    if (head_ < jobs_.size()) {
+      std::unique_ptr<JobBase> job = take_locked();
+      lock.unlock();
+      try {
+        job->run();
+      } catch (const std::exception& e) {
+        // A handler threw: it must not take the pool (or the process) down with it.
+        log(LogLevel::error, fmt::format("completion handler threw: {}", e.what()));
+      } catch (...) {
+        log(LogLevel::error, "completion handler threw a non-standard exception");
       }
-      job = std::move(jobs_[head_++]);
-      queued_.fetch_sub(1, std::memory_order_release);
-      if (head_ == jobs_.size()) {  // drained: reuse the storage
-        jobs_.clear();
-        head_ = 0;
-      }
+      job.reset();  // the reply's record is released here, before the next wait
+      lock.lock();
+      continue;
     }
-    try {
-      job->run();
-    } catch (const std::exception& e) {
-      // A handler threw: it must not take the pool (or the process) down with it.
-      log(LogLevel::error, fmt::format("completion handler threw: {}", e.what()));
-    } catch (...) {
-      log(LogLevel::error, "completion handler threw a non-standard exception");
+    if (stop_) return;
+    // One idle thread at a time spins (on the count alone: posting threads never meet it on the mutex);
+    // more would only take cycles from the sibling hyperthreads of the threads doing the work.
+    if (spinners_ == 0) {
+      ++spinners_;
+      lock.unlock();
+      (void)spin_until([&] { return queued_.load(std::memory_order_acquire) != 0; }, Clock::now() + spin_);
+      lock.lock();
+      --spinners_;
+      if (head_ < jobs_.size() || stop_) continue;
     }
-    job.reset();  // the reply's record is released here, before the next spin
-    spin_until = Clock::now() + spin_;
+    ++sleepers_;
+    wake_.wait(lock, [&] { return stop_ || head_ < jobs_.size(); });
+    --sleepers_;
   }
 }
 

@@ -20,8 +20,9 @@
 
 namespace cuactor::runtime::detail {
 
-/// A fixed set of threads running posted functions in FIFO order. Each thread spins for `spin` after
-/// its last function (a hand-off under load then costs no futex wake-up) before it sleeps.
+/// A fixed set of threads running posted functions in FIFO order. One idle thread at a time spins for
+/// `spin` after its last function (a hand-off under load then costs no futex wake-up) before it sleeps;
+/// the others sleep and are woken when work arrives that the spinning one cannot take at once.
 class CompletionPool {
  public:
   /// Starts `threads` threads.
@@ -66,6 +67,8 @@ class CompletionPool {
   };
 
   void push(std::unique_ptr<JobBase> job);
+  /// Pops the oldest job (mutex held), waking a sleeper when more remain and nobody spins.
+  std::unique_ptr<JobBase> take_locked();
   void run() noexcept;
 
   const std::chrono::microseconds spin_;
@@ -75,6 +78,7 @@ class CompletionPool {
   std::vector<std::unique_ptr<JobBase>> jobs_;  // FIFO from head_
   std::size_t head_ = 0;
   int sleepers_ = 0;
+  int spinners_ = 0;  // idle threads spinning on queued_ (at most one)
   bool stop_ = false;
   std::vector<std::thread> threads_;
 };

@@ -2,6 +2,7 @@
 /// Busy-wait helpers shared by the runtime's spinning threads (internal).
 #pragma once
 
+#include <chrono>
 #include <thread>
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -18,6 +19,20 @@ inline void cpu_relax() noexcept {
 #else
   std::this_thread::yield();
 #endif
+}
+
+/// Busy-waits until `ready()` holds or `deadline` passed, and returns `ready()`. The clock is read only
+/// every 32 pauses: on some virtual machines a clock read costs more than the pause it would follow, and
+/// a wait's end need not be precise.
+template <class Ready>
+bool spin_until(Ready ready, std::chrono::steady_clock::time_point deadline) {
+  for (;;) {
+    for (int i = 0; i < 32; ++i) {
+      if (ready()) return true;
+      cpu_relax();
+    }
+    if (std::chrono::steady_clock::now() >= deadline) return ready();
+  }
 }
 
 }  // namespace cuactor::runtime::detail
