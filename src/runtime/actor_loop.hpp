@@ -19,6 +19,7 @@
 #include "runtime/mailbox.hpp"
 #include "runtime/op_services.hpp"
 #include "runtime/reply.hpp"
+#include "runtime/spin.hpp"
 #include "runtime/supervisor.hpp"
 #include "runtime/write_tracker.hpp"
 
@@ -81,9 +82,9 @@ class ActorLoop final : public ActorBackend, private OpServices, private Recover
   Mailbox<std::shared_ptr<OpRecord>> mailbox_;
   bool stopping_ = false;
   bool sleeping_ = false;
-  std::optional<Error> poison_report_;  // from the poller
-  std::atomic<std::size_t> queued_{0};  // mirror of the mailbox size for the lock-free spin
-  std::atomic<bool> wants_slots_{false};
+  std::optional<Error> poison_report_;                      // from the poller
+  alignas(kCacheLine) std::atomic<std::size_t> queued_{0};  // mirror of the mailbox size for the lock-free spin
+  alignas(kCacheLine) std::atomic<bool> wants_slots_{false};
   std::atomic<std::uint64_t> rejected_full_{0};
   std::atomic<std::uint64_t> dispatch_ns_{0};  // time spent in process()
   std::atomic<std::uint64_t> batches_{0};      // completion markers enqueued

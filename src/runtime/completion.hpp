@@ -25,6 +25,7 @@
 #include "cuactor/core/expected.hpp"
 #include "cuactor/runtime/device_actor.hpp"
 #include "runtime/reply.hpp"
+#include "runtime/spin.hpp"
 
 namespace cuactor::runtime::detail {
 
@@ -100,8 +101,8 @@ class Completion {
   std::chrono::steady_clock::time_point last_watchdog_{};
   std::atomic<CompletionMode> mode_{CompletionMode::sequence_word};
   std::atomic<std::size_t> in_flight_{0};
-  std::atomic<std::uint32_t> batches_pending_{0};
-  std::thread thread_;
+  alignas(kCacheLine) std::atomic<std::uint32_t> batches_pending_{0};  // spun on by the idle poller
+  alignas(kCacheLine) std::thread thread_;
 };
 
 }  // namespace cuactor::runtime::detail

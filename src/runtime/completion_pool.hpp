@@ -18,6 +18,8 @@
 #include <utility>
 #include <vector>
 
+#include "runtime/spin.hpp"
+
 namespace cuactor::runtime::detail {
 
 /// A fixed set of threads running posted functions in FIFO order. One idle thread at a time spins for
@@ -72,8 +74,8 @@ class CompletionPool {
   void run() noexcept;
 
   const std::chrono::microseconds spin_;
-  std::atomic<std::size_t> queued_{0};  // read by spinning threads without the mutex
-  std::mutex mutex_;
+  alignas(kCacheLine) std::atomic<std::size_t> queued_{0};  // read by spinning threads without the mutex
+  alignas(kCacheLine) std::mutex mutex_;
   std::condition_variable wake_;
   std::vector<std::unique_ptr<JobBase>> jobs_;  // FIFO from head_
   std::size_t head_ = 0;

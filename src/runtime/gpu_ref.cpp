@@ -68,7 +68,7 @@ Status DeviceAllocation::record_write(cudaStream_t stream) {
                            fmt::format("cudaEventCreateWithFlags(write event of {})", describe())));
   }
   CUACTOR_TRY(gpu::check(cudaEventRecord(write_event_, stream),
-                          [&] { return fmt::format("cudaEventRecord(write event of {})", describe()); }));
+                         [&] { return fmt::format("cudaEventRecord(write event of {})", describe()); }));
   write_stream_ = stream;
   has_write_ = true;
   return ok();
@@ -80,7 +80,7 @@ Status DeviceAllocation::wait_for_last_write(cudaStream_t stream) const {
   std::lock_guard lock(write_mutex_);
   if (!has_write_ || write_stream_ == stream) return ok();
   return gpu::check(cudaStreamWaitEvent(stream, write_event_, 0),
-                     [&] { return fmt::format("cudaStreamWaitEvent(last write of {})", describe()); });
+                    [&] { return fmt::format("cudaStreamWaitEvent(last write of {})", describe()); });
 }
 
 std::optional<cudaStream_t> DeviceAllocation::last_write_stream() const {

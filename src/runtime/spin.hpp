@@ -3,6 +3,7 @@
 #pragma once
 
 #include <chrono>
+#include <cstddef>
 #include <thread>
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -10,6 +11,11 @@
 #endif
 
 namespace cuactor::runtime::detail {
+
+/// Alignment that gives a spun-on atomic its own cache line: writes to its neighbours would otherwise
+/// pull the line from under the spinning reader and back (std::hardware_destructive_interference_size
+/// is not ABI-stable across compiler flags, so the usual x86 / Arm value is spelled out).
+inline constexpr std::size_t kCacheLine = 64;
 
 /// One step of a busy-wait: a pause hint where the CPU has one (cheap, keeps the sibling hyperthread
 /// fed), else a yield.

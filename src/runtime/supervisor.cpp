@@ -22,7 +22,8 @@ Status Supervisor::recover(RecoveryStrategy* strategy) {
   }
   if (Status st = strategy->recover(); !st) {
     breaker_.trip();  // a failed recovery opens the circuit for good
-    return fail(Error(errc::circuit_open, fmt::format("device {}: recovery failed: {}", ordinal_, st.error().message())));
+    return fail(
+        Error(errc::circuit_open, fmt::format("device {}: recovery failed: {}", ordinal_, st.error().message())));
   }
   state_.store(CircuitState::closed, std::memory_order_release);
   return ok();

@@ -28,7 +28,9 @@ class RecoveryStrategy {
 class Supervisor {
  public:
   Supervisor(int ordinal, const BreakerOptions& breaker, EscalationHook on_escalation)
-      : ordinal_(ordinal), options_(breaker), breaker_(breaker.max_poisonings, breaker.window),
+      : ordinal_(ordinal),
+        options_(breaker),
+        breaker_(breaker.max_poisonings, breaker.window),
         on_escalation_(std::move(on_escalation)) {}
 
   /// The circuit state.
