@@ -85,7 +85,9 @@ def host_overhead(cuactor, torch, calls):
     offs = torch.arange(1, g + 1, device="cuda", dtype=torch.int32) * rows
     out = torch.empty(g * rows, n, device="cuda", dtype=torch.bfloat16)
     fns = {"cuactor_out_none_us": lambda: cuactor.grouped_mm(a, w, offs),
-           "cuactor_out_given_us": lambda: cuactor.grouped_mm(a, w, offs, out=out)}
+           "cuactor_out_given_us": lambda: cuactor.grouped_mm(a, w, offs, out=out),
+           # The same call through the Python path (a dtype given by name skips the C++ fast path).
+           "cuactor_out_none_python_path_us": lambda: cuactor.grouped_mm(a, w, offs, out_dtype="bf16")}
     if hasattr(torch, "_grouped_mm"):
         fns["torch_us"] = lambda: torch._grouped_mm(a, w, offs=offs)
     res = {"shape": f"{g} x {rows} rows, N{n} K{k}, bf16"}
@@ -179,7 +181,8 @@ def main():
     oh = host_overhead(cuactor, torch, args.overhead_calls)
     lines += ["", f"host time per Python call, {oh['shape']} (median of {args.overhead_calls} calls):",
               f"  cuactor.grouped_mm (out=None)   {oh['cuactor_out_none_us']:8.1f} us",
-              f"  cuactor.grouped_mm (out given)  {oh['cuactor_out_given_us']:8.1f} us"]
+              f"  cuactor.grouped_mm (out given)  {oh['cuactor_out_given_us']:8.1f} us",
+              f"  the same, Python path (out=None) {oh['cuactor_out_none_python_path_us']:7.1f} us"]
     if "torch_us" in oh:
         lines.append(f"  torch._grouped_mm               {oh['torch_us']:8.1f} us   "
                      f"(cuactor/torch = {oh['cuactor_out_none_us'] / oh['torch_us']:.2f}; target <= 1)")

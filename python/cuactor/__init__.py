@@ -212,6 +212,11 @@ def grouped_mm(a: Any, b: Any, offs: Any = None, out: Any = None, out_dtype: Any
         InvalidArgumentError: shapes, dtypes, devices, strides or offs break a rule.
         UnsupportedError: 2-D x 2-D and 3-D x 2-D (groups along K or N) or a dtype / arch without a kernel.
     """
+    if out is None and stream is None:
+        # torch tensors on torch's current stream: the whole call in C++ (None: take the general path).
+        made = _core.grouped_mm_torch(a, b, offs, out_dtype)
+        if made is not None:
+            return made
     torch = _torch_of(a)
     na, nb = _ndim(a), _ndim(b)
     if na == 2 and nb == 3:

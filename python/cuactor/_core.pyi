@@ -19,6 +19,11 @@ def moe_expert_ffn(x: object | None, w_gate_up: object | None, w_down: object | 
     The mixture-of-experts expert FFN on `stream`: x (T, H) rows grouped by expert, w_gate_up (E, 2F, H) (gate rows then up rows per expert), w_down (E, H, F), offs (E,) int32 cumulative end rows in device memory, routing_weights (T,) float32 or None, out (T, H): out = w * (silu(x Wg^T) * (x Wu^T)) Wd^T per expert.
     """
 
+def grouped_mm_torch(a: object | None, b: object | None, offs: object | None, out_dtype: object | None) -> object:
+    """
+    cuactor.grouped_mm's torch fast path (out=None, torch's current stream): the new output tensor, or None when the operands need the general path (which also raises the errors).
+    """
+
 def grouped_mm(a: object | None, b: object | None, offs: object | None, out: object | None, stream: int, alloc: object | None = None, scale_a: object | None = None, scale_b: object | None = None, ab_dtype: str | None = None) -> None:
     """
     torch._grouped_mm's 2-D x 3-D case on `stream`: a (T, K), b (G, K, N), offs (G,) int32 cumulative end rows in device memory, out (T, N); rows past offs[-1] are not written. fp8 (e4m3) inputs take scale_a (1 or G float32) and scale_b (G float32); `ab_dtype` reinterprets a's and b's storage (fp8 passed as uint8). `alloc` gives the workspace: a callable alloc(nbytes) returning a device tensor, or a pair (raw_alloc(nbytes, stream) -> int, raw_delete(ptr)) of a stream-ordered allocator (default: the device's pool).

@@ -205,17 +205,83 @@ void mm(nb::handle a_obj, nb::handle b_obj, nb::handle out_obj, std::uintptr_t s
   check(plan.run(o, ws ? ws->data() : nullptr, ws ? ws->bytes() : 0, stream));
 }
 
-/// torch._grouped_mm's 2-D x 3-D case: out[offs[g-1]:offs[g]] = a[offs[g-1]:offs[g]] @ b[g].
-void grouped_mm(nb::handle a, nb::handle b, nb::handle offs, nb::handle out, std::uintptr_t stream_handle,
-                nb::handle alloc, nb::handle scale_a, nb::handle scale_b, std::optional<std::string> ab_dtype) {
-  const auto ops = import_grouped(a, b, offs, out, scale_a, scale_b,
-                                  ab_dtype ? std::optional(dtype_from_name(*ab_dtype)) : std::nullopt);
+/// Plans (cached), prepares and enqueues validated grouped operands on `stream`.
+void run_grouped(const GroupedOperands& ops, cudaStream_t stream, nb::handle alloc) {
   auto plan = unwrap(grouped_plans().get(grouped_spec(ops)));
   auto prepared = unwrap(plan->prepare(device_sized(ops), grouped_scalars(ops)));
   const DeviceGuard guard(ops.device);
-  const cudaStream_t stream = stream_from(stream_handle);
   Workspace ws(prepared.workspace_size(), alloc, stream, ops.device);
   check(prepared.run(stream, ws.data(), ws.bytes()));
+}
+
+/// torch._grouped_mm's 2-D x 3-D case: out[offs[g-1]:offs[g]] = a[offs[g-1]:offs[g]] @ b[g].
+void grouped_mm(nb::handle a, nb::handle b, nb::handle offs, nb::handle out, std::uintptr_t stream_handle,
+                nb::handle alloc, nb::handle scale_a, nb::handle scale_b, std::optional<std::string> ab_dtype) {
+  run_grouped(import_grouped(a, b, offs, out, scale_a, scale_b,
+                             ab_dtype ? std::optional(dtype_from_name(*ab_dtype)) : std::nullopt),
+              stream_from(stream_handle), alloc);
+}
+
+/// PyTorch's callables that the torch fast path of grouped_mm uses, looked up once torch is imported
+/// (never imported here); null members where this torch lacks them.
+struct TorchCalls {
+  nb::handle tensor;          // torch.Tensor
+  nb::handle dtype;           // torch.dtype
+  nb::handle current_stream;  // torch._C._cuda_getCurrentRawStream(index) -> int
+  nb::object raw_pair;        // (raw_alloc, raw_delete) of the caching allocator, or invalid
+};
+
+const TorchCalls* torch_calls() {
+  static TorchCalls* calls = nullptr;  // built once with the GIL held; leaked on purpose (no teardown order)
+  if (calls != nullptr) return calls;
+  nb::handle modules = PyImport_GetModuleDict();
+  if (!PyDict_Contains(modules.ptr(), nb::str("torch").ptr())) return nullptr;
+  nb::module_ torch = nb::module_::import_("torch");
+  nb::object c = torch.attr("_C");
+  auto* t = new TorchCalls;
+  t->tensor = torch.attr("Tensor").inc_ref();
+  t->dtype = torch.attr("dtype").inc_ref();
+  if (nb::hasattr(c, "_cuda_getCurrentRawStream")) t->current_stream = c.attr("_cuda_getCurrentRawStream").inc_ref();
+  if (nb::hasattr(c, "_cuda_cudaCachingAllocator_raw_alloc") && nb::hasattr(c, "_cuda_cudaCachingAllocator_raw_delete"))
+    t->raw_pair =
+        nb::make_tuple(c.attr("_cuda_cudaCachingAllocator_raw_alloc"), c.attr("_cuda_cudaCachingAllocator_raw_delete"));
+  calls = t;
+  return calls;
+}
+
+/// cuactor.grouped_mm for torch tensors with out=None on torch's current stream, all in C++: the
+/// output comes from a.new_empty and the workspace from the caching allocator's raw pair, as on the
+/// Python path, without that path's interpreter work. Returns None (the caller then takes the Python
+/// path, which also raises its errors) for anything else: other tensor types, a dtype given by name,
+/// ranks other than 2-D x 3-D, offs=None, host tensors, a torch without the callables.
+nb::object grouped_mm_torch(nb::handle a_obj, nb::handle b_obj, nb::handle offs_obj, nb::handle out_dtype) {
+  static PyObject* const kNewEmpty = PyUnicode_InternFromString("new_empty");
+  static PyObject* const kDtype = PyUnicode_InternFromString("dtype");
+  const TorchCalls* torch = torch_calls();
+  if (torch == nullptr || !torch->current_stream.is_valid() || !torch->raw_pair.is_valid() || offs_obj.is_none() ||
+      !PyObject_IsInstance(a_obj.ptr(), torch->tensor.ptr()) ||
+      (!out_dtype.is_none() && !PyObject_IsInstance(out_dtype.ptr(), torch->dtype.ptr())))
+    return nb::none();
+  GroupedOperands g;
+  g.a = import_tensor(a_obj, "a");
+  if (g.a.ndim != 2 || g.a.memory != MemoryKind::cuda) return nb::none();
+  g.b = import_tensor(b_obj, "b");
+  if (g.b.ndim != 3) return nb::none();
+  g.offs = import_tensor(offs_obj, "offs");
+  // a.new_empty((T, N), dtype=...): a's device, one vectorcall.
+  nb::object dtype = out_dtype.is_none() ? nb::steal(PyObject_GetAttr(a_obj.ptr(), kDtype)) : nb::borrow(out_dtype);
+  if (!dtype.is_valid()) throw nb::python_error();
+  nb::object shape = nb::make_tuple(g.a.shape[0], g.b.shape[2]);
+  nb::object kwnames = nb::make_tuple("dtype");
+  PyObject* args[] = {a_obj.ptr(), shape.ptr(), dtype.ptr()};
+  PyObject* made = PyObject_VectorcallMethod(kNewEmpty, args, 2 | PY_VECTORCALL_ARGUMENTS_OFFSET, kwnames.ptr());
+  if (made == nullptr) throw nb::python_error();
+  nb::object out = nb::steal(made);
+  g.out = import_tensor(out, "out");
+  check_grouped(g, nb::none(), nb::none());
+  const std::uintptr_t stream = nb::cast<std::uintptr_t>(torch->current_stream(g.device));
+  run_grouped(g, stream_from(stream), torch->raw_pair);
+  return out;
 }
 
 }  // namespace
@@ -294,6 +360,11 @@ GroupedOperands import_grouped(nb::handle a_obj, nb::handle b_obj, nb::handle of
   g.b = import_tensor(b_obj, "b", ab_dtype);
   g.offs = import_tensor(offs_obj, "offs");
   g.out = import_tensor(out_obj, "out");
+  check_grouped(g, scale_a, scale_b);
+  return g;
+}
+
+void check_grouped(GroupedOperands& g, nb::handle scale_a, nb::handle scale_b) {
   const TensorArg &a = g.a, &b = g.b, &offs = g.offs, &out = g.out;
   for (const TensorArg* t : {&a, &b, &offs, &out}) require_cuda(*t);
   require_rank(a, 2, "the 2-D x 3-D grouped GEMM (a: (T, K))");
@@ -343,7 +414,6 @@ GroupedOperands import_grouped(nb::handle a_obj, nb::handle b_obj, nb::handle of
   } else if (g.scale_a || g.scale_b) {
     raise(errc::invalid_argument, fmt::format("scale_a/scale_b are fp8 scales, but a and b are {}", name(a.dtype)));
   }
-  return g;
 }
 
 kernels::GroupedGemmSpec grouped_spec(const GroupedOperands& ops, std::optional<kernels::GemmSku> sku) {
@@ -483,6 +553,10 @@ void bind_ops(nb::module_& m) {
         "The mixture-of-experts expert FFN on `stream`: x (T, H) rows grouped by expert, w_gate_up (E, 2F, H) (gate "
         "rows then up rows per expert), w_down (E, H, F), offs (E,) int32 cumulative end rows in device memory, "
         "routing_weights (T,) float32 or None, out (T, H): out = w * (silu(x Wg^T) * (x Wu^T)) Wd^T per expert.");
+  m.def("grouped_mm_torch", &grouped_mm_torch, nb::arg("a").none(), nb::arg("b").none(), nb::arg("offs").none(),
+        nb::arg("out_dtype").none(),
+        "cuactor.grouped_mm's torch fast path (out=None, torch's current stream): the new output tensor, or None "
+        "when the operands need the general path (which also raises the errors).");
   m.def("grouped_mm", &grouped_mm, nb::arg("a").none(), nb::arg("b").none(), nb::arg("offs").none(),
         nb::arg("out").none(), nb::arg("stream"), nb::arg("alloc").none() = nb::none(),
         nb::arg("scale_a").none() = nb::none(), nb::arg("scale_b").none() = nb::none(),

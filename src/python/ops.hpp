@@ -78,6 +78,9 @@ struct GroupedOperands {
 GroupedOperands import_grouped(nb::handle a, nb::handle b, nb::handle offs, nb::handle out, nb::handle scale_a,
                                nb::handle scale_b, std::optional<DType> ab_dtype);
 
+/// The checks of import_grouped on operands already imported (`g.device` is set here).
+void check_grouped(GroupedOperands& g, nb::handle scale_a, nb::handle scale_b);
+
 /// The plan specification of grouped operands (device facts filled in; `sku` overrides the choice).
 kernels::GroupedGemmSpec grouped_spec(const GroupedOperands& ops, std::optional<kernels::GemmSku> sku = std::nullopt);
 /// The device-sized description ([K6]) of grouped operands: the group rows are read from offs when

@@ -120,6 +120,14 @@ def test_python_level_rules(np):
         cuactor.scaled_grouped_mm(np.zeros((4, 4, 4)), np.zeros((4, 4, 4)), None, None, stream=0)
 
 
+def test_grouped_mm_torch_fast_path_declines_what_is_not_torch(np):
+    # The general path takes these (and raises its errors); the fast path only answers None.
+    a = np.zeros((64, 128), np.float16)
+    assert cuactor._core.grouped_mm_torch(a, np.zeros((4, 128, 8), np.float16), np.zeros(4, np.int32), None) is None
+    assert cuactor._core.grouped_mm_torch("x", "y", "z", None) is None
+    assert cuactor._core.grouped_mm_torch(None, None, None, None) is None
+
+
 def test_objects_that_are_not_tensors():
     with pytest.raises(cuactor.InvalidArgumentError, match="a: a str is not a tensor"):
         cuactor._core.mm("x", "y", "z", 0)

@@ -74,6 +74,33 @@ def test_grouped_mm_out_dtype_float32_and_padding_rows(torch_cuda):
     assert bool((out[end:] == 7.0).all()), "rows past offs[-1] must not be written"
 
 
+def test_grouped_mm_fast_path_equals_the_general_path(torch_cuda):
+    # out=None on torch's current stream runs wholly in C++ (_core.grouped_mm_torch); stream= or a
+    # dtype given by name takes the Python path. Both must give the same bits, on a side stream too.
+    torch = torch_cuda
+    a, b, offs = moe_operands(torch, groups=6, k=128, n=256)
+    end = int(offs[-1])
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        fast = cuactor.grouped_mm(a, b, offs)
+        fast32 = cuactor.grouped_mm(a, b, offs, out_dtype=torch.float32)
+        general = cuactor.grouped_mm(a, b, offs, stream=side.cuda_stream)
+        general32 = cuactor.grouped_mm(a, b, offs, out_dtype="f32")
+    side.synchronize()
+    assert fast.dtype == torch.bfloat16 and fast32.dtype == torch.float32 and general32.dtype == torch.float32
+    assert fast.device == a.device and fast.shape == (a.shape[0], b.shape[2])
+    assert torch.equal(fast[:end], general[:end]) and torch.equal(fast32[:end], general32[:end])
+    assert rel_err(torch, fast32[:end], reference(torch, a, b, offs)[:end]) < TOL["float32"]
+    # Errors still come from the general path, with its messages.
+    with pytest.raises(cuactor.InvalidArgumentError, match="needs offs"):
+        cuactor.grouped_mm(a, b)
+    with pytest.raises(cuactor.InvalidArgumentError, match="must be in CUDA device memory"):
+        cuactor.grouped_mm(a.cpu(), b, offs)
+    with pytest.raises(cuactor.InvalidArgumentError, match="K=64 does not match"):
+        cuactor.grouped_mm(a, b[:, :64, :], offs)
+
+
 def test_grouped_mm_3d_3d_batched(torch_cuda):
     torch = torch_cuda
     a = torch.randn(4, 128, 256, device="cuda", dtype=torch.bfloat16)
