@@ -277,7 +277,11 @@ nb::object grouped_mm_torch(nb::handle a_obj, nb::handle b_obj, nb::handle offs_
   PyObject* made = PyObject_VectorcallMethod(kNewEmpty, args, 2 | PY_VECTORCALL_ARGUMENTS_OFFSET, kwnames.ptr());
   if (made == nullptr) throw nb::python_error();
   nb::object out = nb::steal(made);
-  g.out = import_tensor(out, "out");
+  const std::optional<DType> out_type = out_dtype.is_none() ? std::optional(g.a.dtype) : torch_dtype(out_dtype);
+  if (out_type && g.a.shape[0] > 0 && g.b.shape[2] > 0)
+    g.out = contiguous_torch_matrix(out, "out", *out_type, g.a.shape[0], g.b.shape[2], g.a.device);
+  else
+    g.out = import_tensor(out, "out");
   check_grouped(g, nb::none(), nb::none());
   const std::uintptr_t stream = nb::cast<std::uintptr_t>(torch->current_stream(g.device));
   run_grouped(g, stream_from(stream), torch->raw_pair);

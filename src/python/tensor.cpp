@@ -290,6 +290,32 @@ TensorArg import_tensor(nb::handle obj, const char* name, std::optional<DType> a
                     nb::cast<std::string>(nb::str(obj.type().attr("__name__")))));
 }
 
+std::optional<DType> torch_dtype(nb::handle dtype) {
+  const TorchTypes* torch = torch_types();
+  if (torch == nullptr) return std::nullopt;
+  for (const auto& [h, d] : torch->dtypes)
+    if (h.is(dtype)) return d;
+  return std::nullopt;
+}
+
+TensorArg contiguous_torch_matrix(nb::handle obj, const char* name, DType dtype, std::int64_t rows, std::int64_t cols,
+                                  int device) {
+  static PyObject* const kDataPtr = interned("data_ptr");
+  TensorArg t;
+  t.name = name;
+  t.dtype = dtype;
+  t.ndim = 2;
+  t.shape[0] = rows;
+  t.shape[1] = cols;
+  t.strides[0] = cols;
+  t.strides[1] = 1;
+  t.data = reinterpret_cast<void*>(nb::cast<std::uintptr_t>(call_method(obj, kDataPtr)));
+  t.memory = MemoryKind::cuda;
+  t.device = device;
+  t.owner = nb::borrow(obj);
+  return t;
+}
+
 void require_cuda(const TensorArg& t) {
   if (t.memory != MemoryKind::cuda || t.device < 0)
     raise(errc::invalid_argument, fmt::format("{}: must be in CUDA device memory", t.describe()));

@@ -52,6 +52,15 @@ struct TensorArg {
 /// cuactor handles (rank 0-4).
 TensorArg import_tensor(nb::handle obj, const char* name, std::optional<DType> as = std::nullopt);
 
+/// The cuactor dtype of a torch.dtype object; nullopt for other objects, dtypes cuactor lacks, or
+/// when torch is not imported.
+std::optional<DType> torch_dtype(nb::handle dtype);
+/// A rows x cols row-major contiguous CUDA tensor this module has just made (a.new_empty) on
+/// `device`, described without reading its attributes: only its address is asked for. Both extents
+/// must be at least 1 (torch gives empty tensors other strides).
+TensorArg contiguous_torch_matrix(nb::handle obj, const char* name, DType dtype, std::int64_t rows, std::int64_t cols,
+                                  int device);
+
 /// Checks that `t` lives in CUDA device memory; `invalid_argument` naming where it lives otherwise.
 void require_cuda(const TensorArg& t);
 /// Checks the rank; `invalid_argument` naming the operand, its shape and the rank expected.

@@ -43,6 +43,8 @@ class BufferList {
   }
   /// The allocations.
   [[nodiscard]] const std::vector<std::shared_ptr<DeviceAllocation>>& items() const noexcept { return items_; }
+  /// The allocations, moved out (the list is left empty).
+  [[nodiscard]] std::vector<std::shared_ptr<DeviceAllocation>> release() && noexcept { return std::move(items_); }
 
  private:
   std::vector<std::shared_ptr<DeviceAllocation>> items_;

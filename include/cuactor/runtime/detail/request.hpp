@@ -5,7 +5,6 @@
 #pragma once
 
 #include <boost/asio/any_completion_executor.hpp>
-#include <boost/asio/any_completion_handler.hpp>
 #include <boost/asio/associated_cancellation_slot.hpp>
 #include <boost/asio/associated_executor.hpp>
 #include <boost/asio/async_result.hpp>
@@ -111,12 +110,11 @@ void cancel_request(const std::weak_ptr<ActorBackend>& backend, std::uint64_t id
 /// A process-unique request id.
 std::uint64_t next_request_id() noexcept;
 
-/// The reply half of a request whose handler takes (std::error_code, R).
-template <class R>
+/// The reply half of a request whose handler (of type Handler, stored in the record itself: no
+/// second allocation for a type-erased handler) takes (std::error_code, R).
+template <class R, class Handler>
 class ReplyOp : public OpRecord {
  public:
-  using Handler = boost::asio::any_completion_handler<void(std::error_code, R)>;
-
   explicit ReplyOp(Handler handler)
       : work_(boost::asio::prefer(boost::asio::get_associated_executor(handler, completion_pool_executor()),
                                   boost::asio::execution::outstanding_work.tracked)),
@@ -135,7 +133,7 @@ class ReplyOp : public OpRecord {
 
   /// Connects the handler's cancellation slot (if any) so that a still-queued request can be removed.
   void connect_cancellation(std::weak_ptr<ActorBackend> backend) {
-    auto slot = handler_.get_cancellation_slot();
+    auto slot = boost::asio::get_associated_cancellation_slot(handler_);
     if (!slot.is_connected()) return;
     slot.assign([backend = std::move(backend), id = id](boost::asio::cancellation_type type) {
       if ((type & (boost::asio::cancellation_type::terminal | boost::asio::cancellation_type::partial |
@@ -155,7 +153,7 @@ class ReplyOp : public OpRecord {
         return;
       }
       auto& op = static_cast<ReplyOp&>(*self);
-      auto slot = op.handler_.get_cancellation_slot();
+      auto slot = boost::asio::get_associated_cancellation_slot(op.handler_);
       if (slot.is_connected()) slot.clear();
       Handler h = std::move(op.handler_);
       R value = (!ec && op.value_) ? std::move(*op.value_) : R{};
@@ -172,10 +170,10 @@ class ReplyOp : public OpRecord {
 };
 
 /// A request whose function runs on the actor's thread and returns Result<R>.
-template <class R, class Fn>
-class TypedOp final : public ReplyOp<R> {
+template <class R, class Fn, class Handler>
+class TypedOp final : public ReplyOp<R, Handler> {
  public:
-  TypedOp(Fn fn, typename ReplyOp<R>::Handler handler) : ReplyOp<R>(std::move(handler)), fn_(std::move(fn)) {}
+  TypedOp(Fn fn, Handler handler) : ReplyOp<R, Handler>(std::move(handler)), fn_(std::move(fn)) {}
 
   Status run(OpContext& ctx) override {
     Result<R> r = fn_(ctx);
@@ -189,11 +187,11 @@ class TypedOp final : public ReplyOp<R> {
 };
 
 /// A request carrying a built-in Command; `Convert` turns its CommandResult into the reply value R.
-template <class R, class Convert>
-class CommandOp final : public ReplyOp<R> {
+template <class R, class Convert, class Handler>
+class CommandOp final : public ReplyOp<R, Handler> {
  public:
-  CommandOp(Command command, Convert convert, typename ReplyOp<R>::Handler handler)
-      : ReplyOp<R>(std::move(handler)), command_(std::move(command)), convert_(std::move(convert)) {}
+  CommandOp(Command command, Convert convert, Handler handler)
+      : ReplyOp<R, Handler>(std::move(handler)), command_(std::move(command)), convert_(std::move(convert)) {}
 
   Status run(OpContext& ctx) override {
     auto r = execute(command_, ctx);
@@ -216,11 +214,14 @@ class CommandOp final : public ReplyOp<R> {
 /// A request with two forms: the closure `fn(OpContext&) -> Result<R>` that the in-process actor runs,
 /// and a WorkerOpCmd that an isolated backend sends to its worker, whose reply bytes `convert`
 /// turns into R.
-template <class R, class Fn, class Convert>
-class PortableOp final : public ReplyOp<R> {
+template <class R, class Fn, class Convert, class Handler>
+class PortableOp final : public ReplyOp<R, Handler> {
  public:
-  PortableOp(Fn fn, WorkerOpCmd worker, Convert convert, typename ReplyOp<R>::Handler handler)
-      : ReplyOp<R>(std::move(handler)), fn_(std::move(fn)), command_(std::move(worker)), convert_(std::move(convert)) {}
+  PortableOp(Fn fn, WorkerOpCmd worker, Convert convert, Handler handler)
+      : ReplyOp<R, Handler>(std::move(handler)),
+        fn_(std::move(fn)),
+        command_(std::move(worker)),
+        convert_(std::move(convert)) {}
 
   Status run(OpContext& ctx) override {
     Result<R> r = fn_(ctx);
@@ -253,12 +254,12 @@ auto initiate_record(OpKind kind, std::string_view name, Reads reads, Writes wri
                 "completion values must be default-constructible (sent with errors) and movable");
   return boost::asio::async_initiate<Token, void(std::error_code, R)>(
       [kind, name, make = std::move(make), start = std::move(start)](auto handler, Reads r, Writes w) mutable {
-        auto op = make(typename ReplyOp<R>::Handler(std::move(handler)));
+        auto op = make(std::move(handler));
         op->kind = kind;
         op->name = name;
         op->id = next_request_id();
-        op->reads = r.items();
-        op->writes = w.items();
+        op->reads = std::move(r).release();
+        op->writes = std::move(w).release();
         start(std::move(op));
       },
       token, std::move(reads), std::move(writes));
@@ -272,7 +273,7 @@ auto initiate_op(OpKind kind, std::string_view name, Reads reads, Writes writes,
   return initiate_record<R>(
       kind, name, std::move(reads), std::move(writes),
       [f = F(std::forward<Fn>(fn))](auto handler) mutable {
-        return std::make_shared<TypedOp<R, F>>(std::move(f), std::move(handler));
+        return std::make_shared<TypedOp<R, F, decltype(handler)>>(std::move(f), std::move(handler));
       },
       std::forward<Token>(token), std::move(start));
 }
@@ -300,7 +301,8 @@ auto initiate_command(std::shared_ptr<ActorBackend> backend, std::string_view na
   return initiate_record<R>(
       OpKind::stream, name, std::move(reads), std::move(writes),
       [command = std::move(command), convert = std::move(convert)](auto handler) mutable {
-        return std::make_shared<CommandOp<R, Convert>>(std::move(command), std::move(convert), std::move(handler));
+        return std::make_shared<CommandOp<R, Convert, decltype(handler)>>(std::move(command), std::move(convert),
+                                                                          std::move(handler));
       },
       std::forward<Token>(token), post_to(std::move(backend)));
 }
@@ -314,8 +316,8 @@ auto initiate_portable(std::shared_ptr<ActorBackend> backend, std::string_view n
   return initiate_record<R>(
       OpKind::stream, name, std::move(reads), std::move(writes),
       [f = F(std::forward<Fn>(fn)), worker = std::move(worker), convert = std::move(convert)](auto handler) mutable {
-        return std::make_shared<PortableOp<R, F, Convert>>(std::move(f), std::move(worker), std::move(convert),
-                                                           std::move(handler));
+        return std::make_shared<PortableOp<R, F, Convert, decltype(handler)>>(std::move(f), std::move(worker),
+                                                                              std::move(convert), std::move(handler));
       },
       std::forward<Token>(token), post_to(std::move(backend)));
 }
