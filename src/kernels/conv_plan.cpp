@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <array>
+#include <boost/container_hash/hash.hpp>
 #include <climits>
 #include <cstdint>
 #include <initializer_list>
@@ -337,7 +338,7 @@ std::size_t hash_value(const ConvSpec& s) noexcept {
         static_cast<long long>(s.s), static_cast<long long>(s.pad_h), static_cast<long long>(s.pad_w),
         static_cast<long long>(s.stride_h), static_cast<long long>(s.stride_w), static_cast<long long>(s.dilation_h),
         static_cast<long long>(s.dilation_w), static_cast<long long>(s.groups)})
-    h = (h ^ static_cast<std::size_t>(v)) * 0x100000001b3ull + (h >> 31);
+    boost::hash_combine(h, v);
   return h;
 }
 

@@ -1,6 +1,8 @@
 // Cache of convolution plans.
 #include "cuactor/kernels/conv_plan_cache.hpp"
 
+#include <boost/container_hash/hash.hpp>
+
 namespace cuactor::kernels {
 
 std::size_t ConvPlanCache::KeyHash::operator()(const Key& k) const noexcept {
@@ -8,7 +10,7 @@ std::size_t ConvPlanCache::KeyHash::operator()(const Key& k) const noexcept {
   for (std::size_t v : {static_cast<std::size_t>(k.arch.sm()), static_cast<std::size_t>(k.arch.arch_specific),
                         static_cast<std::size_t>(k.sm_count), static_cast<std::size_t>(k.device),
                         k.sku_override ? hash_value(*k.sku_override) : std::size_t{0}})
-    h = (h ^ v) * 0x100000001b3ull + (h >> 27);
+    boost::hash_combine(h, v);
   return h;
 }
 

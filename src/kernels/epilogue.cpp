@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <array>
+#include <boost/container_hash/hash.hpp>
 #include <utility>
 
 namespace cuactor::kernels {
@@ -215,8 +216,8 @@ std::string name(const EpilogueSpec& e) {
 }
 
 std::size_t hash_value(const EpilogueSpec& e) noexcept {
-  std::size_t h = 0x9e3779b97f4a7c15ull ^ static_cast<std::size_t>(e.preset());
-  for (EpilogueNode n : e.nodes()) h = (h ^ static_cast<std::size_t>(n)) * 0x100000001b3ull + (h >> 29);
+  std::size_t h = static_cast<std::size_t>(e.preset());
+  for (EpilogueNode n : e.nodes()) boost::hash_combine(h, static_cast<int>(n));
   return h;
 }
 

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <boost/container_hash/hash.hpp>
 #include <climits>
 #include <cstdint>
 #include <vector>
@@ -176,7 +177,7 @@ std::size_t hash_value(const GemmProblem& p) noexcept {
                       static_cast<long long>(p.c), static_cast<long long>(p.d), static_cast<long long>(p.layout_a),
                       static_cast<long long>(p.layout_b), static_cast<long long>(p.layout_c),
                       static_cast<long long>(hash_value(p.epilogue))})
-    h = (h ^ static_cast<std::size_t>(v)) * 0x100000001b3ull + (h >> 31);
+    boost::hash_combine(h, v);
   return h;
 }
 
@@ -447,7 +448,7 @@ std::size_t GemmPlanCache::KeyHash::operator()(const Key& k) const noexcept {
                         static_cast<std::size_t>(k.sm_count), static_cast<std::size_t>(k.device),
                         static_cast<std::size_t>(k.max_swizzle * 3 + k.raster_order),
                         k.sku_override ? hash_value(*k.sku_override) : std::size_t{0}})
-    h = (h ^ v) * 0x100000001b3ull + (h >> 27);
+    boost::hash_combine(h, v);
   return h;
 }
 

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <array>
+#include <boost/container_hash/hash.hpp>
 #include <charconv>
 #include <utility>
 #include <vector>
@@ -206,8 +207,7 @@ Result<GemmSku> GemmSku::from_desc(const cuactor_gemm_sku_desc& d) {
 }
 
 std::size_t hash_value(const GemmSku& s) noexcept {
-  std::size_t h = 0xcbf29ce484222325ull;
-  auto mix = [&h](long long v) { h = (h ^ static_cast<std::size_t>(v)) * 0x100000001b3ull + (h >> 29); };
+  std::size_t h = 0;
   for (long long v : {static_cast<long long>(s.family),
                       static_cast<long long>(s.arch.major),
                       static_cast<long long>(s.arch.minor),
@@ -229,7 +229,7 @@ std::size_t hash_value(const GemmSku& s) noexcept {
                       static_cast<long long>(s.stages),
                       static_cast<long long>(s.schedule),
                       static_cast<long long>(hash_value(s.epilogue))})
-    mix(v);
+    boost::hash_combine(h, v);
   return h;
 }
 

@@ -36,13 +36,9 @@ kernels::GroupedPlanCache& grouped_plans() {
   return cache;
 }
 
-struct MoeSpecHash {
-  std::size_t operator()(const kernels::MoeFfnSpec& s) const noexcept { return kernels::hash_value(s); }
-};
-
 /// Expert FFN plans by their whole spec (two grouped plans each: made once per configuration).
-LruCache<kernels::MoeFfnSpec, kernels::MoeExpertFfn, MoeSpecHash>& moe_plans() {
-  static LruCache<kernels::MoeFfnSpec, kernels::MoeExpertFfn, MoeSpecHash> cache(64);
+LruCache<kernels::MoeFfnSpec, kernels::MoeExpertFfn>& moe_plans() {
+  static LruCache<kernels::MoeFfnSpec, kernels::MoeExpertFfn> cache(64);
   return cache;
 }
 

@@ -4,6 +4,7 @@
 /// matrix, compiled by the nvcc back end and loaded; instances are plan-cached by SKU.
 #pragma once
 
+#include <boost/container_hash/hash.hpp>
 #include <memory>
 #include <optional>
 #include <span>
@@ -69,7 +70,9 @@ class GemmJit {
   };
   struct KeyHash {
     std::size_t operator()(const Key& k) const noexcept {
-      return kernels::hash_value(k.sku) * 31 + static_cast<std::size_t>(k.target.sm() * 2 + k.target.arch_specific);
+      std::size_t h = kernels::hash_value(k.sku);
+      boost::hash_combine(h, k.target.sm() * 2 + static_cast<int>(k.target.arch_specific));
+      return h;
     }
   };
   Result<InstanceRequest> request_for(const kernels::GemmSku& sku, std::optional<GpuArch> target) const;

@@ -19,6 +19,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 
 #include "cuactor/core/arch.hpp"
 #include "cuactor/core/dtype.hpp"
@@ -87,3 +88,9 @@ class MoeExpertFfn {
 };
 
 }  // namespace cuactor::kernels
+
+/// Lets MoeFfnSpec key unordered containers.
+template <>
+struct std::hash<cuactor::kernels::MoeFfnSpec> {
+  std::size_t operator()(const cuactor::kernels::MoeFfnSpec& s) const noexcept { return hash_value(s); }
+};
