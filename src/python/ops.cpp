@@ -80,17 +80,29 @@ void require_scale(const TensorArg& s, std::int64_t group_count, bool allow_sing
                       allow_single ? fmt::format("1 or G={}", group_count) : fmt::format("G={}", group_count)));
 }
 
+/// A contiguous tensor of `rank` with the given dims (-1: any) on `device`.
+TensorArg contiguous_operand(nb::handle obj, const char* what, std::initializer_list<std::int64_t> dims, int device) {
+  const TensorArg t = import_tensor(obj, what);
+  require_cuda(t);
+  require_same_device(t, device);
+  require_rank(t, static_cast<int>(dims.size()), what);
+  std::int64_t expected_stride = 1;
+  for (int i = static_cast<int>(dims.size()) - 1; i >= 0; --i) {
+    const std::int64_t want = dims.begin()[i];
+    if (want >= 0 && t.shape[static_cast<std::size_t>(i)] != want)
+      raise(errc::invalid_argument, fmt::format("{}: dimension {} must be {}", t.describe(), i, want));
+    if (t.shape[static_cast<std::size_t>(i)] > 1 && t.strides[static_cast<std::size_t>(i)] != expected_stride)
+      raise(errc::invalid_argument, fmt::format("{}: must be contiguous (call .contiguous())", t.describe()));
+    expected_stride *= t.shape[static_cast<std::size_t>(i)];
+  }
+  return t;
+}
+
 /// A contiguous 1-D vector operand of an epilogue tree: `length` values of `dtype` on `device`.
 const void* epilogue_vector(nb::handle obj, const char* what, std::int64_t length, DType dtype, int device) {
   if (obj.is_none()) return nullptr;
-  const TensorArg v = import_tensor(obj, what);
-  require_cuda(v);
-  require_same_device(v, device);
-  require_rank(v, 1, "an epilogue vector (1-D)");
+  const TensorArg v = contiguous_operand(obj, what, {length}, device);
   require_dtype(v, dtype, "epilogue vectors: scales and amax are float32, biases take out's dtype");
-  if (v.shape[0] != length || (length > 1 && v.strides[0] != 1))
-    raise(errc::invalid_argument, fmt::format("{}: must be contiguous with {} values (the output's {})", v.describe(),
-                                              length, std::string_view(what).starts_with("row") ? "rows" : "columns"));
   return v.data;
 }
 
@@ -457,24 +469,6 @@ kernels::GroupedScalars grouped_scalars(const GroupedOperands& ops) {
   }
   if (ops.scale_b) s.scale_b = static_cast<const float*>(ops.scale_b->data);
   return s;
-}
-
-/// A contiguous tensor of `rank` with the given dims (-1: any) on `device`.
-TensorArg contiguous_operand(nb::handle obj, const char* what, std::initializer_list<std::int64_t> dims, int device) {
-  const TensorArg t = import_tensor(obj, what);
-  require_cuda(t);
-  require_same_device(t, device);
-  require_rank(t, static_cast<int>(dims.size()), what);
-  std::int64_t expected_stride = 1;
-  for (int i = static_cast<int>(dims.size()) - 1; i >= 0; --i) {
-    const std::int64_t want = dims.begin()[i];
-    if (want >= 0 && t.shape[static_cast<std::size_t>(i)] != want)
-      raise(errc::invalid_argument, fmt::format("{}: dimension {} must be {}", t.describe(), i, want));
-    if (t.shape[static_cast<std::size_t>(i)] > 1 && t.strides[static_cast<std::size_t>(i)] != expected_stride)
-      raise(errc::invalid_argument, fmt::format("{}: must be contiguous (call .contiguous())", t.describe()));
-    expected_stride *= t.shape[static_cast<std::size_t>(i)];
-  }
-  return t;
 }
 
 /// The expert FFN: out = w * (silu(x Wg^T) * (x Wu^T)) Wd^T per expert, rows grouped by expert.
