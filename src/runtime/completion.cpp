@@ -8,6 +8,7 @@
 #include "cuactor/core/driver_api.hpp"
 #include "cuactor/core/log.hpp"
 #include "cuactor/gpu/check.hpp"
+#include "runtime/completion_pool.hpp"
 #include "runtime/incarnation.hpp"
 #include "runtime/spin.hpp"
 
@@ -264,7 +265,11 @@ void Completion::run() noexcept {
       std::size_t n = 0;
       for (auto& b : done) {
         n += b.ops.size();
-        for (auto& op : b.ops) finish(*counters_, std::move(op), {});
+        // One hand-off per batch: a pool thread answers its operations in order, running the handlers
+        // without an executor of their own right there.
+        completion_pool().post([counters = counters_, ops = std::move(b.ops)]() mutable {
+          for (auto& op : ops) finish(*counters, std::move(op), {});
+        });
       }
       done.clear();
       in_flight_.fetch_sub(n, std::memory_order_acq_rel);

@@ -9,6 +9,11 @@
 #include "runtime/spin.hpp"
 
 namespace cuactor::runtime::detail {
+namespace {
+
+thread_local const CompletionPool* t_pool = nullptr;  // the pool whose thread this is
+
+}  // namespace
 
 CompletionPool::CompletionPool(int threads, std::chrono::microseconds spin) : spin_(spin) {
   threads_.reserve(static_cast<std::size_t>(threads));
@@ -47,8 +52,13 @@ std::unique_ptr<CompletionPool::JobBase> CompletionPool::take_locked() {
   return job;
 }
 
+bool CompletionPool::on_pool_thread() const noexcept {
+  return t_pool == this;
+}
+
 void CompletionPool::run() noexcept {
   using Clock = std::chrono::steady_clock;
+  t_pool = this;
   std::unique_lock lock(mutex_);
   for (;;) {
     if (head_ < jobs_.size()) {

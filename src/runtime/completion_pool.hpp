@@ -40,6 +40,9 @@ class CompletionPool {
     push(std::make_unique<Job<std::decay_t<F>>>(std::forward<F>(f)));
   }
 
+  /// True on one of this pool's threads.
+  [[nodiscard]] bool on_pool_thread() const noexcept;
+
   /// The Asio executor of this pool (what completion_pool_executor() wraps in an any_completion_executor).
   class Executor {
    public:

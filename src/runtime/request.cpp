@@ -69,6 +69,19 @@ void finish_error(ReplyCounters& counters, std::shared_ptr<OpRecord> op, const E
   finish(counters, std::move(op), error.code());
 }
 
+void deliver_on_completion_pool(std::shared_ptr<OpRecord> op, std::error_code ec) noexcept {
+  CompletionPool& pool = completion_pool();
+  if (pool.on_pool_thread()) {
+    OpRecord* raw = op.get();
+    raw->deliver(std::move(op), ec);
+    return;
+  }
+  pool.post([op = std::move(op), ec]() mutable {
+    OpRecord* raw = op.get();
+    raw->deliver(std::move(op), ec);
+  });
+}
+
 void finish_error_later(std::shared_ptr<ReplyCounters> counters, std::shared_ptr<OpRecord> op, Error error) noexcept {
   completion_pool().post([counters = std::move(counters), op = std::move(op), error = std::move(error)]() mutable {
     finish_error(*counters, std::move(op), error);

@@ -52,6 +52,9 @@ struct OpRecord {
   /// Posts the reply (`ec` or the stored value) to the handler's executor. Called exactly once; `self`
   /// is this record, kept alive (with everything it holds) until the handler ran there.
   virtual void complete(std::shared_ptr<OpRecord> self, std::error_code ec) noexcept = 0;
+  /// Invokes the handler on this thread, now (complete() decided that it may: a completion-pool thread
+  /// for a handler without an executor of its own). `self` is this record, released on return.
+  virtual void deliver(std::shared_ptr<OpRecord> self, std::error_code ec) noexcept = 0;
 
   OpKind kind = OpKind::stream;
   std::string_view name;  ///< For messages and NVTX: "fill", "launch", "submit", ... (a literal).
@@ -103,6 +106,10 @@ class InternalThreadScope {
 /// Its threads spin briefly before they sleep, so a hand-off costs well under a microsecond under load.
 boost::asio::any_completion_executor completion_pool_executor();
 
+/// Runs `op`'s handler (deliver()) on the completion pool: at once when called on one of its threads
+/// (the reply was already handed over there, e.g. with its batch), else through one post.
+void deliver_on_completion_pool(std::shared_ptr<OpRecord> op, std::error_code ec) noexcept;
+
 /// Hands a new request to `backend` (answers `device_shutting_down` when there is none).
 void post_request(const std::shared_ptr<ActorBackend>& backend, std::shared_ptr<OpRecord> op);
 /// Removes a still-queued request and answers it with `cancelled`.
@@ -124,12 +131,19 @@ class ReplyOp : public OpRecord {
   void set_value(R value) { value_.emplace(std::move(value)); }
 
   void complete(std::shared_ptr<OpRecord> self, std::error_code ec) noexcept override {
-    // execute() queues the reply on the handler's executor. Executors that run work inline (use_future's,
-    // system_executor) would run it right here, on an internal thread: Deliver notices and moves itself
-    // to the completion pool first.
-    auto ex = std::move(work_);
-    ex.execute(Deliver{std::move(self), ec});
+    if constexpr (kOnCompletionPool) {
+      // No executor of its own: the completion pool runs it, without a type-erased function per reply.
+      deliver_on_completion_pool(std::move(self), ec);
+    } else {
+      // execute() queues the reply on the handler's executor. Executors that run work inline (use_future's,
+      // system_executor) would run it right here, on an internal thread: Deliver notices and moves itself
+      // to the completion pool first.
+      auto ex = std::move(work_);
+      ex.execute(Deliver{std::move(self), ec});
+    }
   }
+
+  void deliver(std::shared_ptr<OpRecord> self, std::error_code ec) noexcept override { Deliver{std::move(self), ec}(); }
 
   /// Connects the handler's cancellation slot (if any) so that a still-queued request can be removed.
   void connect_cancellation(std::weak_ptr<ActorBackend> backend) {
@@ -143,6 +157,11 @@ class ReplyOp : public OpRecord {
   }
 
  private:
+  /// Stands for "no associated executor" in the associated_executor query below.
+  struct NoExecutor {};
+  static constexpr bool kOnCompletionPool =
+      std::is_same_v<typename boost::asio::associated_executor<Handler, NoExecutor>::type, NoExecutor>;
+
   /// Invokes the handler with the outcome; never on a runtime-internal thread.
   struct Deliver {
     std::shared_ptr<OpRecord> self;
