@@ -230,33 +230,6 @@ void grouped_mm(nb::handle a, nb::handle b, nb::handle offs, nb::handle out, std
               stream_from(stream_handle), alloc);
 }
 
-/// PyTorch's callables that the torch fast path of grouped_mm uses, looked up once torch is imported
-/// (never imported here); null members where this torch lacks them.
-struct TorchCalls {
-  nb::handle tensor;          // torch.Tensor
-  nb::handle dtype;           // torch.dtype
-  nb::handle current_stream;  // torch._C._cuda_getCurrentRawStream(index) -> int
-  nb::object raw_pair;        // (raw_alloc, raw_delete) of the caching allocator, or invalid
-};
-
-const TorchCalls* torch_calls() {
-  static TorchCalls* calls = nullptr;  // built once with the GIL held; leaked on purpose (no teardown order)
-  if (calls != nullptr) return calls;
-  nb::handle modules = PyImport_GetModuleDict();
-  if (!PyDict_Contains(modules.ptr(), nb::str("torch").ptr())) return nullptr;
-  nb::module_ torch = nb::module_::import_("torch");
-  nb::object c = torch.attr("_C");
-  auto* t = new TorchCalls;
-  t->tensor = torch.attr("Tensor").inc_ref();
-  t->dtype = torch.attr("dtype").inc_ref();
-  if (nb::hasattr(c, "_cuda_getCurrentRawStream")) t->current_stream = c.attr("_cuda_getCurrentRawStream").inc_ref();
-  if (nb::hasattr(c, "_cuda_cudaCachingAllocator_raw_alloc") && nb::hasattr(c, "_cuda_cudaCachingAllocator_raw_delete"))
-    t->raw_pair =
-        nb::make_tuple(c.attr("_cuda_cudaCachingAllocator_raw_alloc"), c.attr("_cuda_cudaCachingAllocator_raw_delete"));
-  calls = t;
-  return calls;
-}
-
 /// cuactor.grouped_mm for torch tensors with out=None on torch's current stream, all in C++: the
 /// output comes from a.new_empty and the workspace from the caching allocator's raw pair, as on the
 /// Python path, without that path's interpreter work. Returns None (the caller then takes the Python
@@ -265,7 +238,7 @@ const TorchCalls* torch_calls() {
 nb::object grouped_mm_torch(nb::handle a_obj, nb::handle b_obj, nb::handle offs_obj, nb::handle out_dtype) {
   static PyObject* const kNewEmpty = PyUnicode_InternFromString("new_empty");
   static PyObject* const kDtype = PyUnicode_InternFromString("dtype");
-  const TorchCalls* torch = torch_calls();
+  const TorchTypes* torch = torch_types();
   if (torch == nullptr || !torch->current_stream.is_valid() || !torch->raw_pair.is_valid() || offs_obj.is_none() ||
       !PyObject_IsInstance(a_obj.ptr(), torch->tensor.ptr()) ||
       (!out_dtype.is_none() && !PyObject_IsInstance(out_dtype.ptr(), torch->dtype.ptr())))

@@ -107,30 +107,6 @@ void set_rank(TensorArg& t, std::size_t ndim) {
   t.ndim = static_cast<int>(ndim);
 }
 
-/// PyTorch's tensor type and dtypes, looked up once torch is imported (never imported here).
-struct TorchTypes {
-  nb::handle tensor;
-  std::vector<std::pair<nb::handle, DType>> dtypes;
-};
-
-const TorchTypes* torch_types() {
-  static TorchTypes* types = nullptr;  // built once with the GIL held; leaked on purpose (no teardown order)
-  if (types != nullptr) return types;
-  nb::handle modules = PyImport_GetModuleDict();
-  if (!PyDict_Contains(modules.ptr(), nb::str("torch").ptr())) return nullptr;
-  nb::module_ torch = nb::module_::import_("torch");
-  auto* t = new TorchTypes;
-  t->tensor = torch.attr("Tensor").inc_ref();
-  const std::pair<const char*, DType> names[] = {
-      {"bfloat16", DType::bf16},      {"float16", DType::f16},     {"float32", DType::f32}, {"float64", DType::f64},
-      {"int32", DType::i32},          {"int64", DType::i64},       {"int8", DType::i8},     {"uint8", DType::u8},
-      {"float8_e4m3fn", DType::e4m3}, {"float8_e5m2", DType::e5m2}};
-  for (const auto& [n, d] : names)
-    if (nb::hasattr(torch, n)) t->dtypes.emplace_back(torch.attr(n).inc_ref(), d);
-  types = t;
-  return types;
-}
-
 /// An interned attribute name, made once (lookups on every operand of every call).
 PyObject* interned(const char* name) {
   return PyUnicode_InternFromString(name);  // immortal for the process: never released
@@ -278,6 +254,30 @@ std::string TensorArg::describe() const {
                                                         : std::string("other memory");
   return fmt::format("{} ({}, shape ({}), strides ({}), {})", name, cuactor::name(dtype), fmt::join(dims, ", "),
                      fmt::join(st, ", "), where);
+}
+
+const TorchTypes* torch_types() {
+  static TorchTypes* types = nullptr;  // built once with the GIL held; leaked on purpose (no teardown order)
+  if (types != nullptr) return types;
+  nb::handle modules = PyImport_GetModuleDict();
+  if (!PyDict_Contains(modules.ptr(), nb::str("torch").ptr())) return nullptr;
+  nb::module_ torch = nb::module_::import_("torch");
+  nb::object c = torch.attr("_C");
+  auto* t = new TorchTypes;
+  t->tensor = torch.attr("Tensor").inc_ref();
+  t->dtype = torch.attr("dtype").inc_ref();
+  if (nb::hasattr(c, "_cuda_getCurrentRawStream")) t->current_stream = c.attr("_cuda_getCurrentRawStream").inc_ref();
+  if (nb::hasattr(c, "_cuda_cudaCachingAllocator_raw_alloc") && nb::hasattr(c, "_cuda_cudaCachingAllocator_raw_delete"))
+    t->raw_pair =
+        nb::make_tuple(c.attr("_cuda_cudaCachingAllocator_raw_alloc"), c.attr("_cuda_cudaCachingAllocator_raw_delete"));
+  const std::pair<const char*, DType> names[] = {
+      {"bfloat16", DType::bf16},      {"float16", DType::f16},     {"float32", DType::f32}, {"float64", DType::f64},
+      {"int32", DType::i32},          {"int64", DType::i64},       {"int8", DType::i8},     {"uint8", DType::u8},
+      {"float8_e4m3fn", DType::e4m3}, {"float8_e5m2", DType::e5m2}};
+  for (const auto& [n, d] : names)
+    if (nb::hasattr(torch, n)) t->dtypes.emplace_back(torch.attr(n).inc_ref(), d);
+  types = t;
+  return types;
 }
 
 TensorArg import_tensor(nb::handle obj, const char* name, std::optional<DType> as) {

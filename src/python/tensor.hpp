@@ -12,6 +12,8 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "common.hpp"
 #include "cuactor/core/dtype.hpp"
@@ -51,6 +53,18 @@ struct TensorArg {
 /// `invalid_argument` naming the operand when `obj` is neither, or its dtype or rank is not one
 /// cuactor handles (rank 0-4).
 TensorArg import_tensor(nb::handle obj, const char* name, std::optional<DType> as = std::nullopt);
+
+/// PyTorch's types and the callables cuactor uses, looked up once torch is imported (never imported
+/// here); members that this torch lacks stay empty.
+struct TorchTypes {
+  nb::handle tensor;                                 ///< torch.Tensor
+  nb::handle dtype;                                  ///< torch.dtype
+  std::vector<std::pair<nb::handle, DType>> dtypes;  ///< torch dtypes cuactor knows, with their DType
+  nb::handle current_stream;                         ///< torch._C._cuda_getCurrentRawStream(index) -> int
+  nb::object raw_pair;  ///< (raw_alloc, raw_delete) of the CUDA caching allocator, or invalid
+};
+/// The torch types, or null while torch is not imported. Call with the GIL held.
+const TorchTypes* torch_types();
 
 /// The cuactor dtype of a torch.dtype object; nullopt for other objects, dtypes cuactor lacks, or
 /// when torch is not imported.
