@@ -129,7 +129,9 @@ def main():
              f"median of {args.reps} reps",
              "TFLOP/s = 2*sum(M)*N*K / time; ratio = torch time / cuactor (Python) time (>1: cuactor faster); "
              "cuactor from Python and torch run on the same tensors",
-             f"{'shape (groups, rows, N, K)':<28} {'dtype':<5} {'cuactor py':>10} {'cuactor C++':>11} "
+             "C++ host / C++ dev: cuactor from C++ with group sizes from the host / read from offs on the device "
+             "(the latter is what cuactor.grouped_mm runs)",
+             f"{'shape (groups, rows, N, K)':<28} {'dtype':<5} {'cuactor py':>10} {'C++ host':>9} {'C++ dev':>8} "
              f"{'torch._grouped_mm':>18} {'ratio':>6} {'cuBLAS-loop':>11} {'cuBLAS-grp':>10}  cuactor SKU"]
     results = []
     for r in rows:
@@ -172,7 +174,8 @@ def main():
             torch.cuda.empty_cache()
         ratio = f"{torch_ms / py_ms:.2f}x" if torch_ms and py_ms else "-"
         lines.append(f"{r['shape']:<28} {r['dtype']:<5} "
-                     f"{(f'{tflops(py_ms):.1f}' if py_ms else '-'):>10} {tflops(r['cuactor_ms']):>11.1f} "
+                     f"{(f'{tflops(py_ms):.1f}' if py_ms else '-'):>10} {tflops(r['cuactor_ms']):>9.1f} "
+                     f"{tflops(r.get('cuactor_device_sized_ms', 0)):>8.1f} "
                      f"{(f'{tflops(torch_ms):.1f}' if torch_ms else '-'):>18} {ratio:>6} "
                      f"{tflops(r['cublas_loop_ms']):>11.1f} {tflops(r['cublas_grouped_ms']):>10.1f}  "
                      f"{r['sku']}" + (f"  ({note})" if note else ""))
