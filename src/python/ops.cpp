@@ -253,9 +253,9 @@ nb::object grouped_mm_torch(nb::handle a_obj, nb::handle b_obj, nb::handle offs_
   nb::object dtype = out_dtype.is_none() ? nb::steal(PyObject_GetAttr(a_obj.ptr(), kDtype)) : nb::borrow(out_dtype);
   if (!dtype.is_valid()) throw nb::python_error();
   nb::object shape = nb::make_tuple(g.a.shape[0], g.b.shape[2]);
-  nb::object kwnames = nb::make_tuple("dtype");
+  static PyObject* const kDtypeKeyword = nb::make_tuple("dtype").release().ptr();  // kwnames; immortal
   PyObject* args[] = {a_obj.ptr(), shape.ptr(), dtype.ptr()};
-  PyObject* made = PyObject_VectorcallMethod(kNewEmpty, args, 2 | PY_VECTORCALL_ARGUMENTS_OFFSET, kwnames.ptr());
+  PyObject* made = PyObject_VectorcallMethod(kNewEmpty, args, 2 | PY_VECTORCALL_ARGUMENTS_OFFSET, kDtypeKeyword);
   if (made == nullptr) throw nb::python_error();
   nb::object out = nb::steal(made);
   const std::optional<DType> out_type = out_dtype.is_none() ? std::optional(g.a.dtype) : torch_dtype(out_dtype);

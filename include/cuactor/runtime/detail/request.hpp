@@ -122,10 +122,7 @@ std::uint64_t next_request_id() noexcept;
 template <class R, class Handler>
 class ReplyOp : public OpRecord {
  public:
-  explicit ReplyOp(Handler handler)
-      : work_(boost::asio::prefer(boost::asio::get_associated_executor(handler, completion_pool_executor()),
-                                  boost::asio::execution::outstanding_work.tracked)),
-        handler_(std::move(handler)) {}
+  explicit ReplyOp(Handler handler) : work_(work_for(handler)), handler_(std::move(handler)) {}
 
   /// Stores the value sent on success.
   void set_value(R value) { value_.emplace(std::move(value)); }
@@ -161,6 +158,16 @@ class ReplyOp : public OpRecord {
   struct NoExecutor {};
   static constexpr bool kOnCompletionPool =
       std::is_same_v<typename boost::asio::associated_executor<Handler, NoExecutor>::type, NoExecutor>;
+  /// Outstanding work on the handler's own executor; nothing for a handler the completion pool runs.
+  using Work = std::conditional_t<kOnCompletionPool, NoExecutor, boost::asio::any_completion_executor>;
+  static Work work_for(const Handler& handler) {
+    if constexpr (kOnCompletionPool) {
+      return {};
+    } else {
+      return boost::asio::prefer(boost::asio::get_associated_executor(handler, completion_pool_executor()),
+                                 boost::asio::execution::outstanding_work.tracked);
+    }
+  }
 
   /// Invokes the handler with the outcome; never on a runtime-internal thread.
   struct Deliver {
@@ -183,7 +190,7 @@ class ReplyOp : public OpRecord {
     }
   };
 
-  boost::asio::any_completion_executor work_;
+  [[no_unique_address]] Work work_;
   Handler handler_;
   std::optional<R> value_;
 };
