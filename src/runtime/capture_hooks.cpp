@@ -43,7 +43,9 @@ void CaptureHooks::set_listener(CaptureListener listener) {
 }
 
 void CaptureHooks::hand_over(OpRecord& op) {
-  CapturedOp captured{op.reads, op.writes, std::move(op.keep_alive)};
+  CapturedOp captured{{op.reads.begin(), op.reads.end()},
+                      {op.writes.begin(), op.writes.end()},
+                      {std::make_move_iterator(op.keep_alive.begin()), std::make_move_iterator(op.keep_alive.end())}};
   op.keep_alive.clear();
   CaptureListener listener;
   {

@@ -7,10 +7,12 @@
 #include <cuda_runtime_api.h>
 
 #include <array>
+#include <boost/container/small_vector.hpp>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <memory>
+#include <span>
 #include <type_traits>
 #include <utility>
 #include <variant>
@@ -71,21 +73,23 @@ class KernelArgs {
     int buffer = -1;         ///< Index into buffers(), or -1 for a value.
   };
   /// Argument slots in parameter order.
-  [[nodiscard]] const std::vector<Slot>& slots() const noexcept { return slots_; }
+  [[nodiscard]] std::span<const Slot> slots() const noexcept { return slots_; }
   /// Buffer arguments and whether each is written.
-  [[nodiscard]] const std::vector<std::pair<std::shared_ptr<DeviceAllocation>, bool>>& buffers() const noexcept {
+  [[nodiscard]] std::span<const std::pair<std::shared_ptr<DeviceAllocation>, bool>> buffers() const noexcept {
     return buffers_;
   }
   /// Packed argument bytes (buffer slots are filled in at launch).
-  [[nodiscard]] const std::vector<std::byte>& storage() const noexcept { return storage_; }
+  [[nodiscard]] std::span<const std::byte> storage() const noexcept { return storage_; }
 
  private:
   void push_buffer(std::shared_ptr<DeviceAllocation> allocation, bool written);
   void push_value(const void* value, std::size_t size, std::size_t align);
 
-  std::vector<Slot> slots_;
-  std::vector<std::pair<std::shared_ptr<DeviceAllocation>, bool>> buffers_;
-  std::vector<std::byte> storage_;
+  // Inline room for typical kernels (a handful of arguments): building a launch request allocates
+  // nothing here, and nothing is freed later on the thread that answers it.
+  boost::container::small_vector<Slot, 8> slots_;
+  boost::container::small_vector<std::pair<std::shared_ptr<DeviceAllocation>, bool>, 4> buffers_;
+  boost::container::small_vector<std::byte, 64> storage_;
 };
 
 /// Grid, block and dynamic shared memory of a launch on the actor's stream.

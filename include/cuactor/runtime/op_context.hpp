@@ -6,10 +6,12 @@
 #include <cublas_api.h>
 #include <cuda_runtime_api.h>
 
+#include <boost/container/small_vector.hpp>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -21,6 +23,12 @@
 #include "cuactor/runtime/gpu_ref.hpp"
 
 namespace cuactor::runtime {
+
+/// Allocations a request uses with one kind of access. Requests name a handful of buffers, so they live
+/// inline: building a request allocates nothing for them, and its answering thread frees nothing.
+using AllocationList = boost::container::small_vector<std::shared_ptr<DeviceAllocation>, 4>;
+/// Objects a request keeps alive until the device is done with it (the same reasoning as AllocationList).
+using KeepAliveList = boost::container::small_vector<std::shared_ptr<const void>, 2>;
 
 /// A list of buffers an operation uses with one kind of access (see Reads and Writes).
 template <class Access>
@@ -42,12 +50,12 @@ class BufferList {
     return *this;
   }
   /// The allocations.
-  [[nodiscard]] const std::vector<std::shared_ptr<DeviceAllocation>>& items() const noexcept { return items_; }
+  [[nodiscard]] std::span<const std::shared_ptr<DeviceAllocation>> items() const noexcept { return items_; }
   /// The allocations, moved out (the list is left empty).
-  [[nodiscard]] std::vector<std::shared_ptr<DeviceAllocation>> release() && noexcept { return std::move(items_); }
+  [[nodiscard]] AllocationList release() && noexcept { return std::move(items_); }
 
  private:
-  std::vector<std::shared_ptr<DeviceAllocation>> items_;
+  AllocationList items_;
 };
 
 /// Tag of read access.

@@ -59,9 +59,9 @@ struct OpRecord {
   OpKind kind = OpKind::stream;
   std::string_view name;  ///< For messages and NVTX: "fill", "launch", "submit", ... (a literal).
   std::uint64_t id = 0;
-  std::vector<std::shared_ptr<DeviceAllocation>> reads;
-  std::vector<std::shared_ptr<DeviceAllocation>> writes;
-  std::vector<std::shared_ptr<const void>> keep_alive;
+  AllocationList reads;
+  AllocationList writes;
+  KeepAliveList keep_alive;
   int leases_held = 0;  ///< Number of writes whose op lease is held.
   nvtx::Span span;      ///< "kind #id" from acceptance to reply, when a profiler is attached ([O1]).
 };
