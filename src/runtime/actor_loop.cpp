@@ -205,7 +205,8 @@ bool ActorLoop::next_batch(std::vector<std::shared_ptr<OpRecord>>& batch) {
   // A short lock-free spin saves the futex round trip when requests arrive back to back (a pause, not
   // a yield: a yield is a system call, and on a virtual machine it costs as much as the wait it saves).
   (void)spin_until([&] { return queued_.load(std::memory_order_acquire) != 0; }, deadline);
-  std::unique_lock lock(mutex_);
+  std::unique_lock lock(mutex_, std::defer_lock);
+  lock_spinning(lock);
   for (;;) {
     if (poison_report_) {
       Error cause = std::move(*poison_report_);

@@ -247,7 +247,7 @@ void Completion::run() noexcept {
       lock.unlock();
       const auto until = Clock::now() + options_.idle_spin;
       (void)spin_until([&] { return batches_pending_.load(std::memory_order_acquire) != 0; }, until);
-      lock.lock();
+      lock_spinning(lock);
       if (stop_) break;
       if (halted_ || batches_.empty()) {
         sleeping_ = true;
@@ -295,7 +295,7 @@ void Completion::run() noexcept {
       backoff = std::min(std::max(backoff * 2, std::chrono::microseconds(2)), options_.max_backoff);
       std::this_thread::sleep_for(backoff);
     }
-    lock.lock();
+    lock_spinning(lock);
   }
 }
 

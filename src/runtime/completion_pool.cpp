@@ -83,7 +83,7 @@ void CompletionPool::run() noexcept {
       ++spinners_;
       lock.unlock();
       (void)spin_until([&] { return queued_.load(std::memory_order_acquire) != 0; }, Clock::now() + spin_);
-      lock.lock();
+      lock_spinning(lock);
       --spinners_;
       if (head_ < jobs_.size() || stop_) continue;
     }

@@ -18,6 +18,7 @@
 #include <utility>
 #include <vector>
 
+#include "cuactor/runtime/detail/record_memory.hpp"
 #include "runtime/spin.hpp"
 
 namespace cuactor::runtime::detail {
@@ -63,6 +64,9 @@ class CompletionPool {
   struct JobBase {
     virtual ~JobBase() = default;
     virtual void run() = 0;
+    // Made on the posting thread, freed on a pool thread: recycled memory, like request records.
+    static void* operator new(std::size_t bytes) { return allocate_record(bytes); }
+    static void operator delete(void* job, std::size_t bytes) noexcept { deallocate_record(job, bytes); }
   };
   template <class F>
   struct Job final : JobBase {

@@ -41,4 +41,17 @@ bool spin_until(Ready ready, std::chrono::steady_clock::time_point deadline) {
   }
 }
 
+/// Locks `lock`, trying a few times with pauses before it blocks. The spinning threads lock right after
+/// they saw a counter move, and the thread that moved it publishes under the same mutex: it usually
+/// still holds it, for nanoseconds, and a blocking lock would sleep in the kernel and make that thread's
+/// unlock a wake-up system call.
+template <class Lock>
+void lock_spinning(Lock& lock) {
+  for (int i = 0; i < 64; ++i) {
+    if (lock.try_lock()) return;
+    cpu_relax();
+  }
+  lock.lock();
+}
+
 }  // namespace cuactor::runtime::detail

@@ -25,6 +25,7 @@
 #include "cuactor/core/expected.hpp"
 #include "cuactor/core/nvtx.hpp"
 #include "cuactor/runtime/commands.hpp"
+#include "cuactor/runtime/detail/record_memory.hpp"
 #include "cuactor/runtime/op_context.hpp"
 #include "cuactor/runtime/stats.hpp"
 
@@ -271,6 +272,12 @@ class PortableOp final : public ReplyOp<R, Handler> {
   Convert convert_;
 };
 
+/// A request record in recycled memory (record_memory.hpp): made here, freed where it was answered.
+template <class Op, class... Args>
+std::shared_ptr<Op> make_record(Args&&... args) {
+  return std::allocate_shared<Op>(RecordAllocator<Op>{}, std::forward<Args>(args)...);
+}
+
 /// Initiates a request for any completion token: type-erases the handler into the record built by
 /// `make(handler)` and passes it to `start` (a backend, or a test's fake completion source).
 template <class R, class Token, class Make, class Start>
@@ -299,7 +306,7 @@ auto initiate_op(OpKind kind, std::string_view name, Reads reads, Writes writes,
   return initiate_record<R>(
       kind, name, std::move(reads), std::move(writes),
       [f = F(std::forward<Fn>(fn))](auto handler) mutable {
-        return std::make_shared<TypedOp<R, F, decltype(handler)>>(std::move(f), std::move(handler));
+        return make_record<TypedOp<R, F, decltype(handler)>>(std::move(f), std::move(handler));
       },
       std::forward<Token>(token), std::move(start));
 }
@@ -327,8 +334,8 @@ auto initiate_command(std::shared_ptr<ActorBackend> backend, std::string_view na
   return initiate_record<R>(
       OpKind::stream, name, std::move(reads), std::move(writes),
       [command = std::move(command), convert = std::move(convert)](auto handler) mutable {
-        return std::make_shared<CommandOp<R, Convert, decltype(handler)>>(std::move(command), std::move(convert),
-                                                                          std::move(handler));
+        return make_record<CommandOp<R, Convert, decltype(handler)>>(std::move(command), std::move(convert),
+                                                                     std::move(handler));
       },
       std::forward<Token>(token), post_to(std::move(backend)));
 }
@@ -342,8 +349,8 @@ auto initiate_portable(std::shared_ptr<ActorBackend> backend, std::string_view n
   return initiate_record<R>(
       OpKind::stream, name, std::move(reads), std::move(writes),
       [f = F(std::forward<Fn>(fn)), worker = std::move(worker), convert = std::move(convert)](auto handler) mutable {
-        return std::make_shared<PortableOp<R, F, Convert, decltype(handler)>>(std::move(f), std::move(worker),
-                                                                              std::move(convert), std::move(handler));
+        return make_record<PortableOp<R, F, Convert, decltype(handler)>>(std::move(f), std::move(worker),
+                                                                         std::move(convert), std::move(handler));
       },
       std::forward<Token>(token), post_to(std::move(backend)));
 }
