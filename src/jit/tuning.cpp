@@ -67,27 +67,66 @@ std::string DenseGemmClass::to_string() const {
                      kernels::name(p.epilogue), p.m, p.n, p.k);
 }
 
+GroupedGemmClass GroupedGemmClass::of(const kernels::GroupedGemmSpec& spec) {
+  const auto bucket_of = [](int hint) { return hint > 0 ? static_cast<int>(bucket(std::min(hint, 1 << 30))) : 0; };
+  GroupedGemmClass c;
+  c.representative.a = spec.a;
+  c.representative.b = spec.b;
+  c.representative.d = spec.d;
+  c.representative.layout_b = spec.layout_b;
+  c.representative.arch = spec.arch;
+  c.representative.epilogue = spec.epilogue;
+  c.representative.group_count_hint = bucket_of(spec.group_count_hint);
+  c.representative.rows_per_group_hint = bucket_of(spec.rows_per_group_hint);
+  c.representative.n_hint = bucket_of(spec.n_hint);
+  c.representative.k_hint = bucket_of(spec.k_hint);
+  return c;
+}
+
+std::string GroupedGemmClass::to_string() const {
+  const auto& s = representative;
+  // Every preset runs on the same grouped kernels (the plan picks the fp8 scaling itself): one class.
+  const std::string epilogue = s.epilogue.is_preset() ? std::string("preset") : s.epilogue.token();
+  return fmt::format("grouped:{},{},{}:{}:{}:g<={}:rows<={}:n<={}:k<={}", name(s.a), name(s.b), name(s.d),
+                     kernels::name(s.layout_b), epilogue, s.group_count_hint, s.rows_per_group_hint, s.n_hint,
+                     s.k_hint);
+}
+
 Result<fs::path> TuningDb::default_path() {
   auto root = cache_root();
   if (!root) return fail(root.error());
   return *root / "tuning.json";
 }
 
-std::optional<TunedGemm> TuningDb::find(const TuningDevice& device, const DenseGemmClass& problem_class) const {
-  const std::string key = problem_class.to_string();
+std::optional<TunedGemm> TuningDb::find_key(const TuningDevice& device, const std::string& key) const {
   for (const Entry& e : entries_)
     if (e.device == device && e.problem_class == key) return e.choice;
   return std::nullopt;
 }
 
-void TuningDb::record(const TuningDevice& device, const DenseGemmClass& problem_class, TunedGemm choice) {
-  const std::string key = problem_class.to_string();
+void TuningDb::record_key(const TuningDevice& device, std::string key, TunedGemm choice) {
   for (Entry& e : entries_)
     if (e.device == device && e.problem_class == key) {
       e.choice = std::move(choice);
       return;
     }
-  entries_.push_back(Entry{device, key, std::move(choice)});
+  entries_.push_back(Entry{device, std::move(key), std::move(choice)});
+}
+
+std::optional<TunedGemm> TuningDb::find(const TuningDevice& device, const DenseGemmClass& problem_class) const {
+  return find_key(device, problem_class.to_string());
+}
+
+void TuningDb::record(const TuningDevice& device, const DenseGemmClass& problem_class, TunedGemm choice) {
+  record_key(device, problem_class.to_string(), std::move(choice));
+}
+
+std::optional<TunedGemm> TuningDb::find(const TuningDevice& device, const GroupedGemmClass& problem_class) const {
+  return find_key(device, problem_class.to_string());
+}
+
+void TuningDb::record(const TuningDevice& device, const GroupedGemmClass& problem_class, TunedGemm choice) {
+  record_key(device, problem_class.to_string(), std::move(choice));
 }
 
 std::string TuningDb::to_json() const {
@@ -267,7 +306,52 @@ Result<kernels::GemmPlan> plan_dense_gemm(const kernels::GemmProblem& problem, c
   return plan;
 }
 
+Result<kernels::GroupedGemmPlan> plan_grouped_gemm(const kernels::GroupedGemmSpec& spec, const TuningDevice& device,
+                                                   const TuningDb* db, GemmJit* jit) {
+  const auto tuned =
+      (db != nullptr && !spec.sku_override) ? db->find(device, GroupedGemmClass::of(spec)) : std::nullopt;
+  if (!tuned) return kernels::GroupedGemmPlan::create(spec);
+  const auto fall_back = [&](const Error& why) {
+    log(LogLevel::warn, fmt::format("tuned grouped GEMM kernel {} for {} is not usable ({}); using the heuristic's "
+                                    "choice",
+                                    tuned->sku.to_string(), GroupedGemmClass::of(spec).to_string(), why.message()));
+    return kernels::GroupedGemmPlan::create(spec);
+  };
+  std::shared_ptr<const ResolvedInstance> instance;
+  if (jit != nullptr) {
+    auto resolved = jit->resolve(tuned->sku).get();
+    if (!resolved) return fall_back(resolved.error());
+    instance = *resolved;
+  } else if (const kernels::CatalogEntry* e = kernels::find_in_catalog(tuned->sku)) {
+    instance = std::make_shared<const ResolvedInstance>(ResolvedInstance{e->instance, nullptr});
+  } else {
+    return fall_back(Error(errc::unsupported, "not compiled into the catalog, and no JIT was given"));
+  }
+  auto plan = kernels::GroupedGemmPlan::with_instance(spec, tuned->sku, *instance->abi, instance->jit,
+                                                      kernels::PlanSource::tuned);
+  if (!plan) return fall_back(plan.error());
+  return plan;
+}
+
 namespace {
+
+/// The tuning device of each ordinal this process asked about, looked up once (null: no such device).
+class KnownDevices {
+ public:
+  std::optional<TuningDevice> get(int ordinal) {
+    std::lock_guard lock(mutex_);
+    auto it = known_.find(ordinal);
+    if (it == known_.end()) {
+      auto d = TuningDevice::of(ordinal);
+      it = known_.emplace(ordinal, d ? std::optional<TuningDevice>(std::move(*d)) : std::nullopt).first;
+    }
+    return it->second;
+  }
+
+ private:
+  std::mutex mutex_;
+  std::map<int, std::optional<TuningDevice>> known_;
+};
 
 /// A JIT over the default disk cache, created on first use (planners of processes that never need
 /// one start no compiler machinery).
@@ -286,28 +370,37 @@ std::function<GemmJit*()> lazy_default_jit() {
 }
 
 kernels::GemmPlanCache::Planner make_planner(std::shared_ptr<const TuningDb> db, std::function<GemmJit*()> jit) {
-  struct Devices {
-    std::mutex mutex;
-    std::map<int, TuningDevice> known;
-  };
-  auto devices = std::make_shared<Devices>();
+  auto devices = std::make_shared<KnownDevices>();
   return [db = std::move(db), jit = std::move(jit), devices](const kernels::GemmProblem& problem, GpuArch arch,
                                                              const kernels::GemmPlanOptions& options) {
     if (!db || db->size() == 0 || options.sku_override) return heuristic_plan(problem, arch, options, jit);
-    TuningDevice device;
-    {
-      std::lock_guard lock(devices->mutex);
-      auto it = devices->known.find(options.device);
-      if (it == devices->known.end()) {
-        auto d = TuningDevice::of(options.device);
-        if (!d) return heuristic_plan(problem, arch, options, jit);  // no such device here: no tuning
-        it = devices->known.emplace(options.device, std::move(*d)).first;
-      }
-      device = it->second;
-    }
-    if (device.arch != arch) return heuristic_plan(problem, arch, options, jit);  // planning for another target
-    return plan_dense_gemm(problem, device, options, db.get(), jit());
+    const auto device = devices->get(options.device);
+    // No such device here, or planning for another target: no tuning.
+    if (!device || device->arch != arch) return heuristic_plan(problem, arch, options, jit);
+    return plan_dense_gemm(problem, *device, options, db.get(), jit());
   };
+}
+
+kernels::GroupedPlanCache::Planner make_grouped_planner(std::shared_ptr<const TuningDb> db,
+                                                        std::function<GemmJit*()> jit) {
+  auto devices = std::make_shared<KnownDevices>();
+  return [db = std::move(db), jit = std::move(jit), devices](const kernels::GroupedGemmSpec& spec) {
+    if (!db || db->size() == 0 || spec.sku_override) return kernels::GroupedGemmPlan::create(spec);
+    const auto device = devices->get(spec.device);
+    if (!device || device->arch != spec.arch || device->sm_count != spec.sm_count)
+      return kernels::GroupedGemmPlan::create(spec);
+    return plan_grouped_gemm(spec, *device, db.get(), jit());
+  };
+}
+
+/// The default database, loaded once per process and shared by the dense and grouped planners.
+std::shared_ptr<const TuningDb> default_db() {
+  static const std::shared_ptr<const TuningDb> db = [] {
+    auto loaded = std::make_shared<TuningDb>();
+    if (auto path = TuningDb::default_path()) *loaded = TuningDb::load(*path);
+    return loaded;
+  }();
+  return db;
 }
 
 }  // namespace
@@ -317,9 +410,16 @@ kernels::GemmPlanCache::Planner tuned_planner(std::shared_ptr<const TuningDb> db
 }
 
 kernels::GemmPlanCache::Planner default_tuned_planner() {
-  auto db = std::make_shared<TuningDb>();
-  if (auto path = TuningDb::default_path()) *db = TuningDb::load(*path);
-  return make_planner(std::move(db), lazy_default_jit());
+  return make_planner(default_db(), lazy_default_jit());
+}
+
+kernels::GroupedPlanCache::Planner tuned_grouped_planner(std::shared_ptr<const TuningDb> db,
+                                                         std::shared_ptr<GemmJit> jit) {
+  return make_grouped_planner(std::move(db), [jit] { return jit.get(); });
+}
+
+kernels::GroupedPlanCache::Planner default_tuned_grouped_planner() {
+  return make_grouped_planner(default_db(), lazy_default_jit());
 }
 
 }  // namespace cuactor::jit

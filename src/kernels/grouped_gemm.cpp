@@ -22,6 +22,7 @@ namespace cuactor::kernels {
 struct GroupedMetadata {
   GemmSku sku;
   const cuactor_gemm_instance* instance = nullptr;
+  std::shared_ptr<const void> owner;  // keeps a JIT instance's module loaded
   GroupedGemmSpec spec;
   GroupedScalars scalars;
   detail::GroupedLayout layout;
@@ -261,11 +262,19 @@ Status check_dtypes(const GroupedGemmSpec& spec) {
 
 }  // namespace
 
-Result<GroupedGemmPlan> GroupedGemmPlan::create(const GroupedGemmSpec& spec) {
-  const nvtx::Range range("grouped.plan");
+namespace {
+
+/// The checks every plan makes, whichever way its kernel was chosen.
+Status check_spec(const GroupedGemmSpec& spec) {
   if (spec.sm_count <= 0)
     return fail(errc::invalid_argument,
                 fmt::format("grouped GEMM: sm_count={} must be the device's multiprocessor count", spec.sm_count));
+  for (auto [what, v] : {std::pair{"group_count_hint", spec.group_count_hint},
+                         {"n_hint", spec.n_hint},
+                         {"k_hint", spec.k_hint},
+                         {"rows_per_group_hint", spec.rows_per_group_hint}})
+    if (v < 0)
+      return fail(errc::invalid_argument, fmt::format("grouped GEMM: {}={} must be 0 (unknown) or positive", what, v));
   CUACTOR_TRY(check_dtypes(spec));
   if (!spec.epilogue.is_preset()) {
     CUACTOR_TRY(spec.epilogue.check());
@@ -276,19 +285,31 @@ Result<GroupedGemmPlan> GroupedGemmPlan::create(const GroupedGemmSpec& spec) {
       return fail(errc::unsupported, fmt::format("grouped GEMM epilogue tree '{}' needs an sm_90a device, not {}",
                                                  spec.epilogue.token(), spec.arch.name()));
   }
+  return ok();
+}
+
+Status check_sku_fits(const GemmSku& sku, const GroupedGemmSpec& spec) {
+  if (spec_matches(sku, spec)) return ok();
+  return fail(errc::unsupported,
+              fmt::format("grouped GEMM: SKU {} does not compute a={} b={} d={} layout_b={} epilogue {} on {}",
+                          sku.to_string(), name(spec.a), name(spec.b), name(spec.d), name(spec.layout_b),
+                          spec.epilogue.token(), spec.arch.name()));
+}
+
+}  // namespace
+
+Result<GroupedGemmPlan> GroupedGemmPlan::create(const GroupedGemmSpec& spec) {
+  const nvtx::Range range("grouped.plan");
+  CUACTOR_TRY(check_spec(spec));
   if (spec.sku_override) {
     const GemmSku& want = *spec.sku_override;
     const CatalogEntry* entry = find_in_catalog(want);
     if (entry == nullptr)
       return fail(errc::unsupported,
                   fmt::format("grouped GEMM: SKU {} is not compiled into this build", want.to_string()));
-    if (!spec_matches(want, spec))
-      return fail(
-          errc::unsupported,
-          fmt::format("grouped GEMM: SKU {} does not compute a={} b={} d={} layout_b={} on {}", want.to_string(),
-                      name(spec.a), name(spec.b), name(spec.d), name(spec.layout_b), spec.arch.name()));
+    CUACTOR_TRY(check_sku_fits(want, spec));
     CUACTOR_TRY(check_instance_abi(*entry->instance, sizeof(cuactor_grouped_args)));
-    return GroupedGemmPlan(spec, entry->sku, entry->instance);
+    return GroupedGemmPlan(spec, entry->sku, entry->instance, nullptr, PlanSource::overridden);
   }
   const CatalogEntry* best = nullptr;
   for (const CatalogEntry* e : catalog_entries(GemmFamily::grouped)) {
@@ -302,7 +323,17 @@ Result<GroupedGemmPlan> GroupedGemmPlan::create(const GroupedGemmSpec& spec) {
                     name(spec.a), name(spec.b), name(spec.d), name(spec.layout_b), spec.epilogue.token(),
                     spec.arch.name()));
   CUACTOR_TRY(check_instance_abi(*best->instance, sizeof(cuactor_grouped_args)));
-  return GroupedGemmPlan(spec, best->sku, best->instance);
+  return GroupedGemmPlan(spec, best->sku, best->instance, nullptr, PlanSource::heuristic);
+}
+
+Result<GroupedGemmPlan> GroupedGemmPlan::with_instance(const GroupedGemmSpec& spec, const GemmSku& sku,
+                                                       const cuactor_gemm_instance& instance,
+                                                       std::shared_ptr<const void> owner, PlanSource source) {
+  const nvtx::Range range("grouped.plan");
+  CUACTOR_TRY(check_spec(spec));
+  CUACTOR_TRY(check_sku_fits(sku, spec));
+  CUACTOR_TRY(check_instance_abi(instance, sizeof(cuactor_grouped_args)));
+  return GroupedGemmPlan(spec, sku, &instance, std::move(owner), source);
 }
 
 Result<std::size_t> GroupedGemmPlan::kernel_scratch_bytes() const {
@@ -350,6 +381,7 @@ Result<PreparedGroupedGemm> GroupedGemmPlan::prepare(std::span<const GroupedProb
   meta->image = std::move(*image);
   meta->sku = sku_;
   meta->instance = instance_;
+  meta->owner = owner_;
   meta->spec = spec_;
   meta->scalars = scalars;
   return PreparedGroupedGemm(std::move(meta));
@@ -369,6 +401,7 @@ Result<PreparedGroupedGemm> GroupedGemmPlan::prepare(const DeviceSizedGroups& gr
       detail::make_grouped_layout(groups.group_count, groups.k == 0, has_alpha, true, *scratch, spec_.epilogue);
   meta->sku = sku_;
   meta->instance = instance_;
+  meta->owner = owner_;
   meta->spec = spec_;
   meta->scalars = scalars;
   meta->device_sized = groups;

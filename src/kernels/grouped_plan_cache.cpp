@@ -1,6 +1,8 @@
 // Cache of grouped GEMM plans.
 #include "cuactor/kernels/grouped_plan_cache.hpp"
 
+#include <algorithm>
+#include <bit>
 #include <boost/container_hash/hash.hpp>
 
 namespace cuactor::kernels {
@@ -10,23 +12,33 @@ std::size_t GroupedPlanCache::KeyHash::operator()(const Key& k) const noexcept {
   for (int v : {static_cast<int>(k.a), static_cast<int>(k.b), static_cast<int>(k.d), static_cast<int>(k.layout_b),
                 k.arch.sm(), static_cast<int>(k.arch.arch_specific), k.sm_count, k.device, static_cast<int>(k.small_m)})
     boost::hash_combine(h, v);
+  for (int v : k.hint_buckets) boost::hash_combine(h, v);
   boost::hash_combine(h, k.sku_override ? hash_value(*k.sku_override) : std::size_t{0});
   return h;
 }
 
+namespace {
+
+/// The power of two at or above a positive hint (capped at 2^30); 0 for an unknown (0) or invalid one.
+int hint_bucket(int hint) noexcept {
+  return hint > 0 ? static_cast<int>(std::bit_ceil(static_cast<unsigned>(std::min(hint, 1 << 30)))) : 0;
+}
+
+}  // namespace
+
 Result<std::shared_ptr<const GroupedGemmPlan>> GroupedPlanCache::get(const GroupedGemmSpec& spec) {
-  const Key key{spec.a,
-                spec.b,
-                spec.d,
-                spec.layout_b,
-                spec.arch,
-                spec.sm_count,
-                spec.device,
-                spec.rows_per_group_hint > 0 && spec.rows_per_group_hint <= 64,
-                spec.sku_override,
+  std::array<int, 4> buckets{};
+  if (planner_)
+    buckets = {hint_bucket(spec.group_count_hint), hint_bucket(spec.rows_per_group_hint), hint_bucket(spec.n_hint),
+               hint_bucket(spec.k_hint)};
+  const Key key{spec.a,       spec.b,
+                spec.d,       spec.layout_b,
+                spec.arch,    spec.sm_count,
+                spec.device,  spec.rows_per_group_hint > 0 && spec.rows_per_group_hint <= 64,
+                buckets,      spec.sku_override,
                 spec.epilogue};
   return cache_.get_or_create(key, [&]() -> Result<std::shared_ptr<const GroupedGemmPlan>> {
-    auto plan = GroupedGemmPlan::create(spec);
+    auto plan = planner_ ? planner_(spec) : GroupedGemmPlan::create(spec);
     if (!plan) return fail(plan.error());
     return std::make_shared<const GroupedGemmPlan>(std::move(*plan));
   });

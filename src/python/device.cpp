@@ -16,6 +16,7 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <deque>
 #include <memory>
@@ -24,6 +25,7 @@
 #include <variant>
 #include <vector>
 
+#include "cuactor/jit/tuning.hpp"
 #include "cuactor/kernels/grouped_actor.hpp"
 #include "cuactor/kernels/grouped_plan_cache.hpp"
 #include "cuactor/runtime/device_actor.hpp"
@@ -307,6 +309,9 @@ class DeviceCore {
     spec.d = out.dtype();
     spec.layout_b = *layout;
     spec.rows_per_group_hint = static_cast<int>(std::max<std::int64_t>(1, rows / std::max<std::int64_t>(1, groups)));
+    spec.group_count_hint = static_cast<int>(std::min<std::int64_t>(groups, 1 << 30));
+    spec.n_hint = static_cast<int>(std::min<std::int64_t>(n, 1 << 30));
+    spec.k_hint = static_cast<int>(std::min<std::int64_t>(k, 1 << 30));
     runtime::GpuRef<std::int32_t> offsets(offs.allocation());
     auto done = [out](auto) { return Payload(out); };
     if (out.dtype() == DType::f32) {
@@ -375,7 +380,8 @@ class DeviceCore {
 
   std::shared_ptr<ReplyQueue> queue_;
   int ordinal_ = 0;
-  kernels::GroupedPlanCache plans_;  // declared before the actor: outlives every request using it
+  // Declared before the actor: outlives every request using it. Consults the tuning database first.
+  kernels::GroupedPlanCache plans_{64, jit::default_tuned_grouped_planner()};
   std::optional<runtime::DeviceActor> actor_;
 };
 

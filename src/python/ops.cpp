@@ -32,7 +32,8 @@ kernels::GemmPlanCache& dense_plans() {
 }
 
 kernels::GroupedPlanCache& grouped_plans() {
-  static kernels::GroupedPlanCache cache;
+  // Consults this machine's tuning database (cuactor tune grouped) before the heuristic.
+  static kernels::GroupedPlanCache cache(64, jit::default_tuned_grouped_planner());
   return cache;
 }
 
@@ -413,6 +414,9 @@ kernels::GroupedGemmSpec grouped_spec(const GroupedOperands& ops, std::optional<
   spec.device = ops.device;
   const std::int64_t groups = std::max<std::int64_t>(1, ops.b.shape[0]);
   spec.rows_per_group_hint = static_cast<int>(std::clamp<std::int64_t>(ops.a.shape[0] / groups, 1, 1 << 30));
+  spec.group_count_hint = static_cast<int>(std::min<std::int64_t>(groups, 1 << 30));
+  spec.n_hint = static_cast<int>(std::min<std::int64_t>(ops.b.shape[2], 1 << 30));
+  spec.k_hint = static_cast<int>(std::min<std::int64_t>(ops.a.shape[1], 1 << 30));
   spec.sku_override = std::move(sku);
   return spec;
 }

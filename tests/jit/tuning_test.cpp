@@ -1,6 +1,7 @@
-// The tuning database ([K9]): problem classes, the file format and its rejections, atomic saves that
-// touch nothing else, corrupt files ignored with a warning, and plans that consult it before their
-// heuristic (and fall back to it when the tuned kernel cannot be had). No GPU needed.
+// The tuning database ([K9]): dense and grouped problem classes, the file format and its rejections,
+// atomic saves that touch nothing else, corrupt files ignored with a warning, and dense and grouped
+// plans that consult it before their heuristic (and fall back to it when the tuned kernel cannot be
+// had). No GPU needed.
 #include "cuactor/jit/tuning.hpp"
 
 #include <gtest/gtest.h>
@@ -14,7 +15,9 @@
 
 #include "cuactor/core/log.hpp"
 #include "cuactor/kernels/catalog.hpp"
+#include "cuactor/kernels/grouped_plan_cache.hpp"
 #include "support/gpu_test.hpp"
+#include "support/plan_checks.hpp"
 #include "test_support.hpp"
 
 namespace cuactor::jit {
@@ -256,6 +259,157 @@ TEST(TuningPlan, PlanCachesMakePlansThroughTheirPlanner) {
   absent_device.device = 63;
   auto elsewhere = tuned_planner(db, nullptr)(p, GpuArch{9, 0, true}, absent_device);
   EXPECT_EQ(elsewhere.has_value(), heuristic.has_value());
+}
+
+kernels::GroupedGemmSpec grouped(int groups, int rows, int n, int k, DType t = DType::bf16) {
+  kernels::GroupedGemmSpec spec;
+  spec.a = spec.b = t;
+  spec.d = t == DType::e4m3 ? DType::bf16 : t;
+  spec.sm_count = 132;
+  spec.group_count_hint = groups;
+  spec.rows_per_group_hint = rows;
+  spec.n_hint = n;
+  spec.k_hint = k;
+  return spec;
+}
+
+/// The catalog's sm_90a grouped kernel for `spec`'s types with a preset epilogue, if this build has one.
+const kernels::CatalogEntry* grouped_entry(const kernels::GroupedGemmSpec& spec) {
+  for (const kernels::CatalogEntry* e : kernels::catalog_entries(kernels::GemmFamily::grouped))
+    if (e->sku.a == spec.a && e->sku.d == spec.d && e->sku.layout_b == spec.layout_b && e->sku.arch == spec.arch &&
+        e->sku.epilogue.is_preset())
+      return e;
+  return nullptr;
+}
+
+TEST(TuningClass, GroupedClassesBucketEveryHintAndKeepTypesLayoutAndEpilogue) {
+  EXPECT_EQ(GroupedGemmClass::of(grouped(128, 200, 1536, 2048)).to_string(),
+            "grouped:bf16,bf16,bf16:col:preset:g<=128:rows<=256:n<=2048:k<=2048");
+  // Routing moves rows within the bucket; so does a slightly different expert count or width.
+  EXPECT_EQ(GroupedGemmClass::of(grouped(100, 129, 1100, 1500)).to_string(),
+            GroupedGemmClass::of(grouped(128, 256, 2048, 2048)).to_string());
+  EXPECT_NE(GroupedGemmClass::of(grouped(128, 257, 2048, 2048)).to_string(),
+            GroupedGemmClass::of(grouped(128, 256, 2048, 2048)).to_string());
+  EXPECT_NE(GroupedGemmClass::of(grouped(128, 200, 1536, 2048, DType::e4m3)).to_string(),
+            GroupedGemmClass::of(grouped(128, 200, 1536, 2048)).to_string());
+  // Unknown hints are their own bucket; device, SM count and overrides take no part.
+  EXPECT_NE(GroupedGemmClass::of(grouped(0, 0, 0, 0)).to_string().find(":g<=0:rows<=0:n<=0:k<=0"), std::string::npos);
+  auto elsewhere = grouped(128, 200, 1536, 2048);
+  elsewhere.device = 3;
+  elsewhere.sm_count = 114;
+  EXPECT_EQ(GroupedGemmClass::of(elsewhere).to_string(),
+            GroupedGemmClass::of(grouped(128, 200, 1536, 2048)).to_string());
+  auto tree = grouped(128, 200, 1536, 2048);
+  tree.epilogue = kernels::epi::mul(kernels::epi::acc(), kernels::epi::row_scale());
+  EXPECT_NE(GroupedGemmClass::of(tree).to_string().find(":mul(acc,rowscale):"), std::string::npos)
+      << GroupedGemmClass::of(tree).to_string();
+}
+
+TEST(TuningDb, GroupedAndDenseEntriesAreKeptApartAndSavedTogether) {
+  TempDir dir;
+  TuningDb db;
+  const auto dense = DenseGemmClass::of(problem(16, 8192, 8192));
+  const auto moe = GroupedGemmClass::of(grouped(128, 200, 1536, 2048));
+  db.record(h100(), dense, choice());
+  TunedGemm g = choice(kernels::GemmSchedule::pingpong);
+  g.sku.family = kernels::GemmFamily::grouped;
+  g.max_swizzle = g.raster_order = 0;
+  g.shape = "128x200x1536x2048";
+  db.record(h100(), moe, g);
+  EXPECT_EQ(db.size(), 2u);
+  ASSERT_TRUE(db.find(h100(), moe).has_value());
+  EXPECT_EQ(db.find(h100(), moe)->sku.family, kernels::GemmFamily::grouped);
+  EXPECT_EQ(db.find(h100(), dense)->sku.family, kernels::GemmFamily::dense);
+  EXPECT_FALSE(db.find(h100(), GroupedGemmClass::of(grouped(8, 2048, 14336, 4096))).has_value());
+  CUACTOR_ASSERT_OK(db.save(dir.path() / "tuning.json"));
+  const TuningDb loaded = TuningDb::load(dir.path() / "tuning.json");
+  ASSERT_TRUE(loaded.find(h100(), moe).has_value());
+  EXPECT_EQ(loaded.find(h100(), moe)->sku, g.sku);
+  EXPECT_EQ(loaded.find(h100(), moe)->shape, "128x200x1536x2048");
+}
+
+TEST(TuningPlan, GroupedPlansConsultTheDatabaseBeforeTheHeuristic) {
+  const auto spec = grouped(128, 200, 1536, 2048);
+  auto heuristic = plan_grouped_gemm(spec, h100(), nullptr, nullptr);
+  if (heuristic) {
+    EXPECT_EQ(heuristic->source(), kernels::PlanSource::heuristic);
+  }
+  // A tuned kernel neither compiled in nor compilable here: a warning, then the heuristic's answer.
+  TuningDb db;
+  TunedGemm absent = choice(kernels::GemmSchedule::cooperative);
+  absent.sku.family = kernels::GemmFamily::grouped;
+  absent.sku.tile = {64, 64, 32};  // never in the catalog
+  db.record(h100(), GroupedGemmClass::of(spec), absent);
+  {
+    Warnings warnings;
+    auto fallback = plan_grouped_gemm(spec, h100(), &db, nullptr);
+    EXPECT_EQ(fallback.has_value(), heuristic.has_value());
+    if (fallback) {
+      EXPECT_EQ(fallback->source(), kernels::PlanSource::heuristic);
+    }
+    EXPECT_NE(warnings.all().find("not usable"), std::string::npos) << warnings.all();
+  }
+  const kernels::CatalogEntry* entry = grouped_entry(spec);
+  if (entry == nullptr) GTEST_SKIP() << "no sm_90a bf16 grouped kernel in this build's catalog";
+  // A tuned catalog kernel: chosen and reported as tuned, for every spec of the class.
+  TunedGemm in_catalog = choice();
+  in_catalog.sku = entry->sku;
+  db.record(h100(), GroupedGemmClass::of(spec), in_catalog);
+  CUACTOR_ASSERT_OK_AND_ASSIGN(tuned, plan_grouped_gemm(grouped(120, 180, 2048, 2048), h100(), &db, nullptr));
+  EXPECT_EQ(tuned.source(), kernels::PlanSource::tuned);
+  EXPECT_EQ(tuned.sku(), entry->sku);
+  // A tuned kernel that does not compute the spec (another element type) is not used.
+  auto f16 = grouped(128, 200, 1536, 2048, DType::f16);
+  db.record(h100(), GroupedGemmClass::of(f16), in_catalog);
+  {
+    Warnings warnings;
+    auto other = plan_grouped_gemm(f16, h100(), &db, nullptr);
+    if (other) {
+      EXPECT_EQ(other->source(), kernels::PlanSource::heuristic);
+    }
+    EXPECT_NE(warnings.all().find("not usable"), std::string::npos) << warnings.all();
+  }
+  // An explicit override bypasses the database.
+  auto overridden_spec = spec;
+  overridden_spec.sku_override = entry->sku;
+  CUACTOR_ASSERT_OK_AND_ASSIGN(overridden, plan_grouped_gemm(overridden_spec, h100(), &db, nullptr));
+  EXPECT_EQ(overridden.source(), kernels::PlanSource::overridden);
+}
+
+TEST(TuningPlan, GroupedPlanCachesAskTheirPlannerOncePerClass) {
+  int calls = 0;
+  kernels::GroupedPlanCache cache(8, [&](const kernels::GroupedGemmSpec& s) {
+    ++calls;
+    return kernels::GroupedGemmPlan::create(s);
+  });
+  const auto first = cache.get(grouped(128, 200, 1536, 2048));
+  const auto same_class = cache.get(grouped(100, 150, 1100, 1500));
+  EXPECT_EQ(first.has_value(), same_class.has_value());
+  EXPECT_EQ(calls, first.has_value() ? 1 : 2);  // failures are not cached
+  const int before = calls;
+  (void)cache.get(grouped(8, 2048, 14336, 4096));  // another class: the planner again
+  EXPECT_EQ(calls, before + 1);
+  // Without a planner only the small-M class splits plans (no tuning can tell the others apart).
+  kernels::GroupedPlanCache plain(8);
+  (void)plain.get(grouped(128, 200, 1536, 2048));
+  (void)plain.get(grouped(8, 2048, 14336, 4096));
+  EXPECT_LE(plain.size(), 1u);
+  // The tuned planner for a device this machine does not have is the heuristic.
+  auto db = std::make_shared<TuningDb>();
+  auto spec = grouped(128, 200, 1536, 2048);
+  spec.device = 63;
+  auto planned = tuned_grouped_planner(db, nullptr)(spec);
+  auto heuristic = kernels::GroupedGemmPlan::create(spec);
+  ASSERT_EQ(planned.has_value(), heuristic.has_value());
+  if (planned) {
+    EXPECT_EQ(planned->source(), kernels::PlanSource::heuristic);
+  }
+}
+
+TEST(TuningPlan, GroupedHintsMustNotBeNegative) {
+  for (auto bad : {grouped(-1, 200, 1536, 2048), grouped(128, 200, -8, 2048), grouped(128, 200, 1536, -2)})
+    cuactor::test_support::expect_error(kernels::GroupedGemmPlan::create(bad), errc::invalid_argument,
+                                        "must be 0 (unknown)");
 }
 
 }  // namespace

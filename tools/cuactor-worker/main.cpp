@@ -41,9 +41,9 @@ int device_argument(const std::vector<std::string>& rest) {
 void register_kernel_ops(cuactor::worker::Server& server) {
   namespace kernels = cuactor::kernels;
   namespace ops = cuactor::runtime::worker_ops;
-  // Dense plans consult the tuning database of this machine first (cuactor tune gemm).
+  // Dense and grouped plans consult the tuning database of this machine first (cuactor tune gemm|grouped).
   auto dense = std::make_shared<kernels::GemmPlanCache>(64, cuactor::jit::default_tuned_planner());
-  auto grouped = std::make_shared<kernels::GroupedPlanCache>();
+  auto grouped = std::make_shared<kernels::GroupedPlanCache>(64, cuactor::jit::default_tuned_grouped_planner());
   auto conv = std::make_shared<kernels::ConvPlanCache>();
   server.add_handler(ops::dense_gemm, [dense](auto& ctx, auto payload, auto buffers) {
     return kernels::detail::handle_dense_worker_op(ctx, *dense, payload, buffers);

@@ -22,8 +22,10 @@
 #include "cuactor/gpu/event.hpp"
 #include "cuactor/gpu/memory.hpp"
 #include "cuactor/gpu/stream.hpp"
+#include "cuactor/jit/tuning.hpp"
 #include "cuactor/kernels/catalog.hpp"
 #include "cuactor/kernels/grouped_gemm.hpp"
+#include "cuactor/kernels/grouped_plan_cache.hpp"
 #include "json_output.hpp"
 
 namespace cuactor::cli {
@@ -41,20 +43,6 @@ struct GroupedShape {
   int k = 0;
   bool decode = false;  ///< Report achieved bandwidth over the weight bytes too.
 };
-
-/// `groups` row counts summing to about `total`, uniformly jittered by +-`spread`, with `empty`
-/// groups set to zero; deterministic so that the torch script can reproduce them.
-std::vector<int> ragged_rows(int groups, int total, double spread, int empty, unsigned seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<double> jitter(1.0 - spread, 1.0 + spread);
-  std::vector<double> w(static_cast<std::size_t>(groups));
-  for (auto& v : w) v = jitter(rng);
-  for (int i = 0; i < empty; ++i) w[rng() % w.size()] = 0.0;
-  const double sum = std::accumulate(w.begin(), w.end(), 0.0);
-  std::vector<int> rows;
-  for (double v : w) rows.push_back(static_cast<int>(v / sum * total + 0.5));
-  return rows;
-}
 
 std::vector<GroupedShape> moe_shapes() {
   return {
@@ -88,6 +76,7 @@ struct Options {
 
 struct Row {
   std::string shape, dtype, sku;
+  std::string source;  ///< Where the plan's choice came from: heuristic, tuned or override.
   double flops = 0, weight_bytes = 0, io_bytes = 0;
   double ours_ms = 0, loop_ms = 0, grouped_ms = 0;
   double ours_device_sized_ms = 0;  ///< The same groups sized on the device (offs; what Python runs).
@@ -151,8 +140,12 @@ class GroupedBench {
     spec.arch = props_.arch;
     spec.sm_count = props_.multiprocessors;
     spec.rows_per_group_hint = static_cast<int>(total_rows / groups);
+    spec.group_count_hint = groups;
+    spec.n_hint = shape.n;
+    spec.k_hint = shape.k;
     spec.sku_override = sku_override;
-    auto plan = GroupedGemmPlan::create(spec);
+    // The plan users get: the tuning database first (cuactor tune grouped), then the heuristic.
+    auto plan = planner_(spec);
     if (!plan) return fail(plan.error());
     auto prepared = plan->prepare(problems);
     if (!prepared) return fail(prepared.error());
@@ -163,6 +156,7 @@ class GroupedBench {
     r.shape = shape.name;
     r.dtype = std::string(name(in));
     r.sku = plan->sku().to_string();
+    r.source = std::string(kernels::name(plan->source()));
     r.rows = shape.rows;
     r.alt = sku_override.has_value();
     r.n = shape.n;
@@ -275,6 +269,7 @@ class GroupedBench {
   gpu::Stream stream_;
   gpu::MemPool pool_;
   Options opt_;
+  kernels::GroupedPlanCache::Planner planner_ = jit::default_tuned_grouped_planner();
 };
 
 double tflops(double flops, double ms) {
@@ -303,7 +298,7 @@ Status run_bench(const Options& opt) {
         opt.warmup);
     std::cout << fmt::format("{:<28} {:<5} {:>9} {:>10} {:>8} {:>12} {:>8} {:>10}  {}\n", "shape (groups, rows, N, K)",
                              "dtype", "cuactor", "cuBLAS-loop", "ratio", "cuBLAS-grp", "ratio", "GB/s(%bw)",
-                             "cuactor SKU");
+                             "plan source: cuactor SKU");
   }
   std::vector<std::pair<GroupedShape, DType>> cases;
   for (const auto& sh : moe_shapes()) cases.push_back({sh, DType::bf16});
@@ -335,19 +330,20 @@ Status run_bench(const Options& opt) {
     const double gbs = r->io_bytes / (r->ours_ms * 1e-3) / 1e9;
     const std::string bw_col = shape.decode ? fmt::format("{:.0f}({:.0f}%)", gbs, 100.0 * gbs / *bw) : std::string("-");
     if (!opt.json)
-      std::cout << fmt::format("{:<28} {:<5} {:>9.1f} {:>10.1f} {:>8} {:>12} {:>8} {:>10}  {}{}\n", r->shape, r->dtype,
-                               tflops(r->flops, r->ours_ms), tflops(r->flops, r->loop_ms),
+      std::cout << fmt::format("{:<28} {:<5} {:>9.1f} {:>10.1f} {:>8} {:>12} {:>8} {:>10}  {}: {}\n", r->shape,
+                               r->dtype, tflops(r->flops, r->ours_ms), tflops(r->flops, r->loop_ms),
                                ratio(r->ours_ms, r->loop_ms),
                                r->grouped_ms > 0 ? fmt::format("{:.1f}", tflops(r->flops, r->grouped_ms)) : "-",
-                               ratio(r->ours_ms, r->grouped_ms), bw_col, r->alt ? "alt: " : "", r->sku);
+                               ratio(r->ours_ms, r->grouped_ms), bw_col, r->source, r->sku);
     std::string rows;
     for (int m : r->rows) rows += (rows.empty() ? "" : ",") + std::to_string(m);
     json += fmt::format(
-        "{}{{\"shape\":\"{}\",\"dtype\":\"{}\",\"sku\":\"{}\",\"rows\":[{}],\"n\":{},\"k\":{},\"flops\":{},"
+        "{}{{\"shape\":\"{}\",\"dtype\":\"{}\",\"sku\":\"{}\",\"source\":\"{}\",\"rows\":[{}],\"n\":{},\"k\":{},"
+        "\"flops\":{},"
         "\"io_bytes\":{},\"cuactor_ms\":{},\"cuactor_device_sized_ms\":{},\"cublas_loop_ms\":{},"
         "\"cublas_grouped_ms\":{},\"bandwidth_gbs\":{},\"alt\":{}}}",
-        json.size() > 1 ? "," : "", r->shape, r->dtype, r->sku, rows, r->n, r->k, r->flops, r->io_bytes, r->ours_ms,
-        r->ours_device_sized_ms, r->loop_ms, r->grouped_ms, *bw, r->alt ? "true" : "false");
+        json.size() > 1 ? "," : "", r->shape, r->dtype, r->sku, r->source, rows, r->n, r->k, r->flops, r->io_bytes,
+        r->ours_ms, r->ours_device_sized_ms, r->loop_ms, r->grouped_ms, *bw, r->alt ? "true" : "false");
   }
   json += "]";
   if (opt.json) std::cout << json << "\n";

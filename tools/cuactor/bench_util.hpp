@@ -1,5 +1,5 @@
-// Helpers shared by the `cuactor bench ...` subcommands: cuBLAS data types, random device data,
-// CUDA-event timing and medians.
+// Helpers shared by the `cuactor bench ...` and `cuactor tune ...` subcommands: cuBLAS data types,
+// random device data, routing-like row counts, shape lists, CUDA-event timing and medians.
 #pragma once
 
 #include <cublas_api.h>
@@ -8,11 +8,15 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <numeric>
 #include <random>
+#include <sstream>
+#include <string>
 #include <vector>
 
 #include "cuactor/core/dtype.hpp"
 #include "cuactor/core/expected.hpp"
+#include "cuactor/core/files.hpp"
 #include "cuactor/gpu/check.hpp"
 #include "cuactor/gpu/event.hpp"
 #include "cuactor/gpu/memory.hpp"
@@ -56,6 +60,34 @@ inline Status fill_random(void* dst, std::size_t bytes, DType t, unsigned seed, 
     CUACTOR_TRY(
         gpu::copy_async(static_cast<std::byte*>(dst) + off, chunk->data(), std::min(kChunk, bytes - off), stream));
   return gpu::check(cudaStreamSynchronize(stream), "fill_random");
+}
+
+/// `groups` row counts summing to about `total`, uniformly jittered by +-`spread`, with `empty`
+/// groups set to zero; deterministic so that the torch script can reproduce them.
+inline std::vector<int> ragged_rows(int groups, int total, double spread, int empty, unsigned seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<double> jitter(1.0 - spread, 1.0 + spread);
+  std::vector<double> w(static_cast<std::size_t>(groups));
+  for (auto& v : w) v = jitter(rng);
+  for (int i = 0; i < empty; ++i) w[rng() % w.size()] = 0.0;
+  const double sum = std::accumulate(w.begin(), w.end(), 0.0);
+  std::vector<int> rows;
+  for (double v : w) rows.push_back(static_cast<int>(v / sum * total + 0.5));
+  return rows;
+}
+
+/// The lines of the shape list `from` (one shape per line; '#' starts a comment; blank lines skipped)
+/// after `given`: what `--shape` and `--from` of the tuning commands name.
+inline Result<std::vector<std::string>> shape_texts(std::vector<std::string> given, const std::string& from) {
+  if (from.empty()) return given;
+  auto bytes = read_file(from, "shape list");
+  if (!bytes) return fail(bytes.error());
+  std::istringstream in(std::string(reinterpret_cast<const char*>(bytes->data()), bytes->size()));
+  for (std::string line; std::getline(in, line);) {
+    line = line.substr(0, line.find('#'));
+    if (line.find_first_not_of(" \t\r") != std::string::npos) given.push_back(line);
+  }
+  return given;
 }
 
 /// Appends `reps` event-timed milliseconds of `launch(i)` to `out`; `counter` numbers the launches

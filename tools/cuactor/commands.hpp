@@ -19,7 +19,11 @@ void add_bench_grouped_command(CLI::App& app);
 void add_soak_command(CLI::App& app);
 /// `cuactor jit warm|list|verify|clear|bench`: offline cache warming, cache inspection, JIT timings.
 void add_jit_command(CLI::App& app);
+/// `cuactor tune gemm|grouped`: sweeps that record the fastest correct kernel per problem class in
+/// the tuning database.
 void add_tune_command(CLI::App& app);
+/// `cuactor tune grouped` (added by add_tune_command to its `tune` subcommand).
+void add_tune_grouped_command(CLI::App& tune);
 void add_kernels_command(CLI::App& app);
 
 /// Progress of long compiles on stderr: one line per stage change, and every 5 s while compiling.

@@ -33,12 +33,17 @@ using kernels::MatrixLayout;
 /// by cuBLAS as the column-major D^T = B^T A^T.
 class CublasAnchor {
  public:
+  /// `shared_blas` (optional, 16-bit only): a cuBLAS handle already bound to `stream` and `workspace`,
+  /// used instead of creating one (many anchors of one problem family, e.g. one per group size).
   static Result<std::unique_ptr<CublasAnchor>> create(const GemmProblem& p, cudaStream_t stream, void* workspace,
                                                       std::size_t workspace_bytes, const float* scale_a,
-                                                      const float* scale_b) {
+                                                      const float* scale_b, cublasHandle_t shared_blas = nullptr) {
     auto a = std::unique_ptr<CublasAnchor>(new CublasAnchor(p, stream, workspace, workspace_bytes));
     if (p.a == DType::e4m3) {
       CUACTOR_TRY(a->init_lt(scale_a, scale_b));
+    } else if (shared_blas != nullptr) {
+      a->blas_ = shared_blas;
+      a->owns_blas_ = false;
     } else {
       CUACTOR_CUDA_TRY(cublasCreate(&a->blas_));
       CUACTOR_CUDA_TRY(cublasSetStream(a->blas_, stream));
@@ -52,7 +57,7 @@ class CublasAnchor {
     for (auto l : {la_, lb_, lc_}) (void)(l ? cublasLtMatrixLayoutDestroy(l) : CUBLAS_STATUS_SUCCESS);
     if (op_) cublasLtMatmulDescDestroy(op_);
     if (lt_) cublasLtDestroy(lt_);
-    if (blas_) cublasDestroy(blas_);
+    if (blas_ && owns_blas_) cublasDestroy(blas_);
   }
 
   /// "cublasGemmEx" or "cublasLtMatmul".
@@ -132,6 +137,7 @@ class CublasAnchor {
   void* workspace_;
   std::size_t workspace_bytes_;
   cublasHandle_t blas_ = nullptr;
+  bool owns_blas_ = true;
   cublasLtHandle_t lt_ = nullptr;
   cublasLtMatmulDesc_t op_ = nullptr;
   cublasLtMatrixLayout_t la_ = nullptr, lb_ = nullptr, lc_ = nullptr;

@@ -65,16 +65,9 @@ Result<std::vector<kernels::GemmProblem>> problems_of(const TuneOptions& o) {
     return fail(errc::invalid_argument, fmt::format("--dtype '{}': tuning covers bf16 and f16 GEMMs", o.dtype));
   const auto layout_b = kernels::parse_layout(o.layout_b);
   if (!layout_b) return fail(errc::invalid_argument, fmt::format("--layout-b '{}' is not row or col", o.layout_b));
-  std::vector<std::string> texts = o.shapes;
-  if (!o.from.empty()) {
-    auto bytes = read_file(o.from, "shape list");
-    if (!bytes) return fail(bytes.error());
-    std::istringstream in(std::string(reinterpret_cast<const char*>(bytes->data()), bytes->size()));
-    for (std::string line; std::getline(in, line);) {
-      line = line.substr(0, line.find('#'));
-      if (line.find_first_not_of(" \t\r") != std::string::npos) texts.push_back(line);
-    }
-  }
+  auto lines = shape_texts(o.shapes, o.from);
+  if (!lines) return fail(lines.error());
+  const std::vector<std::string>& texts = *lines;
   if (texts.empty()) return fail(errc::invalid_argument, "nothing to tune: give --shape MxNxK and/or --from FILE");
   std::vector<kernels::GemmProblem> out;
   for (const auto& t : texts) {
@@ -303,6 +296,7 @@ void add_tune_command(CLI::App& app) {
       std::exit(1);
     }
   });
+  add_tune_grouped_command(*tune);
 }
 
 }  // namespace cuactor::cli

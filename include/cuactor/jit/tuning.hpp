@@ -1,5 +1,5 @@
 /// @file
-/// The tuning database ([K9]): which kernel configuration won a timed sweep (`cuactor tune gemm`) for
+/// The tuning database ([K9]): which kernel configuration won a timed sweep (`cuactor tune gemm|grouped`) for
 /// a device and a problem class, consulted by plans before their heuristic. A small versioned JSON
 /// file under the cache root, shippable with an application; a corrupt or foreign one is ignored with
 /// a warning and rebuilt by the next save.
@@ -15,6 +15,8 @@
 #include "cuactor/core/arch.hpp"
 #include "cuactor/core/expected.hpp"
 #include "cuactor/kernels/gemm_plan.hpp"
+#include "cuactor/kernels/grouped_gemm.hpp"
+#include "cuactor/kernels/grouped_plan_cache.hpp"
 #include "cuactor/kernels/sku.hpp"
 
 namespace cuactor::jit {
@@ -48,6 +50,18 @@ struct DenseGemmClass {
   [[nodiscard]] std::string to_string() const;
 };
 
+/// The problem class of a grouped GEMM: element types, B layout, epilogue, and power-of-two buckets of
+/// the group count, rows per group, N and K (GroupedGemmSpec's hints; an unknown hint is its own
+/// bucket, 0). Routing changes the rows of every group from call to call; the class holds still.
+struct GroupedGemmClass {
+  kernels::GroupedGemmSpec representative;  ///< Types, layout, epilogue; hints rounded up to their bucket.
+
+  /// The class of `spec` (its device, SM count and override do not take part).
+  static GroupedGemmClass of(const kernels::GroupedGemmSpec& spec);
+  /// Stable text, e.g. "grouped:bf16,bf16,bf16:col:linear_combination:g<=128:rows<=256:n<=2048:k<=2048".
+  [[nodiscard]] std::string to_string() const;
+};
+
 /// One tuned choice: the kernel and its run-time scheduling options, with what the sweep measured.
 struct TunedGemm {
   kernels::GemmSku sku;
@@ -75,6 +89,10 @@ class TuningDb {
   [[nodiscard]] std::optional<TunedGemm> find(const TuningDevice& device, const DenseGemmClass& problem_class) const;
   /// Records (or replaces) the choice for `device` and `problem_class`.
   void record(const TuningDevice& device, const DenseGemmClass& problem_class, TunedGemm choice);
+  /// The grouped choice recorded for `device` and `problem_class`, if any (its scheduling options are 0).
+  [[nodiscard]] std::optional<TunedGemm> find(const TuningDevice& device, const GroupedGemmClass& problem_class) const;
+  /// Records (or replaces) the grouped choice for `device` and `problem_class`.
+  void record(const TuningDevice& device, const GroupedGemmClass& problem_class, TunedGemm choice);
   /// Number of recorded choices.
   [[nodiscard]] std::size_t size() const noexcept { return entries_.size(); }
 
@@ -92,6 +110,9 @@ class TuningDb {
     std::string problem_class;
     TunedGemm choice;
   };
+  [[nodiscard]] std::optional<TunedGemm> find_key(const TuningDevice& device, const std::string& key) const;
+  void record_key(const TuningDevice& device, std::string key, TunedGemm choice);
+
   std::vector<Entry> entries_;
 };
 
@@ -109,9 +130,23 @@ Result<kernels::GemmPlan> plan_dense_gemm(const kernels::GemmProblem& problem, c
 /// only; `jit` (may be null) supplies tuned kernels outside the catalog. Thread-safe.
 kernels::GemmPlanCache::Planner tuned_planner(std::shared_ptr<const TuningDb> db, std::shared_ptr<GemmJit> jit);
 
+/// Plans a grouped GEMM, consulting `db` first: a tuned choice for `device` and the spec's class
+/// (GroupedGemmClass) runs (its kernel from the catalog, else compiled or loaded by `jit`) with source
+/// `tuned`. Without one, or when its kernel cannot be had (logged as a warning), GroupedGemmPlan::create's
+/// heuristic. `spec.sku_override` bypasses the database. `db` and `jit` may be null.
+Result<kernels::GroupedGemmPlan> plan_grouped_gemm(const kernels::GroupedGemmSpec& spec, const TuningDevice& device,
+                                                   const TuningDb* db, GemmJit* jit);
+
+/// A GroupedPlanCache planner that consults the tuning database first (plan_grouped_gemm for the
+/// device the spec names). Thread-safe; `jit` may be null.
+kernels::GroupedPlanCache::Planner tuned_grouped_planner(std::shared_ptr<const TuningDb> db,
+                                                         std::shared_ptr<GemmJit> jit);
+
 /// The default database (TuningDb::default_path()) loaded once, or an empty one where there is no
 /// cache root; with a JIT over the default disk cache, created when a tuned kernel or an epilogue
 /// tree outside the catalog first needs one.
 kernels::GemmPlanCache::Planner default_tuned_planner();
+/// default_tuned_planner() for grouped plans (the same database, loaded once per process).
+kernels::GroupedPlanCache::Planner default_tuned_grouped_planner();
 
 }  // namespace cuactor::jit

@@ -170,6 +170,14 @@ struct GroupedRequest {
   }
 };
 
+/// Fills the shape hints the caller left unknown (group count, N, K) from the request itself: the
+/// class under which a plan cache's tuning planner looks for a tuned kernel.
+inline void fill_shape_hints(GroupedRequest& q, int groups) {
+  if (q.spec.group_count_hint == 0) q.spec.group_count_hint = std::max(groups, 0);
+  if (q.spec.n_hint == 0) q.spec.n_hint = std::max(q.n, 0);
+  if (q.spec.k_hint == 0) q.spec.k_hint = std::max(q.k, 0);
+}
+
 /// Runs a host-sized grouped request on A, B, D at `a`, `b`, `d` (`bytes` their sizes): the one body
 /// of both forms of async_grouped_gemm.
 inline Status run_grouped_host_sized(OpContext& ctx, GroupedPlanCache& plans, GroupedRequest q, const void* a,
@@ -183,6 +191,7 @@ inline Status run_grouped_host_sized(OpContext& ctx, GroupedPlanCache& plans, Gr
   const std::int64_t total = std::accumulate(q.rows.begin(), q.rows.end(), std::int64_t{0});
   if (q.spec.rows_per_group_hint == 0 && !q.rows.empty())
     q.spec.rows_per_group_hint = static_cast<int>(std::max<std::int64_t>(1, total / std::ssize(q.rows)));
+  fill_shape_hints(q, static_cast<int>(q.rows.size()));
   CUACTOR_TRY(
       check_packed_bytes(q.spec, q.n, q.k, total, static_cast<int>(q.rows.size()), bytes[0], bytes[1], bytes[2]));
   auto plan = plans.get(q.spec);
@@ -217,6 +226,7 @@ inline Status run_grouped_device_sized(OpContext& ctx, GroupedPlanCache& plans, 
   CUACTOR_TRY(complete_spec(q.spec, ctx.device()));
   const int groups = static_cast<int>(bytes[3] / sizeof(std::int32_t));
   CUACTOR_TRY(check_packed_bytes(q.spec, q.n, q.k, q.capacity_rows, groups, bytes[0], bytes[1], bytes[2]));
+  fill_shape_hints(q, groups);
   auto plan = plans.get(q.spec);
   if (!plan) return fail(plan.error());
   DeviceSizedGroups g;

@@ -17,6 +17,7 @@
 #include "cuactor/core/arch.hpp"
 #include "cuactor/core/dtype.hpp"
 #include "cuactor/core/expected.hpp"
+#include "cuactor/kernels/gemm_plan.hpp"
 #include "cuactor/kernels/sku.hpp"
 
 extern "C" {
@@ -35,7 +36,12 @@ struct GroupedGemmSpec {
   int sm_count = 0;                           ///< Multiprocessors of the device (persistent grid size).
   int device = 0;                             ///< Device ordinal the kernel will run on.
   int rows_per_group_hint = 0;                ///< Typical rows (M) per group; <= 64 picks the small-M SKU, 0 = unknown.
-  std::optional<GemmSku> sku_override;        ///< Use exactly this SKU (must be compiled in and fit the spec).
+  /// Typical group count, N and K (0 = unknown): with rows_per_group_hint, the problem class under which
+  /// a tuned kernel is looked up (jit::GroupedGemmClass, `cuactor tune grouped`).
+  int group_count_hint = 0;
+  int n_hint = 0;                       ///< See group_count_hint.
+  int k_hint = 0;                       ///< See group_count_hint.
+  std::optional<GemmSku> sku_override;  ///< Use exactly this SKU (must be compiled in and fit the spec).
   /// A preset, or an epilogue tree ([K8]; sm_90a, device-sized groups) whose vectors are per row of
   /// the packed rows (rowscale, rowbias: e.g. MoE routing weights) or per group and column
   /// (colscale, colbias: e.g. a per-expert bias); amax is not supported for grouped GEMM.
@@ -138,9 +144,16 @@ class GroupedGemmPlan {
  public:
   /// Chooses a SKU for `spec` from the kernel catalog (or checks spec.sku_override).
   static Result<GroupedGemmPlan> create(const GroupedGemmSpec& spec);
+  /// A plan running `instance` (of `sku`, e.g. compiled by the JIT; `owner` keeps its module loaded
+  /// while this plan or anything prepared from it lives), reported with `source`. Checks like create().
+  static Result<GroupedGemmPlan> with_instance(const GroupedGemmSpec& spec, const GemmSku& sku,
+                                               const cuactor_gemm_instance& instance, std::shared_ptr<const void> owner,
+                                               PlanSource source);
 
   /// The SKU this plan chose.
   [[nodiscard]] const GemmSku& sku() const noexcept { return sku_; }
+  /// Where the choice came from (catalog heuristic, override, tuning database).
+  [[nodiscard]] PlanSource source() const noexcept { return source_; }
   /// The specification the plan was made for.
   [[nodiscard]] const GroupedGemmSpec& spec() const noexcept { return spec_; }
 
@@ -153,14 +166,17 @@ class GroupedGemmPlan {
   Result<PreparedGroupedGemm> prepare(const DeviceSizedGroups& groups, const GroupedScalars& scalars = {}) const;
 
  private:
-  GroupedGemmPlan(GroupedGemmSpec spec, GemmSku sku, const cuactor_gemm_instance* instance)
-      : spec_(std::move(spec)), sku_(std::move(sku)), instance_(instance) {}
+  GroupedGemmPlan(GroupedGemmSpec spec, GemmSku sku, const cuactor_gemm_instance* instance,
+                  std::shared_ptr<const void> owner, PlanSource source)
+      : spec_(std::move(spec)), sku_(std::move(sku)), instance_(instance), owner_(std::move(owner)), source_(source) {}
   Result<std::size_t> kernel_scratch_bytes() const;
   Status check_scalars(const GroupedScalars& scalars, int group_count) const;
 
   GroupedGemmSpec spec_;
   GemmSku sku_;
   const cuactor_gemm_instance* instance_ = nullptr;
+  std::shared_ptr<const void> owner_;  ///< Keeps a JIT instance's module loaded; null for the catalog's.
+  PlanSource source_ = PlanSource::heuristic;
 };
 
 /// True if the grouped kernel `sku` runs on a device whose best target is `device`: can_run(), plus

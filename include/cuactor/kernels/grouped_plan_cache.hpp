@@ -1,13 +1,17 @@
 /// @file
 /// A thread-safe cache of grouped GEMM plans keyed by everything that chooses the SKU (element
 /// types, B layout, arch, SM count, device, the small/large-M class of the shape hint, an override,
-/// the epilogue tree), never by runtime scalars or pointers, so the actor requests reuse one plan per
-/// configuration. Core's LruCache underneath: bounded (default 64), single flight, failures not cached.
+/// the epilogue tree; with a tuning planner, the classes of the other shape hints), never by runtime scalars or
+/// pointers, so the actor requests reuse one plan per configuration. Core's LruCache underneath: bounded (default 64),
+/// single flight, failures not cached.
 #pragma once
 
+#include <array>
 #include <cstddef>
+#include <functional>
 #include <memory>
 #include <optional>
+#include <utility>
 
 #include "cuactor/core/lru_cache.hpp"
 #include "cuactor/kernels/grouped_gemm.hpp"
@@ -17,11 +21,17 @@ namespace cuactor::kernels {
 /// Grouped GEMM plans by configuration; plans are immutable and shared.
 class GroupedPlanCache {
  public:
-  /// A cache holding at most `capacity` plans (at least 1).
-  explicit GroupedPlanCache(std::size_t capacity = 64) : cache_(capacity) {}
+  /// What makes a plan on a miss: GroupedGemmPlan::create by default; jit::tuned_grouped_planner()
+  /// consults the tuning database first.
+  using Planner = std::function<Result<GroupedGemmPlan>(const GroupedGemmSpec&)>;
+
+  /// A cache holding at most `capacity` plans (at least 1), made by `planner` (empty: create()).
+  explicit GroupedPlanCache(std::size_t capacity = 64, Planner planner = {})
+      : cache_(capacity), planner_(std::move(planner)) {}
 
   /// The plan for `spec`, created on first use (a failure is returned, not cached). Specs that
-  /// differ only in their rows-per-group hint within one class (small M <= 64 or not) share a plan.
+  /// differ only in their shape hints within one class share a plan: small M (<= 64 rows per group) or
+  /// not; with a planner, also the power-of-two buckets of every hint (the tuning database's classes).
   Result<std::shared_ptr<const GroupedGemmPlan>> get(const GroupedGemmSpec& spec);
   /// Plans currently held.
   [[nodiscard]] std::size_t size() const { return cache_.size(); }
@@ -29,7 +39,7 @@ class GroupedPlanCache {
   [[nodiscard]] CacheStats stats() const { return cache_.stats(); }
 
  private:
-  /// The spec with the shape hint reduced to its class: a value compared and hashed without
+  /// The spec with the shape hints reduced to their class: a value compared and hashed without
   /// formatting anything (lookups sit on every grouped_mm call's host path).
   struct Key {
     DType a, b, d;
@@ -37,6 +47,7 @@ class GroupedPlanCache {
     GpuArch arch;
     int sm_count, device;
     bool small_m;
+    std::array<int, 4> hint_buckets;  ///< Zero without a planner.
     std::optional<GemmSku> sku_override;
     EpilogueSpec epilogue;
     friend bool operator==(const Key&, const Key&) = default;
@@ -46,6 +57,7 @@ class GroupedPlanCache {
   };
 
   LruCache<Key, std::shared_ptr<const GroupedGemmPlan>, KeyHash> cache_;
+  Planner planner_;
 };
 
 }  // namespace cuactor::kernels
