@@ -96,7 +96,11 @@ def _torch_dtype(torch: Any, dtype: Any) -> Any:
     if dtype is None or isinstance(dtype, torch.dtype):
         return dtype
     names = {"bf16": "bfloat16", "f16": "float16", "f32": "float32", "fp16": "float16"}
-    return getattr(torch, names.get(str(dtype), str(dtype)))
+    found = getattr(torch, names.get(dtype, dtype), None) if isinstance(dtype, str) else None
+    if not isinstance(found, torch.dtype):
+        raise InvalidArgumentError(f"out_dtype={dtype!r}: not a torch.dtype nor the name of one (e.g. torch.bfloat16, "
+                                   f"'bf16', 'f16', 'f32')")
+    return found
 
 
 def _prepare_out(torch: Any, a: Any, shape: tuple[int, ...], out: Any, out_dtype: Any, default: Any,

@@ -99,6 +99,9 @@ def test_grouped_mm_fast_path_equals_the_general_path(torch_cuda):
         cuactor.grouped_mm(a.cpu(), b, offs)
     with pytest.raises(cuactor.InvalidArgumentError, match="K=64 does not match"):
         cuactor.grouped_mm(a, b[:, :64, :], offs)
+    for bad in (5, "cuda", "float7", torch):  # an int, a torch attribute that is no dtype, no such name
+        with pytest.raises(cuactor.InvalidArgumentError, match="out_dtype=.*not a torch.dtype"):
+            cuactor.grouped_mm(a, b, offs, out_dtype=bad)
 
 
 def test_grouped_mm_3d_3d_batched(torch_cuda):
