@@ -147,7 +147,21 @@ class GroupedBench {
     // The plan users get: the tuning database first (cuactor tune grouped), then the heuristic.
     auto plan = planner_(spec);
     if (!plan) return fail(plan.error());
-    auto prepared = plan->prepare(problems);
+    // fp8 runs with per-tensor scales, as cuactor.scaled_grouped_mm always does: one for A, one per group for B.
+    kernels::GroupedScalars scalars;
+    gpu::DeviceBuffer scales;
+    if (in == DType::e4m3) {
+      std::vector<float> values(static_cast<std::size_t>(groups) + 4, 0.25f);
+      values[0] = 0.5f;
+      auto buffer = gpu::DeviceBuffer::allocate(pool_, values.size() * sizeof(float), s);
+      if (!buffer) return fail(buffer.error());
+      scales = std::move(*buffer);
+      CUACTOR_TRY(gpu::copy_async(scales.data(), values.data(), values.size() * sizeof(float), s));
+      CUACTOR_CUDA_TRY(cudaStreamSynchronize(s));  // `values` leaves scope
+      scalars.scale_a = scales.data_as<const float>();
+      scalars.scale_b = scales.data_as<const float>() + 4;
+    }
+    auto prepared = plan->prepare(problems, scalars);
     if (!prepared) return fail(prepared.error());
     auto ws = gpu::DeviceBuffer::allocate(pool_, prepared->workspace_size(), s);
     if (!ws) return fail(ws.error());
@@ -192,7 +206,7 @@ class GroupedBench {
       dg.b_group_stride = std::int64_t{shape.n} * shape.k;
       dg.d = d->data();
       dg.ldd = shape.n;
-      auto device_sized = plan->prepare(dg);
+      auto device_sized = plan->prepare(dg, scalars);
       if (!device_sized) return fail(device_sized.error());
       auto dws = gpu::DeviceBuffer::allocate(pool_, device_sized->workspace_size(), s);
       if (!dws) return fail(dws.error());
