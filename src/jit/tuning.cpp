@@ -274,6 +274,19 @@ Result<kernels::GemmPlan> heuristic_plan(const kernels::GemmProblem& problem, Gp
 
 }  // namespace
 
+namespace {
+
+/// The instance of a tuned SKU: the catalog's, else the JIT's (GemmJit::resolve does both); without a
+/// JIT, the catalog's only.
+Result<std::shared_ptr<const ResolvedInstance>> tuned_instance(const kernels::GemmSku& sku, GemmJit* jit) {
+  if (jit != nullptr) return jit->resolve(sku).get();
+  if (const kernels::CatalogEntry* e = kernels::find_in_catalog(sku))
+    return std::make_shared<const ResolvedInstance>(ResolvedInstance{e->instance, nullptr});
+  return fail(errc::unsupported, "not compiled into the catalog, and no JIT was given");
+}
+
+}  // namespace
+
 Result<kernels::GemmPlan> plan_dense_gemm(const kernels::GemmProblem& problem, const TuningDevice& device,
                                           kernels::GemmPlanOptions options, const TuningDb* db, GemmJit* jit) {
   if (options.sm_count == 0) options.sm_count = device.sm_count;
@@ -289,18 +302,9 @@ Result<kernels::GemmPlan> plan_dense_gemm(const kernels::GemmProblem& problem, c
                                     tuned->sku.to_string(), DenseGemmClass::of(problem).to_string(), why.message()));
     return heuristic_plan(problem, device.arch, options, jit_source);
   };
-  // The catalog's instance, else the JIT's (GemmJit::resolve does both); without a JIT, the catalog only.
-  std::shared_ptr<const ResolvedInstance> instance;
-  if (jit != nullptr) {
-    auto resolved = jit->resolve(tuned->sku).get();
-    if (!resolved) return fall_back(resolved.error());
-    instance = *resolved;
-  } else if (const kernels::CatalogEntry* e = kernels::find_in_catalog(tuned->sku)) {
-    instance = std::make_shared<const ResolvedInstance>(ResolvedInstance{e->instance, nullptr});
-  } else {
-    return fall_back(Error(errc::unsupported, "not compiled into the catalog, and no JIT was given"));
-  }
-  auto plan = kernels::GemmPlan::with_instance(problem, device.arch, tuned->sku, *instance->abi, instance->jit,
+  auto instance = tuned_instance(tuned->sku, jit);
+  if (!instance) return fall_back(instance.error());
+  auto plan = kernels::GemmPlan::with_instance(problem, device.arch, tuned->sku, *(*instance)->abi, (*instance)->jit,
                                                kernels::PlanSource::tuned, tuned_options);
   if (!plan) return fall_back(plan.error());
   return plan;
@@ -317,17 +321,9 @@ Result<kernels::GroupedGemmPlan> plan_grouped_gemm(const kernels::GroupedGemmSpe
                                     tuned->sku.to_string(), GroupedGemmClass::of(spec).to_string(), why.message()));
     return kernels::GroupedGemmPlan::create(spec);
   };
-  std::shared_ptr<const ResolvedInstance> instance;
-  if (jit != nullptr) {
-    auto resolved = jit->resolve(tuned->sku).get();
-    if (!resolved) return fall_back(resolved.error());
-    instance = *resolved;
-  } else if (const kernels::CatalogEntry* e = kernels::find_in_catalog(tuned->sku)) {
-    instance = std::make_shared<const ResolvedInstance>(ResolvedInstance{e->instance, nullptr});
-  } else {
-    return fall_back(Error(errc::unsupported, "not compiled into the catalog, and no JIT was given"));
-  }
-  auto plan = kernels::GroupedGemmPlan::with_instance(spec, tuned->sku, *instance->abi, instance->jit,
+  auto instance = tuned_instance(tuned->sku, jit);
+  if (!instance) return fall_back(instance.error());
+  auto plan = kernels::GroupedGemmPlan::with_instance(spec, tuned->sku, *(*instance)->abi, (*instance)->jit,
                                                       kernels::PlanSource::tuned);
   if (!plan) return fall_back(plan.error());
   return plan;

@@ -26,6 +26,7 @@
 #include "cuactor/jit/tuning.hpp"
 #include "cuactor/kernels/catalog.hpp"
 #include "gemm_anchor.hpp"
+#include "tune_common.hpp"
 
 namespace cuactor::cli {
 namespace {
@@ -155,50 +156,36 @@ Status run_tune_gemm(const TuneOptions& o) {
       "cuactor tune gemm: {} problem(s), {} candidate kernel(s) to compile (others are in the "
       "catalog), JIT cache {}\n",
       problems->size(), to_compile.size(), (*engine)->disk_cache().directory().string());
-  std::set<std::string> unusable;
-  for (const auto& r : jit::warm_all(gemm_jit, to_compile)) {
-    if (r.report) {
-      std::cout << fmt::format("  {} {}{}\n", r.report->already_cached ? "cached  " : "compiled", r.sku.to_string(),
-                               r.report->already_cached ? "" : fmt::format(" in {:.0f} s", r.report->seconds));
-    } else {
-      std::cout << fmt::format("  FAILED   {}: {}\n", r.sku.to_string(), r.report.error().to_string());
-      unusable.insert(r.sku.to_string());
-    }
-  }
+  const std::set<std::string> unusable = compile_candidates(gemm_jit, to_compile);
   if (o.warm_only) {
-    std::cout << "compiled; time the candidates on the GPU machine with the same command without --warm-only\n";
+    std::cout << kWarmOnlyDone;
     return ok();
   }
-  if (gpu::device_count() == 0)
-    return fail(errc::no_device, "the candidates are compiled, but timing them needs a CUDA device (none is visible)");
 
-  // 2. Time the candidates per problem against cuBLAS, then the winner's run-time scheduling options.
-  auto props = gpu::device_properties(0);
-  if (!props) return fail(props.error());
-  auto device = jit::TuningDevice::of(0);
-  if (!device) return fail(device.error());
-  auto stream = gpu::Stream::create(0);
-  if (!stream) return fail(stream.error());
-  auto pool = gpu::MemPool::device_default(0);
-  if (!pool) return fail(pool.error());
-  auto db_path = o.db.empty() ? jit::TuningDb::default_path() : Result<std::filesystem::path>(o.db);
-  if (!db_path) return fail(db_path.error());
-  jit::TuningDb db = jit::TuningDb::load(*db_path);
+  // 2. Time the candidates per problem.
+  auto session = TuneSession::open(o.db);
+  if (!session) return fail(session.error());
+  const gpu::DeviceProperties& props = session->props;
+  const jit::TuningDevice& device = session->device;
+  const gpu::Stream& stream = session->stream;
+  const gpu::MemPool& pool = session->pool;
+  const std::filesystem::path& db_path = session->db_path;
+  jit::TuningDb& db = session->db;
   std::cout << fmt::format("device: {}; median of {}x{} event-timed launches per side after {} warm-up\n",
-                           device->to_string(), o.rounds, o.reps, o.warmup);
+                           device.to_string(), o.rounds, o.reps, o.warmup);
   int recorded = 0;
   for (const auto& p : *problems) {
     const double flops = 2.0 * static_cast<double>(p.m) * static_cast<double>(p.n) * static_cast<double>(p.k);
     const auto tflops = [&](double ms) { return flops / (ms * 1e-3) / 1e12; };
     std::cout << fmt::format("\n{}x{}x{} {} (class {}):\n", p.m, p.n, p.k, name(p.a),
                              jit::DenseGemmClass::of(p).to_string());
-    auto timer = GemmTimer::create(p, *props, *stream, *pool);
+    auto timer = GemmTimer::create(p, props, stream, pool);
     if (!timer) return fail(timer.error());
     kernels::GemmPlanOptions base;
-    base.sm_count = props->multiprocessors;
+    base.sm_count = props.multiprocessors;
     base.device = 0;
     const auto measure = [&](const kernels::GemmPlan& plan, const std::string& label) -> std::optional<Measured> {
-      auto t = (*timer)->time(plan, *pool, o.warmup, o.rounds, o.reps);
+      auto t = (*timer)->time(plan, pool, o.warmup, o.rounds, o.reps);
       if (!t) {
         std::cout << fmt::format("  {:<44} error: {}\n", label, t.error().to_string());
         return std::nullopt;
@@ -210,12 +197,12 @@ Status run_tune_gemm(const TuneOptions& o) {
       if (!correct) return std::nullopt;
       return Measured{plan.sku(), 0, 0, t->ours_ms, t->anchor_ms, t->difference};
     };
-    if (auto heuristic = kernels::GemmPlan::make(p, props->arch, base))
+    if (auto heuristic = kernels::GemmPlan::make(p, props.arch, base))
       (void)measure(*heuristic, fmt::format("(heuristic) {}", short_sku_name(heuristic->sku())));
     // A plan running `instance` of `sku` with `options` (the plan keeps a JIT instance loaded).
     const auto plan_for = [&](const GemmSku& sku, const jit::ResolvedInstance& instance,
                               const kernels::GemmPlanOptions& options) {
-      return kernels::GemmPlan::with_instance(p, props->arch, sku, *instance.abi, instance.jit,
+      return kernels::GemmPlan::with_instance(p, props.arch, sku, *instance.abi, instance.jit,
                                               kernels::PlanSource::tuned, options);
     };
     std::optional<Measured> best;
@@ -262,11 +249,11 @@ Status run_tune_gemm(const TuneOptions& o) {
     std::cout << fmt::format("  => {} raster {} swizzle {}: {:.1f} TFLOP/s, {:.3f}x cuBLAS\n",
                              short_sku_name(choice.sku), choice.raster_order, choice.max_swizzle, choice.tflops,
                              choice.tflops / choice.anchor_tflops);
-    db.record(*device, jit::DenseGemmClass::of(p), std::move(choice));
+    db.record(device, jit::DenseGemmClass::of(p), std::move(choice));
     ++recorded;
   }
-  CUACTOR_TRY(db.save(*db_path));
-  std::cout << fmt::format("\nrecorded {} class(es); database {} now holds {} entries\n", recorded, db_path->string(),
+  CUACTOR_TRY(db.save(db_path));
+  std::cout << fmt::format("\nrecorded {} class(es); database {} now holds {} entries\n", recorded, db_path.string(),
                            db.size());
   return ok();
 }

@@ -30,6 +30,7 @@
 #include "cuactor/kernels/catalog.hpp"
 #include "cuactor/kernels/grouped_gemm.hpp"
 #include "gemm_anchor.hpp"
+#include "tune_common.hpp"
 
 namespace cuactor::cli {
 namespace {
@@ -337,45 +338,31 @@ Status run_tune_grouped(const Options& o) {
       "cuactor tune grouped: {} problem(s), {} {} candidate kernel(s), {} to compile (others are "
       "in the catalog), JIT cache {}\n",
       shapes.size(), skus.size(), name(*dtype), to_compile.size(), (*engine)->disk_cache().directory().string());
-  std::set<std::string> unusable;
-  for (const auto& r : jit::warm_all(gemm_jit, to_compile)) {
-    if (r.report) {
-      std::cout << fmt::format("  {} {}{}\n", r.report->already_cached ? "cached  " : "compiled", r.sku.to_string(),
-                               r.report->already_cached ? "" : fmt::format(" in {:.0f} s", r.report->seconds));
-    } else {
-      std::cout << fmt::format("  FAILED   {}: {}\n", r.sku.to_string(), r.report.error().to_string());
-      unusable.insert(r.sku.to_string());
-    }
-  }
+  const std::set<std::string> unusable = compile_candidates(gemm_jit, to_compile);
   if (o.warm_only) {
-    std::cout << "compiled; time the candidates on the GPU machine with the same command without --warm-only\n";
+    std::cout << kWarmOnlyDone;
     return ok();
   }
-  if (gpu::device_count() == 0)
-    return fail(errc::no_device, "the candidates are compiled, but timing them needs a CUDA device (none is visible)");
 
-  // 2. Time the candidates per problem against the cuBLAS loop.
-  auto props = gpu::device_properties(0);
-  if (!props) return fail(props.error());
-  auto device = jit::TuningDevice::of(0);
-  if (!device) return fail(device.error());
-  auto stream = gpu::Stream::create(0);
-  if (!stream) return fail(stream.error());
-  auto pool = gpu::MemPool::device_default(0);
-  if (!pool) return fail(pool.error());
-  auto db_path = o.db.empty() ? jit::TuningDb::default_path() : Result<std::filesystem::path>(o.db);
-  if (!db_path) return fail(db_path.error());
-  jit::TuningDb db = jit::TuningDb::load(*db_path);
+  // 2. Time the candidates per problem.
+  auto session = TuneSession::open(o.db);
+  if (!session) return fail(session.error());
+  const gpu::DeviceProperties& props = session->props;
+  const jit::TuningDevice& device = session->device;
+  const gpu::Stream& stream = session->stream;
+  const gpu::MemPool& pool = session->pool;
+  const std::filesystem::path& db_path = session->db_path;
+  jit::TuningDb& db = session->db;
   std::cout << fmt::format(
       "device: {}; groups sized on the device; rows per group jittered by +-{:.0f}%; median of {}x{} "
       "event-timed launches per side after {} warm-up; anchor: cuBLAS, one GEMM per group\n",
-      device->to_string(), o.skew * 100, o.rounds, o.reps, o.warmup);
+      device.to_string(), o.skew * 100, o.rounds, o.reps, o.warmup);
   int recorded = 0;
   for (const Shape& shape : shapes) {
-    const GroupedGemmSpec spec = spec_of(shape, *dtype, *props, 0);
+    const GroupedGemmSpec spec = spec_of(shape, *dtype, props, 0);
     std::cout << fmt::format("\n{} {} (class {}):\n", shape.to_string(), name(*dtype),
                              jit::GroupedGemmClass::of(spec).to_string());
-    auto timer = GroupedTimer::create(shape, *dtype, o.skew, *stream, *pool);
+    auto timer = GroupedTimer::create(shape, *dtype, o.skew, stream, pool);
     if (!timer) return fail(timer.error());
     const auto tflops = [&](double ms) { return (*timer)->flops() / (ms * 1e-3) / 1e12; };
     struct Measured {
@@ -383,7 +370,7 @@ Status run_tune_grouped(const Options& o) {
       double ms = 0, anchor_ms = 0;
     };
     const auto measure = [&](const GroupedGemmPlan& plan, const std::string& label) -> std::optional<Measured> {
-      auto t = (*timer)->time(plan, *pool, o.warmup, o.rounds, o.reps);
+      auto t = (*timer)->time(plan, pool, o.warmup, o.rounds, o.reps);
       if (!t) {
         std::cout << fmt::format("  {:<44} error: {}\n", label, t.error().to_string());
         return std::nullopt;
@@ -424,11 +411,11 @@ Status run_tune_grouped(const Options& o) {
         "  => {}: {:.1f} TFLOP/s, {:.3f}x cuBLAS{}\n", short_sku_name(choice.sku), choice.tflops,
         best->anchor_ms / best->ms,
         heuristic ? fmt::format(", {:.3f}x the heuristic's choice", heuristic->ms / best->ms) : std::string());
-    db.record(*device, jit::GroupedGemmClass::of(spec), std::move(choice));
+    db.record(device, jit::GroupedGemmClass::of(spec), std::move(choice));
     ++recorded;
   }
-  CUACTOR_TRY(db.save(*db_path));
-  std::cout << fmt::format("\nrecorded {} class(es); database {} now holds {} entries\n", recorded, db_path->string(),
+  CUACTOR_TRY(db.save(db_path));
+  std::cout << fmt::format("\nrecorded {} class(es); database {} now holds {} entries\n", recorded, db_path.string(),
                            db.size());
   return ok();
 }

@@ -1,0 +1,73 @@
+// What `cuactor tune gemm` and `cuactor tune grouped` share: compiling the candidates the catalog
+// lacks (printing each outcome), and the device, stream, pool and tuning database a sweep times on.
+#pragma once
+
+#include <fmt/format.h>
+
+#include <filesystem>
+#include <iostream>
+#include <set>
+#include <span>
+#include <string>
+
+#include "cuactor/gpu/device.hpp"
+#include "cuactor/gpu/memory.hpp"
+#include "cuactor/gpu/stream.hpp"
+#include "cuactor/jit/gemm.hpp"
+#include "cuactor/jit/tuning.hpp"
+#include "cuactor/kernels/catalog.hpp"
+
+namespace cuactor::cli {
+
+/// Compiles `skus` the catalog lacks through `jit`, all at once (the library caps parallel nvcc runs),
+/// printing one line per kernel; returns the SKU strings that failed to compile.
+inline std::set<std::string> compile_candidates(jit::GemmJit& jit, std::span<const kernels::GemmSku> to_compile) {
+  std::set<std::string> unusable;
+  for (const auto& r : jit::warm_all(jit, to_compile)) {
+    if (r.report) {
+      std::cout << fmt::format("  {} {}{}\n", r.report->already_cached ? "cached  " : "compiled", r.sku.to_string(),
+                               r.report->already_cached ? "" : fmt::format(" in {:.0f} s", r.report->seconds));
+    } else {
+      std::cout << fmt::format("  FAILED   {}: {}\n", r.sku.to_string(), r.report.error().to_string());
+      unusable.insert(r.sku.to_string());
+    }
+  }
+  return unusable;
+}
+
+/// Device 0 and what a sweep times and records on it.
+struct TuneSession {
+  gpu::DeviceProperties props;
+  jit::TuningDevice device;
+  gpu::Stream stream;
+  gpu::MemPool pool;
+  std::filesystem::path db_path;
+  jit::TuningDb db;
+
+  /// Opens device 0 and loads the database `db_option` (empty: the default under the cache root);
+  /// `no_device` when no GPU is visible (the candidates are compiled by then).
+  static Result<TuneSession> open(const std::string& db_option) {
+    if (gpu::device_count() == 0)
+      return fail(errc::no_device,
+                  "the candidates are compiled, but timing them needs a CUDA device (none is visible)");
+    auto props = gpu::device_properties(0);
+    if (!props) return fail(props.error());
+    auto device = jit::TuningDevice::of(0);
+    if (!device) return fail(device.error());
+    auto stream = gpu::Stream::create(0);
+    if (!stream) return fail(stream.error());
+    auto pool = gpu::MemPool::device_default(0);
+    if (!pool) return fail(pool.error());
+    auto path = db_option.empty() ? jit::TuningDb::default_path() : Result<std::filesystem::path>(db_option);
+    if (!path) return fail(path.error());
+    jit::TuningDb db = jit::TuningDb::load(*path);
+    return TuneSession{std::move(*props), std::move(*device), std::move(*stream),
+                       std::move(*pool),  std::move(*path),   std::move(db)};
+  }
+};
+
+/// What `--warm-only` prints when it is done.
+inline constexpr const char* kWarmOnlyDone =
+    "compiled; time the candidates on the GPU machine with the same command without --warm-only\n";
+
+}  // namespace cuactor::cli
