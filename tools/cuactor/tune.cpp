@@ -169,7 +169,6 @@ Status run_tune_gemm(const TuneOptions& o) {
   const jit::TuningDevice& device = session->device;
   const gpu::Stream& stream = session->stream;
   const gpu::MemPool& pool = session->pool;
-  const std::filesystem::path& db_path = session->db_path;
   jit::TuningDb& db = session->db;
   std::cout << fmt::format("device: {}; median of {}x{} event-timed launches per side after {} warm-up\n",
                            device.to_string(), o.rounds, o.reps, o.warmup);
@@ -252,10 +251,7 @@ Status run_tune_gemm(const TuneOptions& o) {
     db.record(device, jit::DenseGemmClass::of(p), std::move(choice));
     ++recorded;
   }
-  CUACTOR_TRY(db.save(db_path));
-  std::cout << fmt::format("\nrecorded {} class(es); database {} now holds {} entries\n", recorded, db_path.string(),
-                           db.size());
-  return ok();
+  return session->save(recorded);
 }
 
 }  // namespace
@@ -269,14 +265,7 @@ void add_tune_command(CLI::App& app) {
   cmd->add_option("--from", opt->from, "File of shapes, one MxNxK per line ('#' starts a comment)");
   cmd->add_option("--dtype", opt->dtype, "Element type of A, B, C and D: bf16 or f16");
   cmd->add_option("--layout-b", opt->layout_b, "Layout of B: col (N x K weights, TN) or row (K x N)");
-  cmd->add_option("--db", opt->db, "Tuning database file (default: <cache root>/tuning.json)");
-  cmd->add_option("--cache-dir", opt->cache_dir, "JIT disk cache directory (default: <cache root>/jit)");
-  cmd->add_flag("--warm-only", opt->warm_only, "Only compile the candidates (no GPU needed)");
-  cmd->add_flag("--quick", opt->quick, "Fewer candidates (5 instead of 10)");
-  cmd->add_option("--reps", opt->reps, "Timed repetitions per side and round");
-  cmd->add_option("--rounds", opt->rounds, "Interleaved rounds");
-  cmd->add_option("--warmup", opt->warmup, "Untimed launches per side first");
-  cmd->add_option("--tolerance", opt->tolerance, "Largest relative difference to cuBLAS accepted");
+  add_sweep_options(cmd, *opt, "5 instead of 10");
   cmd->callback([opt] {
     if (auto s = run_tune_gemm(*opt); !s) {
       std::cerr << "cuactor tune gemm: " << s.error().to_string() << "\n";

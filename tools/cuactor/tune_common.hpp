@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include <CLI/CLI.hpp>
 #include <filesystem>
 #include <iostream>
 #include <set>
@@ -64,7 +65,29 @@ struct TuneSession {
     return TuneSession{std::move(*props), std::move(*device), std::move(*stream),
                        std::move(*pool),  std::move(*path),   std::move(db)};
   }
+
+  /// Saves the database and says how many classes this sweep recorded.
+  [[nodiscard]] Status save(int recorded) const {
+    CUACTOR_TRY(db.save(db_path));
+    std::cout << fmt::format("\nrecorded {} class(es); database {} now holds {} entries\n", recorded, db_path.string(),
+                             db.size());
+    return ok();
+  }
 };
+
+/// The options every sweep takes (`Options` has db, cache_dir, warm_only, quick, reps, rounds, warmup and
+/// tolerance); `candidates` says how many the full and the quick sweep try, for the help text.
+template <class Options>
+void add_sweep_options(CLI::App* cmd, Options& opt, const std::string& candidates) {
+  cmd->add_option("--db", opt.db, "Tuning database file (default: <cache root>/tuning.json)");
+  cmd->add_option("--cache-dir", opt.cache_dir, "JIT disk cache directory (default: <cache root>/jit)");
+  cmd->add_flag("--warm-only", opt.warm_only, "Only compile the candidates (no GPU needed)");
+  cmd->add_flag("--quick", opt.quick, "Fewer candidates (" + candidates + ")");
+  cmd->add_option("--reps", opt.reps, "Timed repetitions per side and round");
+  cmd->add_option("--rounds", opt.rounds, "Interleaved rounds");
+  cmd->add_option("--warmup", opt.warmup, "Untimed launches per side first");
+  cmd->add_option("--tolerance", opt.tolerance, "Largest relative difference to cuBLAS accepted");
+}
 
 /// What `--warm-only` prints when it is done.
 inline constexpr const char* kWarmOnlyDone =

@@ -351,7 +351,6 @@ Status run_tune_grouped(const Options& o) {
   const jit::TuningDevice& device = session->device;
   const gpu::Stream& stream = session->stream;
   const gpu::MemPool& pool = session->pool;
-  const std::filesystem::path& db_path = session->db_path;
   jit::TuningDb& db = session->db;
   std::cout << fmt::format(
       "device: {}; groups sized on the device; rows per group jittered by +-{:.0f}%; median of {}x{} "
@@ -414,10 +413,7 @@ Status run_tune_grouped(const Options& o) {
     db.record(device, jit::GroupedGemmClass::of(spec), std::move(choice));
     ++recorded;
   }
-  CUACTOR_TRY(db.save(db_path));
-  std::cout << fmt::format("\nrecorded {} class(es); database {} now holds {} entries\n", recorded, db_path.string(),
-                           db.size());
-  return ok();
+  return session->save(recorded);
 }
 
 }  // namespace
@@ -429,14 +425,7 @@ void add_tune_grouped_command(CLI::App& tune) {
   cmd->add_option("--from", opt->from, "File of shapes, one GxRxNxK per line ('#' starts a comment)");
   cmd->add_option("--dtype", opt->dtype, "Element type of A and B: bf16, f16 (D the same) or e4m3 (D bf16)");
   cmd->add_option("--skew", opt->skew, "Rows per group jittered uniformly by +-skew (0 to 0.9; default 0.5)");
-  cmd->add_option("--db", opt->db, "Tuning database file (default: <cache root>/tuning.json)");
-  cmd->add_option("--cache-dir", opt->cache_dir, "JIT disk cache directory (default: <cache root>/jit)");
-  cmd->add_flag("--warm-only", opt->warm_only, "Only compile the candidates (no GPU needed)");
-  cmd->add_flag("--quick", opt->quick, "Fewer candidates (5 instead of 8)");
-  cmd->add_option("--reps", opt->reps, "Timed repetitions per side and round");
-  cmd->add_option("--rounds", opt->rounds, "Interleaved rounds");
-  cmd->add_option("--warmup", opt->warmup, "Untimed launches per side first");
-  cmd->add_option("--tolerance", opt->tolerance, "Largest relative difference to cuBLAS accepted");
+  add_sweep_options(cmd, *opt, "5 instead of 8");
   cmd->callback([opt] {
     if (auto s = run_tune_grouped(*opt); !s) {
       std::cerr << "cuactor tune grouped: " << s.error().to_string() << "\n";
