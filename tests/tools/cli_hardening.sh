@@ -112,6 +112,33 @@ case $case in
     expect_failure; expect_in err "tolerance"
     run "$cli" bench gemm --rounds 0
     expect_failure; expect_in err "rounds=0 >= 1" ;;
+  tune_grouped_bad_input)  # the same for tune grouped: nothing is compiled or timed for bad input
+    run "$cli" tune grouped
+    expect_failure; expect_in err "nothing to tune"
+    run "$cli" tune grouped --shape 128x200x1536
+    expect_failure; expect_in err "is not GxRxNxK"
+    run "$cli" tune grouped --shape 128x0x1536x2048
+    expect_failure; expect_in err "rows per group=0 must be in \[1, 1048576\]"
+    run "$cli" tune grouped --shape 99999999x8x8x8
+    expect_failure; expect_in err "groups=99999999 must be in \[1, 16384\]"
+    run "$cli" tune grouped --shape 128x200x1535x2048
+    expect_failure; expect_in err "N=1535 must be a multiple of 8 for bf16"
+    run "$cli" tune grouped --shape 128x200x1536x2056 --dtype e4m3
+    expect_failure; expect_in err "K=2056 must be a multiple of 16 for e4m3"
+    run "$cli" tune grouped --shape 8x8x64x64 --dtype f32
+    expect_failure; expect_in err "--dtype 'f32': grouped tuning covers bf16, f16 and e4m3"
+    run "$cli" tune grouped --shape 8x8x64x64 --skew 0.95
+    expect_failure; expect_in err "skew=0.95 must be in \[0, 0.9\]"
+    run "$cli" tune grouped --shape 8x8x64x64 --skew nan
+    expect_failure; expect_in err "skew"
+    run "$cli" tune grouped --shape 8x8x64x64 --tolerance 1
+    expect_failure; expect_in err "tolerance=1 must be in (0, 1)"
+    mkdir -p shapes.d
+    run "$cli" tune grouped --from shapes.d
+    expect_failure; expect_in err "shapes.d"
+    printf '# empty list\n\n' > empty.txt
+    run "$cli" tune grouped --from empty.txt
+    expect_failure; expect_in err "nothing to tune" ;;
   kernels_inventory)  # `cuactor kernels` lists tuned entries; a corrupt database is ignored with a warning
     sku='dense:sm_90a:bf16,bf16,bf16,bf16,f32:row,col,row:64x128x128:1x1x1:s0:pingpong:linear_combination'
     printf '%s' '{"format":"cuactor-tuning","version":1,"entries":[{"device":{"model":"NVIDIA H100 80GB HBM3",' > db.json
