@@ -68,7 +68,6 @@ std::string DenseGemmClass::to_string() const {
 }
 
 GroupedGemmClass GroupedGemmClass::of(const kernels::GroupedGemmSpec& spec) {
-  const auto bucket_of = [](int hint) { return hint > 0 ? static_cast<int>(bucket(std::min(hint, 1 << 30))) : 0; };
   GroupedGemmClass c;
   c.representative.a = spec.a;
   c.representative.b = spec.b;
@@ -76,10 +75,10 @@ GroupedGemmClass GroupedGemmClass::of(const kernels::GroupedGemmSpec& spec) {
   c.representative.layout_b = spec.layout_b;
   c.representative.arch = spec.arch;
   c.representative.epilogue = spec.epilogue;
-  c.representative.group_count_hint = bucket_of(spec.group_count_hint);
-  c.representative.rows_per_group_hint = bucket_of(spec.rows_per_group_hint);
-  c.representative.n_hint = bucket_of(spec.n_hint);
-  c.representative.k_hint = bucket_of(spec.k_hint);
+  c.representative.group_count_hint = kernels::shape_hint_bucket(spec.group_count_hint);
+  c.representative.rows_per_group_hint = kernels::shape_hint_bucket(spec.rows_per_group_hint);
+  c.representative.n_hint = kernels::shape_hint_bucket(spec.n_hint);
+  c.representative.k_hint = kernels::shape_hint_bucket(spec.k_hint);
   return c;
 }
 
@@ -271,10 +270,6 @@ Result<kernels::GemmPlan> heuristic_plan(const kernels::GemmProblem& problem, Gp
   }
   return compiled;
 }
-
-}  // namespace
-
-namespace {
 
 /// The instance of a tuned SKU: the catalog's, else the JIT's (GemmJit::resolve does both); without a
 /// JIT, the catalog's only.

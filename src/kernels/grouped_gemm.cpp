@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <bit>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -205,6 +206,10 @@ void pack_grouped_metadata(std::span<const GroupedProblem> groups, const Grouped
 }
 
 }  // namespace detail
+
+int shape_hint_bucket(int hint) noexcept {
+  return hint > 0 ? static_cast<int>(std::bit_ceil(static_cast<unsigned>(std::min(hint, 1 << 30)))) : 0;
+}
 
 bool grouped_sku_runs_on(const GemmSku& sku, GpuArch device) noexcept {
   // sm_80 instances are also compiled to sm_90 machine code (catalog.cmake), so Hopper runs them.

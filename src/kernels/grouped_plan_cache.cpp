@@ -1,8 +1,6 @@
 // Cache of grouped GEMM plans.
 #include "cuactor/kernels/grouped_plan_cache.hpp"
 
-#include <algorithm>
-#include <bit>
 #include <boost/container_hash/hash.hpp>
 
 namespace cuactor::kernels {
@@ -17,20 +15,11 @@ std::size_t GroupedPlanCache::KeyHash::operator()(const Key& k) const noexcept {
   return h;
 }
 
-namespace {
-
-/// The power of two at or above a positive hint (capped at 2^30); 0 for an unknown (0) or invalid one.
-int hint_bucket(int hint) noexcept {
-  return hint > 0 ? static_cast<int>(std::bit_ceil(static_cast<unsigned>(std::min(hint, 1 << 30)))) : 0;
-}
-
-}  // namespace
-
 Result<std::shared_ptr<const GroupedGemmPlan>> GroupedPlanCache::get(const GroupedGemmSpec& spec) {
   std::array<int, 4> buckets{};
   if (planner_)
-    buckets = {hint_bucket(spec.group_count_hint), hint_bucket(spec.rows_per_group_hint), hint_bucket(spec.n_hint),
-               hint_bucket(spec.k_hint)};
+    buckets = {shape_hint_bucket(spec.group_count_hint), shape_hint_bucket(spec.rows_per_group_hint),
+               shape_hint_bucket(spec.n_hint), shape_hint_bucket(spec.k_hint)};
   const Key key{spec.a,       spec.b,
                 spec.d,       spec.layout_b,
                 spec.arch,    spec.sm_count,

@@ -309,9 +309,9 @@ class DeviceCore {
     spec.d = out.dtype();
     spec.layout_b = *layout;
     spec.rows_per_group_hint = static_cast<int>(std::max<std::int64_t>(1, rows / std::max<std::int64_t>(1, groups)));
-    spec.group_count_hint = static_cast<int>(std::min<std::int64_t>(groups, 1 << 30));
-    spec.n_hint = static_cast<int>(std::min<std::int64_t>(n, 1 << 30));
-    spec.k_hint = static_cast<int>(std::min<std::int64_t>(k, 1 << 30));
+    spec.group_count_hint = kernels::shape_hint(groups);
+    spec.n_hint = kernels::shape_hint(n);
+    spec.k_hint = kernels::shape_hint(k);
     runtime::GpuRef<std::int32_t> offsets(offs.allocation());
     auto done = [out](auto) { return Payload(out); };
     if (out.dtype() == DType::f32) {

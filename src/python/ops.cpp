@@ -414,9 +414,9 @@ kernels::GroupedGemmSpec grouped_spec(const GroupedOperands& ops, std::optional<
   spec.device = ops.device;
   const std::int64_t groups = std::max<std::int64_t>(1, ops.b.shape[0]);
   spec.rows_per_group_hint = static_cast<int>(std::clamp<std::int64_t>(ops.a.shape[0] / groups, 1, 1 << 30));
-  spec.group_count_hint = static_cast<int>(std::min<std::int64_t>(groups, 1 << 30));
-  spec.n_hint = static_cast<int>(std::min<std::int64_t>(ops.b.shape[2], 1 << 30));
-  spec.k_hint = static_cast<int>(std::min<std::int64_t>(ops.a.shape[1], 1 << 30));
+  spec.group_count_hint = kernels::shape_hint(groups);
+  spec.n_hint = kernels::shape_hint(ops.b.shape[2]);
+  spec.k_hint = kernels::shape_hint(ops.a.shape[1]);
   spec.sku_override = std::move(sku);
   return spec;
 }

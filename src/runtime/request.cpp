@@ -70,16 +70,15 @@ void finish_error(ReplyCounters& counters, std::shared_ptr<OpRecord> op, const E
 }
 
 void deliver_on_completion_pool(std::shared_ptr<OpRecord> op, std::error_code ec) noexcept {
+  auto deliver = [op = std::move(op), ec]() mutable {
+    OpRecord* raw = op.get();
+    raw->deliver(std::move(op), ec);
+  };
   CompletionPool& pool = completion_pool();
-  if (pool.on_pool_thread()) {
-    OpRecord* raw = op.get();
-    raw->deliver(std::move(op), ec);
-    return;
-  }
-  pool.post([op = std::move(op), ec]() mutable {
-    OpRecord* raw = op.get();
-    raw->deliver(std::move(op), ec);
-  });
+  if (pool.on_pool_thread())
+    deliver();
+  else
+    pool.post(std::move(deliver));
 }
 
 void finish_error_later(std::shared_ptr<ReplyCounters> counters, std::shared_ptr<OpRecord> op, Error error) noexcept {

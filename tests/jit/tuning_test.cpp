@@ -9,6 +9,7 @@
 
 #include <cstdio>
 #include <fstream>
+#include <limits>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -283,6 +284,15 @@ const kernels::CatalogEntry* grouped_entry(const kernels::GroupedGemmSpec& spec)
 }
 
 TEST(TuningClass, GroupedClassesBucketEveryHintAndKeepTypesLayoutAndEpilogue) {
+  // Hints from extents are capped; their classes are powers of two, unknown or invalid ones 0.
+  EXPECT_EQ(kernels::shape_hint(-5), 0);
+  EXPECT_EQ(kernels::shape_hint(1536), 1536);
+  EXPECT_EQ(kernels::shape_hint(std::int64_t{5} << 40), 1 << 30);
+  EXPECT_EQ(kernels::shape_hint_bucket(0), 0);
+  EXPECT_EQ(kernels::shape_hint_bucket(-3), 0);
+  EXPECT_EQ(kernels::shape_hint_bucket(1), 1);
+  EXPECT_EQ(kernels::shape_hint_bucket(200), 256);
+  EXPECT_EQ(kernels::shape_hint_bucket(std::numeric_limits<int>::max()), 1 << 30);
   EXPECT_EQ(GroupedGemmClass::of(grouped(128, 200, 1536, 2048)).to_string(),
             "grouped:bf16,bf16,bf16:col:preset:g<=128:rows<=256:n<=2048:k<=2048");
   // Routing moves rows within the bucket; so does a slightly different expert count or width.

@@ -12,6 +12,7 @@
 #include <random>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "cuactor/core/dtype.hpp"
@@ -113,6 +114,22 @@ Status time_into(std::vector<double>& out, cudaStream_t stream, int reps, int& c
     out.push_back(static_cast<double>(*ms));
   }
   return ok();
+}
+
+/// Median milliseconds of `ours(i)` and `anchor(i)` (i numbers the launches): `warmup` untimed launches
+/// of each, then `rounds` interleaved rounds of `reps` event-timed launches per side.
+template <class Ours, class Anchor>
+Result<std::pair<double, double>> time_interleaved(cudaStream_t stream, int warmup, int rounds, int reps, Ours&& ours,
+                                                   Anchor&& anchor) {
+  int counter = 0;
+  std::vector<double> ours_ms, anchor_ms, discard;
+  CUACTOR_TRY(time_into(discard, stream, warmup, counter, ours));
+  CUACTOR_TRY(time_into(discard, stream, warmup, counter, anchor));
+  for (int r = 0; r < rounds; ++r) {
+    CUACTOR_TRY(time_into(ours_ms, stream, reps, counter, ours));
+    CUACTOR_TRY(time_into(anchor_ms, stream, reps, counter, anchor));
+  }
+  return std::pair{median(std::move(ours_ms)), median(std::move(anchor_ms))};
 }
 
 /// Median milliseconds of `reps` event-timed calls of `launch()` after `warmup` untimed ones.

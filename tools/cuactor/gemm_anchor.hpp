@@ -264,20 +264,14 @@ class GemmTimer {
       const auto s = static_cast<std::size_t>(i % copies_);
       return anchor_->run(as_[s].data(), bs_[s].data(), s == 0 ? anchor_d_.data() : ds_[s].data());
     };
-    int counter = 0;
-    std::vector<double> ours, theirs, discard;
-    CUACTOR_TRY(time_into(discard, stream_, warmup, counter, run_ours));
-    CUACTOR_TRY(time_into(discard, stream_, warmup, counter, run_anchor));
-    for (int r = 0; r < rounds; ++r) {
-      CUACTOR_TRY(time_into(ours, stream_, reps, counter, run_ours));
-      CUACTOR_TRY(time_into(theirs, stream_, reps, counter, run_anchor));
-    }
+    auto ms = time_interleaved(stream_, warmup, rounds, reps, run_ours, run_anchor);
+    if (!ms) return fail(ms.error());
     CUACTOR_CUDA_TRY(cudaMemsetAsync(ds_[0].data(), 0xff, d_bytes_, stream_));  // NaN in bf16, f16 and f32
     CUACTOR_TRY(run_ours(0));
     CUACTOR_TRY(run_anchor(0));
     auto diff = relative_difference(ds_[0].data(), anchor_d_.data(), d_elems_, problem_.d, stream_);
     if (!diff) return fail(diff.error());
-    return Timing{median(ours), median(theirs), *diff};
+    return Timing{ms->first, ms->second, *diff};
   }
 
   [[nodiscard]] int copies() const noexcept { return copies_; }

@@ -156,52 +156,37 @@ Status run_tune_gemm(const TuneOptions& o) {
       "cuactor tune gemm: {} problem(s), {} candidate kernel(s) to compile (others are in the "
       "catalog), JIT cache {}\n",
       problems->size(), to_compile.size(), (*engine)->disk_cache().directory().string());
-  const std::set<std::string> unusable = compile_candidates(gemm_jit, to_compile);
-  if (o.warm_only) {
-    std::cout << kWarmOnlyDone;
-    return ok();
-  }
+  auto sweep = start_sweep(gemm_jit, to_compile, o.warm_only, o.db);
+  if (!sweep) return fail(sweep.error());
+  if (!sweep->session) return ok();  // --warm-only
 
   // 2. Time the candidates per problem.
-  auto session = TuneSession::open(o.db);
-  if (!session) return fail(session.error());
-  const gpu::DeviceProperties& props = session->props;
-  const jit::TuningDevice& device = session->device;
-  const gpu::Stream& stream = session->stream;
-  const gpu::MemPool& pool = session->pool;
-  jit::TuningDb& db = session->db;
+  TuneSession& session = *sweep->session;
+  const std::set<std::string>& unusable = sweep->unusable;
   std::cout << fmt::format("device: {}; median of {}x{} event-timed launches per side after {} warm-up\n",
-                           device.to_string(), o.rounds, o.reps, o.warmup);
+                           session.device.to_string(), o.rounds, o.reps, o.warmup);
   int recorded = 0;
   for (const auto& p : *problems) {
     const double flops = 2.0 * static_cast<double>(p.m) * static_cast<double>(p.n) * static_cast<double>(p.k);
     const auto tflops = [&](double ms) { return flops / (ms * 1e-3) / 1e12; };
     std::cout << fmt::format("\n{}x{}x{} {} (class {}):\n", p.m, p.n, p.k, name(p.a),
                              jit::DenseGemmClass::of(p).to_string());
-    auto timer = GemmTimer::create(p, props, stream, pool);
+    auto timer = GemmTimer::create(p, session.props, session.stream, session.pool);
     if (!timer) return fail(timer.error());
     kernels::GemmPlanOptions base;
-    base.sm_count = props.multiprocessors;
+    base.sm_count = session.props.multiprocessors;
     base.device = 0;
     const auto measure = [&](const kernels::GemmPlan& plan, const std::string& label) -> std::optional<Measured> {
-      auto t = (*timer)->time(plan, pool, o.warmup, o.rounds, o.reps);
-      if (!t) {
-        std::cout << fmt::format("  {:<44} error: {}\n", label, t.error().to_string());
-        return std::nullopt;
-      }
-      const bool correct = t->difference <= o.tolerance;
-      std::cout << fmt::format("  {:<44} {:7.1f} TFLOP/s  cuBLAS {:7.1f}  ratio {:5.3f}x  rel.diff {:.1e}{}\n", label,
-                               tflops(t->ours_ms), tflops(t->anchor_ms), t->anchor_ms / t->ours_ms, t->difference,
-                               correct ? "" : "  REJECTED (differs from cuBLAS)");
-      if (!correct) return std::nullopt;
+      auto t = (*timer)->time(plan, session.pool, o.warmup, o.rounds, o.reps);
+      if (!accepted(label, t, tflops, o.tolerance)) return std::nullopt;
       return Measured{plan.sku(), 0, 0, t->ours_ms, t->anchor_ms, t->difference};
     };
-    if (auto heuristic = kernels::GemmPlan::make(p, props.arch, base))
+    if (auto heuristic = kernels::GemmPlan::make(p, session.props.arch, base))
       (void)measure(*heuristic, fmt::format("(heuristic) {}", short_sku_name(heuristic->sku())));
     // A plan running `instance` of `sku` with `options` (the plan keeps a JIT instance loaded).
     const auto plan_for = [&](const GemmSku& sku, const jit::ResolvedInstance& instance,
                               const kernels::GemmPlanOptions& options) {
-      return kernels::GemmPlan::with_instance(p, props.arch, sku, *instance.abi, instance.jit,
+      return kernels::GemmPlan::with_instance(p, session.props.arch, sku, *instance.abi, instance.jit,
                                               kernels::PlanSource::tuned, options);
     };
     std::optional<Measured> best;
@@ -248,10 +233,10 @@ Status run_tune_gemm(const TuneOptions& o) {
     std::cout << fmt::format("  => {} raster {} swizzle {}: {:.1f} TFLOP/s, {:.3f}x cuBLAS\n",
                              short_sku_name(choice.sku), choice.raster_order, choice.max_swizzle, choice.tflops,
                              choice.tflops / choice.anchor_tflops);
-    db.record(device, jit::DenseGemmClass::of(p), std::move(choice));
+    session.db.record(session.device, jit::DenseGemmClass::of(p), std::move(choice));
     ++recorded;
   }
-  return session->save(recorded);
+  return session.save(recorded);
 }
 
 }  // namespace

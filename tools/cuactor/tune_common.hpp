@@ -7,6 +7,7 @@
 #include <CLI/CLI.hpp>
 #include <filesystem>
 #include <iostream>
+#include <optional>
 #include <set>
 #include <span>
 #include <string>
@@ -17,6 +18,7 @@
 #include "cuactor/jit/gemm.hpp"
 #include "cuactor/jit/tuning.hpp"
 #include "cuactor/kernels/catalog.hpp"
+#include "gemm_anchor.hpp"
 
 namespace cuactor::cli {
 
@@ -89,8 +91,41 @@ void add_sweep_options(CLI::App* cmd, Options& opt, const std::string& candidate
   cmd->add_option("--tolerance", opt.tolerance, "Largest relative difference to cuBLAS accepted");
 }
 
-/// What `--warm-only` prints when it is done.
-inline constexpr const char* kWarmOnlyDone =
-    "compiled; time the candidates on the GPU machine with the same command without --warm-only\n";
+/// Prints one timed candidate (`timing`: GemmTimer::Timing or an error) next to the cuBLAS anchor, with
+/// `tflops(ms)` for its rate; true when it ran and agrees with the anchor within `tolerance`.
+template <class Tflops>
+bool accepted(const std::string& label, const Result<GemmTimer::Timing>& timing, Tflops&& tflops, double tolerance) {
+  if (!timing) {
+    std::cout << fmt::format("  {:<44} error: {}\n", label, timing.error().to_string());
+    return false;
+  }
+  const bool correct = timing->difference <= tolerance;
+  std::cout << fmt::format("  {:<44} {:7.1f} TFLOP/s  cuBLAS {:7.1f}  ratio {:5.3f}x  rel.diff {:.1e}{}\n", label,
+                           tflops(timing->ours_ms), tflops(timing->anchor_ms), timing->anchor_ms / timing->ours_ms,
+                           timing->difference, correct ? "" : "  REJECTED (differs from cuBLAS)");
+  return correct;
+}
+
+/// The start of a sweep: the candidates that failed to compile, and the session to time the others on
+/// (none after `--warm-only`).
+struct Sweep {
+  std::set<std::string> unusable;
+  std::optional<TuneSession> session;
+};
+
+/// Compiles `to_compile` (compile_candidates), then opens the session on device 0 with database
+/// `db_option`, unless `warm_only`.
+inline Result<Sweep> start_sweep(jit::GemmJit& jit, std::span<const kernels::GemmSku> to_compile, bool warm_only,
+                                 const std::string& db_option) {
+  Sweep sweep{compile_candidates(jit, to_compile), std::nullopt};
+  if (warm_only) {
+    std::cout << "compiled; time the candidates on the GPU machine with the same command without --warm-only\n";
+    return sweep;
+  }
+  auto session = TuneSession::open(db_option);
+  if (!session) return fail(session.error());
+  sweep.session = std::move(*session);
+  return sweep;
+}
 
 }  // namespace cuactor::cli

@@ -148,9 +148,7 @@ std::vector<GemmSku> candidates(DType in, bool quick) {
 /// candidate, and the timing of a plan against it.
 class GroupedTimer {
  public:
-  struct Timing {
-    double ours_ms = 0, anchor_ms = 0, difference = 0;
-  };
+  using Timing = GemmTimer::Timing;
 
   static Result<std::unique_ptr<GroupedTimer>> create(const Shape& shape, DType in, double skew,
                                                       const gpu::Stream& stream, const gpu::MemPool& pool) {
@@ -245,19 +243,13 @@ class GroupedTimer {
     if (!ws) return fail(ws.error());
     const auto run_ours = [&](int) { return prepared->run(stream_, ws->data(), ws->size()); };
     const auto run_anchor = [&](int) { return run_reference(); };
-    int counter = 0;
-    std::vector<double> ours, theirs, discard;
-    CUACTOR_TRY(time_into(discard, stream_, warmup, counter, run_ours));
-    CUACTOR_TRY(time_into(discard, stream_, warmup, counter, run_anchor));
-    for (int r = 0; r < rounds; ++r) {
-      CUACTOR_TRY(time_into(ours, stream_, reps, counter, run_ours));
-      CUACTOR_TRY(time_into(theirs, stream_, reps, counter, run_anchor));
-    }
+    auto ms = time_interleaved(stream_, warmup, rounds, reps, run_ours, run_anchor);
+    if (!ms) return fail(ms.error());
     CUACTOR_CUDA_TRY(cudaMemsetAsync(d_.data(), 0xff, d_.size(), stream_));  // NaN in bf16 and f16
     CUACTOR_TRY(run_ours(0));
     auto diff = relative_difference(d_.data(), ref_.data(), static_cast<std::size_t>(total_) * n, out_, stream_);
     if (!diff) return fail(diff.error());
-    return Timing{median(ours), median(theirs), *diff};
+    return Timing{ms->first, ms->second, *diff};
   }
 
   [[nodiscard]] double flops() const {
@@ -338,30 +330,23 @@ Status run_tune_grouped(const Options& o) {
       "cuactor tune grouped: {} problem(s), {} {} candidate kernel(s), {} to compile (others are "
       "in the catalog), JIT cache {}\n",
       shapes.size(), skus.size(), name(*dtype), to_compile.size(), (*engine)->disk_cache().directory().string());
-  const std::set<std::string> unusable = compile_candidates(gemm_jit, to_compile);
-  if (o.warm_only) {
-    std::cout << kWarmOnlyDone;
-    return ok();
-  }
+  auto sweep = start_sweep(gemm_jit, to_compile, o.warm_only, o.db);
+  if (!sweep) return fail(sweep.error());
+  if (!sweep->session) return ok();  // --warm-only
 
   // 2. Time the candidates per problem.
-  auto session = TuneSession::open(o.db);
-  if (!session) return fail(session.error());
-  const gpu::DeviceProperties& props = session->props;
-  const jit::TuningDevice& device = session->device;
-  const gpu::Stream& stream = session->stream;
-  const gpu::MemPool& pool = session->pool;
-  jit::TuningDb& db = session->db;
+  TuneSession& session = *sweep->session;
+  const std::set<std::string>& unusable = sweep->unusable;
   std::cout << fmt::format(
       "device: {}; groups sized on the device; rows per group jittered by +-{:.0f}%; median of {}x{} "
       "event-timed launches per side after {} warm-up; anchor: cuBLAS, one GEMM per group\n",
-      device.to_string(), o.skew * 100, o.rounds, o.reps, o.warmup);
+      session.device.to_string(), o.skew * 100, o.rounds, o.reps, o.warmup);
   int recorded = 0;
   for (const Shape& shape : shapes) {
-    const GroupedGemmSpec spec = spec_of(shape, *dtype, props, 0);
+    const GroupedGemmSpec spec = spec_of(shape, *dtype, session.props, 0);
     std::cout << fmt::format("\n{} {} (class {}):\n", shape.to_string(), name(*dtype),
                              jit::GroupedGemmClass::of(spec).to_string());
-    auto timer = GroupedTimer::create(shape, *dtype, o.skew, stream, pool);
+    auto timer = GroupedTimer::create(shape, *dtype, o.skew, session.stream, session.pool);
     if (!timer) return fail(timer.error());
     const auto tflops = [&](double ms) { return (*timer)->flops() / (ms * 1e-3) / 1e12; };
     struct Measured {
@@ -369,16 +354,8 @@ Status run_tune_grouped(const Options& o) {
       double ms = 0, anchor_ms = 0;
     };
     const auto measure = [&](const GroupedGemmPlan& plan, const std::string& label) -> std::optional<Measured> {
-      auto t = (*timer)->time(plan, pool, o.warmup, o.rounds, o.reps);
-      if (!t) {
-        std::cout << fmt::format("  {:<44} error: {}\n", label, t.error().to_string());
-        return std::nullopt;
-      }
-      const bool correct = t->difference <= o.tolerance;
-      std::cout << fmt::format("  {:<44} {:7.1f} TFLOP/s  cuBLAS {:7.1f}  ratio {:5.3f}x  rel.diff {:.1e}{}\n", label,
-                               tflops(t->ours_ms), tflops(t->anchor_ms), t->anchor_ms / t->ours_ms, t->difference,
-                               correct ? "" : "  REJECTED (differs from cuBLAS)");
-      if (!correct) return std::nullopt;
+      auto t = (*timer)->time(plan, session.pool, o.warmup, o.rounds, o.reps);
+      if (!accepted(label, t, tflops, o.tolerance)) return std::nullopt;
       return Measured{plan.sku(), t->ours_ms, t->anchor_ms};
     };
     std::optional<Measured> heuristic;
@@ -410,10 +387,10 @@ Status run_tune_grouped(const Options& o) {
         "  => {}: {:.1f} TFLOP/s, {:.3f}x cuBLAS{}\n", short_sku_name(choice.sku), choice.tflops,
         best->anchor_ms / best->ms,
         heuristic ? fmt::format(", {:.3f}x the heuristic's choice", heuristic->ms / best->ms) : std::string());
-    db.record(device, jit::GroupedGemmClass::of(spec), std::move(choice));
+    session.db.record(session.device, jit::GroupedGemmClass::of(spec), std::move(choice));
     ++recorded;
   }
-  return session->save(recorded);
+  return session.save(recorded);
 }
 
 }  // namespace

@@ -179,6 +179,15 @@ class GroupedGemmPlan {
   PlanSource source_ = PlanSource::heuristic;
 };
 
+/// A shape hint (GroupedGemmSpec) from a tensor extent: the extent capped at 2^30 (a hint only picks a
+/// class), 0 for none.
+constexpr int shape_hint(std::int64_t extent) noexcept {
+  return static_cast<int>(extent < 0 ? 0 : extent > (1 << 30) ? (1 << 30) : extent);
+}
+/// The class of a shape hint, shared by the plan cache's keys and the tuning database's classes: the
+/// power of two at or above it (capped at 2^30), 0 for an unknown (0) or invalid (negative) one.
+int shape_hint_bucket(int hint) noexcept;
+
 /// True if the grouped kernel `sku` runs on a device whose best target is `device`: can_run(), plus
 /// the sm_80 instances on Hopper (they are compiled to sm_90 machine code as well).
 bool grouped_sku_runs_on(const GemmSku& sku, GpuArch device) noexcept;

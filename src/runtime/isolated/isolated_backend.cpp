@@ -5,7 +5,6 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <cstring>
 #include <future>
 
 #include "cuactor/core/log.hpp"
@@ -16,8 +15,6 @@
 namespace cuactor::runtime::isolated {
 
 namespace {
-
-using Bytes = std::vector<std::byte>;
 
 /// Frees buffers of one worker generation in that worker; memory of a lost worker went with it.
 class RemoteOwner final : public AllocationOwner {

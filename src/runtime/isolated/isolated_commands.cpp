@@ -4,7 +4,6 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <cstring>
 
 #include "cuactor/core/log.hpp"
 #include "runtime/isolated/host_copy.hpp"
@@ -13,8 +12,6 @@
 #include "runtime/isolated/shm.hpp"
 
 namespace cuactor::runtime::isolated {
-
-using Bytes = std::vector<std::byte>;
 
 bool IsolatedBackend::advance(const std::shared_ptr<Job>& job, std::vector<Send>& sends,
                               std::vector<std::shared_ptr<Job>>& done) {

@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <memory>
 #include <optional>
+#include <vector>
 
 #include "cuactor/core/expected.hpp"
 #include "cuactor/runtime/commands.hpp"
@@ -13,6 +14,9 @@
 #include "runtime/isolated/isolated_backend.hpp"
 
 namespace cuactor::runtime::isolated {
+
+/// A message payload or reply.
+using Bytes = std::vector<std::byte>;
 
 /// One request of the actor on its way through the worker.
 struct IsolatedBackend::Job {
