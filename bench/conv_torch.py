@@ -176,6 +176,13 @@ def main():
                 lines.append(format_row(row))
                 print(lines[-1], flush=True)
             torch.cuda.empty_cache()
+    for op in OPS:  # geometric mean of the ratios over the rows both sides ran
+        ratios = [r["cuactor_tflops"] / r["cudnn_tflops"] for r in rows
+                  if r["op"] == op and r.get("cuactor_tflops") and r.get("cudnn_tflops")]
+        if ratios:
+            lines.append(f"{op}: geometric mean {statistics.geometric_mean(ratios):.2f}x cuDNN over {len(ratios)} "
+                         f"rows, lowest {min(ratios):.2f}x")
+            print(lines[-1], flush=True)
     if args.out:
         out_dir = pathlib.Path(args.out)
         out_dir.mkdir(parents=True, exist_ok=True)

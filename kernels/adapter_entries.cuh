@@ -56,10 +56,11 @@ concept StaticRunAdapter = requires(typename Gemm::Params& params, const typenam
   Gemm::GemmKernel::SharedStorageSize;
 };
 
-/// Raises the kernel's dynamic shared memory limit in the current context once. CUTLASS's
-/// initialize() does it on every call: a driver call on every launch's host path, and the limit
-/// is a property of the function in a context, lost only with the context (hence the context id).
-template <class Kernel>
+/// Raises the dynamic shared memory limit of `Function` (a __global__ running `Kernel`, CUTLASS's
+/// device_kernel by default) in the current context once. CUTLASS's initialize() does it on every
+/// call: a driver call on every launch's host path, and the limit is a property of the function in
+/// a context, lost only with the context (hence the context id).
+template <class Kernel, auto Function = cutlass::device_kernel<Kernel>>
 bool configure_shared_memory() noexcept {
   constexpr int bytes = static_cast<int>(Kernel::SharedStorageSize);
   if constexpr (bytes < (48 << 10)) {
@@ -68,8 +69,7 @@ bool configure_shared_memory() noexcept {
     static std::atomic<unsigned long long> configured{0};  // the last context it was set in
     const unsigned long long ctx = current_context_id();
     if (ctx != 0 && configured.load(std::memory_order_acquire) == ctx) return true;
-    if (cudaFuncSetAttribute(cutlass::device_kernel<Kernel>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes) !=
-        cudaSuccess) {
+    if (cudaFuncSetAttribute(Function, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes) != cudaSuccess) {
       (void)cudaGetLastError();
       return false;
     }

@@ -188,7 +188,9 @@ endforeach()
 # ---- The matrix: 2-D convolution, sm_90a implicit GEMM (TMA im2col; CUTLASS 4.2's one sm_90a conv
 # schedule). 128x128 tiles, K step 64 for 16-bit and 32 for fp32 (tf32); fprop and dgrad also
 # 128x64 for narrow outputs (K resp. C <= 64 filled half a 128-wide tile: 0.57x cuDNN at C=K=64 on an
-# H100). Other tiles come through the JIT (cuactor jit warm --conv SKU).
+# H100), wgrad 64x128 for few filters (K <= 64, or K a multiple of 64 that 128 rows would leave a
+# wave short). Wgrad instances hold two kernels: the direct one and the fp32-partial one of a split
+# reduction. Other tiles come through the JIT (cuactor jit warm --conv SKU).
 set(conv90 ARCH sm_90a TEMPLATE conv_sm90_instance.cu.in CLUSTER 1 1 1 SCHEDULE warpspecialized
            EPILOGUE linear_combination)
 foreach(t bf16 f16)
@@ -202,5 +204,7 @@ foreach(t bf16 f16)
                         TILE 128 64 64)
   cuactor_gemm_instance(FAMILY conv_dgrad ${conv90} TYPES ${t} ${t} ${t} ${t} f32 LAYOUTS nhwc krsc nhwc
                         TILE 128 64 64)
+  cuactor_gemm_instance(FAMILY conv_wgrad ${conv90} TYPES ${t} ${t} ${t} ${t} f32 LAYOUTS nhwc nhwc krsc
+                        TILE 64 128 64)
 endforeach()
 cuactor_gemm_instance(FAMILY conv_fprop ${conv90} TYPES f32 f32 f32 f32 f32 LAYOUTS nhwc krsc nhwc TILE 128 128 32)

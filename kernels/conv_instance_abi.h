@@ -2,7 +2,12 @@
  * The argument struct of convolution instances (families conv_fprop, conv_dgrad, conv_wgrad): the
  * same cuactor_gemm_instance object and entry points as GEMM (instance_abi.h), with this struct
  * behind `args`. Tensors are packed: activations N x H x W x C and filters K x R x S x C with the
- * channels contiguous. */
+ * channels contiguous.
+ *
+ * Wgrad instances split their reduction (over N x P x Q) into slices that one launch computes side
+ * by side, each writing fp32 partial sums to the workspace, and a second kernel adds the slices and
+ * applies alpha and beta: a filter gradient has few output tiles (K x R S C), often fewer than the
+ * device has multiprocessors, and CUTLASS's sm_90a conv kernel has no split-K of its own. */
 #ifndef CUACTOR_KERNELS_CONV_INSTANCE_ABI_H
 #define CUACTOR_KERNELS_CONV_INSTANCE_ABI_H
 
@@ -17,6 +22,10 @@ extern "C" {
  *  dgrad: A = dy (N x P x Q x K), B = w (KRSC), C/D = dx (NHWC);
  *  wgrad: A = dy (N x P x Q x K), B = x (NHWC), C/D = dw (KRSC).
  *  D = alpha * acc + beta * C. */
+/** The most slices one wgrad launch computes (its CUTLASS parameters travel as one kernel argument
+ *  of at most 32 KiB). */
+#define CUACTOR_CONV_MAX_SLICES 32
+
 typedef struct cuactor_conv_args {
   int n, h, w, c; /**< Activation extents. */
   int k, r, s;    /**< Filter extents (its channel count is c). */
@@ -31,6 +40,11 @@ typedef struct cuactor_conv_args {
   float beta;
   int device;   /**< Ordinal of the device the kernel runs on. */
   int sm_count; /**< Its multiprocessor count (0: queried by the instance). */
+  /** Wgrad only: the reduction is split into split_n ranges of images times split_p ranges of
+   *  output rows per image (values below 1 count as 1). split_p > 1 needs split_n == n and
+   *  pad_h <= dilation_h (R - 1), so that every slice reads at least one input row. */
+  int split_n;
+  int split_p;
 } cuactor_conv_args;
 
 #ifdef __cplusplus

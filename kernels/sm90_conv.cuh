@@ -9,6 +9,7 @@
 #include <cutlass/kernel_hardware_info.h>
 #include <cutlass/layout/tensor.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cute/tensor.hpp>
 #include <cutlass/conv/collective/collective_builder.hpp>
@@ -49,24 +50,15 @@ struct ConvSchedule<tags::warpspecialized> {
   using type = cutlass::conv::KernelImplicitTmaWarpSpecializedSm90;
 };
 
-/// One 2-D convolution configuration: D = alpha * implicit_gemm(A, B) + beta * C, fp32 accumulation.
-/// fprop and dgrad write an activation-shaped tensor through the TMA epilogue; wgrad writes the
-/// filter (K x (R S C)) through the shared-memory-free epilogue, as CUTLASS's own sm90 wgrad does.
-template <class Family, class A, class B, class C, class D, class Acc, int TileM, int TileN, int TileK, int ClusterM,
-          int ClusterN, int ClusterK, class Schedule, class Epilogue>
-struct ImplicitGemmConv : AdapterEntries<ImplicitGemmConv<Family, A, B, C, D, Acc, TileM, TileN, TileK, ClusterM,
-                                                          ClusterN, ClusterK, Schedule, Epilogue>,
-                                         cuactor_conv_args> {
-  static_assert(std::is_same_v<Epilogue, tags::linear_combination>,
-                "sm_90a convolution instances compute D = alpha * acc + beta * C");
-  static constexpr cutlass::conv::Operator kOperator = ConvOperatorOf<Family>::value;
-  static constexpr bool kWgrad = kOperator == cutlass::conv::Operator::kWgrad;
-
-  using ElementA = typename A::type;
-  using ElementB = typename B::type;
-  using ElementC = typename C::type;
-  using ElementD = typename D::type;
-  using ElementAccumulator = typename Acc::type;
+/// The CUTLASS kernel of one 2-D convolution configuration: D = alpha * implicit_gemm(A, B) + beta * C,
+/// fp32 accumulation. fprop and dgrad write an activation-shaped tensor through the TMA epilogue;
+/// wgrad writes the filter (K x (R S C)) through the shared-memory-free epilogue, as CUTLASS's own
+/// sm90 wgrad does.
+template <cutlass::conv::Operator Op, class ElementA, class ElementB, class ElementC, class ElementD,
+          class ElementAccumulator, int TileM, int TileN, int TileK, int ClusterM, int ClusterN, int ClusterK,
+          class Schedule>
+struct ConvKernelOf {
+  static constexpr bool kWgrad = Op == cutlass::conv::Operator::kWgrad;
   using ElementCompute = float;
   static constexpr int kAlignmentA = 128 / cutlass::sizeof_bits<ElementA>::value;
   static constexpr int kAlignmentB = 128 / cutlass::sizeof_bits<ElementB>::value;
@@ -89,24 +81,24 @@ struct ImplicitGemmConv : AdapterEntries<ImplicitGemmConv<Family, A, B, C, D, Ac
       kAlignmentC, ElementD, LayoutOut, kAlignmentD, EpilogueSchedule>::CollectiveOp;
 
   using CollectiveMainloop = typename cutlass::conv::collective::CollectiveBuilder<
-      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, kOperator, ElementA, cutlass::layout::TensorNHWC,
-      kAlignmentA, ElementB, cutlass::layout::TensorNHWC, kAlignmentB, ElementAccumulator, TileShape, ClusterShape,
+      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, Op, ElementA, cutlass::layout::TensorNHWC, kAlignmentA,
+      ElementB, cutlass::layout::TensorNHWC, kAlignmentB, ElementAccumulator, TileShape, ClusterShape,
       cutlass::conv::collective::StageCountAutoCarveout<static_cast<int>(
           sizeof(typename CollectiveEpilogue::SharedStorage))>,
       typename ConvSchedule<Schedule>::type>::CollectiveOp;
 
-  using ProblemShape =
-      cutlass::conv::ConvProblemShape<kOperator, CollectiveMainloop::DispatchPolicy::NumSpatialDimensions>;
-  using ConvKernel = cutlass::conv::kernel::ConvUniversal<ProblemShape, CollectiveMainloop, CollectiveEpilogue>;
+  using ProblemShape = cutlass::conv::ConvProblemShape<Op, CollectiveMainloop::DispatchPolicy::NumSpatialDimensions>;
+  using Kernel = cutlass::conv::kernel::ConvUniversal<ProblemShape, CollectiveMainloop, CollectiveEpilogue>;
   /// The device adapter (AdapterEntries calls it `Gemm`).
-  using Gemm = cutlass::conv::device::ConvUniversalAdapter<ConvKernel>;
+  using Adapter = cutlass::conv::device::ConvUniversalAdapter<Kernel>;
 
-  /// The packed problem: activation N x H x W x C, filter K x R x S x C, symmetric padding.
-  static ProblemShape make_problem_shape(const cuactor_conv_args& a) {
+  /// A problem over activation N x H x W x C and filter K x R x S x C (both packed) with the given
+  /// padding above and below (rows) and symmetric padding along the width.
+  static ProblemShape problem_shape(const cuactor_conv_args& a, int n, int h, int pad_top, int pad_bottom) {
     using Extent = typename ProblemShape::TensorExtent;
     using Spatial = typename ProblemShape::SpatialExtent;
-    return ProblemShape(cutlass::conv::Mode::kCrossCorrelation, Extent{a.n, a.h, a.w, a.c}, Extent{a.k, a.r, a.s, a.c},
-                        Spatial{a.pad_h, a.pad_w}, Spatial{a.pad_h, a.pad_w}, Spatial{a.stride_h, a.stride_w},
+    return ProblemShape(cutlass::conv::Mode::kCrossCorrelation, Extent{n, h, a.w, a.c}, Extent{a.k, a.r, a.s, a.c},
+                        Spatial{pad_top, a.pad_w}, Spatial{pad_bottom, a.pad_w}, Spatial{a.stride_h, a.stride_w},
                         Spatial{a.dilation_h, a.dilation_w}, 1);
   }
 
@@ -128,23 +120,253 @@ struct ImplicitGemmConv : AdapterEntries<ImplicitGemmConv<Family, A, B, C, D, Ac
     return s;
   }
 
-  /// CUTLASS arguments from the ABI's.
-  static typename Gemm::Arguments make_arguments(const cuactor_conv_args& a) {
-    typename Gemm::Arguments args{};
-    args.problem_shape = make_problem_shape(a);
-    args.mainloop.ptr_A = static_cast<const ElementA*>(a.a);
-    args.mainloop.ptr_B = static_cast<const ElementB*>(a.b);
-    args.epilogue.ptr_C = static_cast<const ElementC*>(a.c_source);
-    args.epilogue.dC = output_stride<typename ConvKernel::StrideC>(args.problem_shape);
-    args.epilogue.ptr_D = static_cast<ElementD*>(a.d);
-    args.epilogue.dD = output_stride<typename ConvKernel::StrideD>(args.problem_shape);
-    args.epilogue.thread.alpha = a.alpha;
-    args.epilogue.thread.beta = a.beta;
+  /// CUTLASS arguments of `shape` with the given operands (c_source may equal d).
+  static typename Adapter::Arguments arguments(const ProblemShape& shape, const cuactor_conv_args& a, const void* pa,
+                                               const void* pb, const void* c_source, void* d, float alpha, float beta) {
+    typename Adapter::Arguments args{};
+    args.problem_shape = shape;
+    args.mainloop.ptr_A = static_cast<const ElementA*>(pa);
+    args.mainloop.ptr_B = static_cast<const ElementB*>(pb);
+    args.epilogue.ptr_C = static_cast<const ElementC*>(c_source);
+    args.epilogue.dC = output_stride<typename Kernel::StrideC>(shape);
+    args.epilogue.ptr_D = static_cast<ElementD*>(d);
+    args.epilogue.dD = output_stride<typename Kernel::StrideD>(shape);
+    args.epilogue.thread.alpha = alpha;
+    args.epilogue.thread.beta = beta;
     args.hw_info.device_id = a.device;
     args.hw_info.sm_count =
         a.sm_count > 0 ? a.sm_count : cutlass::KernelHardwareInfo::query_device_multiprocessor_count(a.device);
     return args;
   }
 };
+
+/// One convolution computed by one CUTLASS kernel over the whole problem (fprop, dgrad, unsplit wgrad).
+template <class Family, class A, class B, class C, class D, class Acc, int TileM, int TileN, int TileK, int ClusterM,
+          int ClusterN, int ClusterK, class Schedule>
+struct DirectConv
+    : AdapterEntries<DirectConv<Family, A, B, C, D, Acc, TileM, TileN, TileK, ClusterM, ClusterN, ClusterK, Schedule>,
+                     cuactor_conv_args> {
+  using Config =
+      ConvKernelOf<ConvOperatorOf<Family>::value, typename A::type, typename B::type, typename C::type,
+                   typename D::type, typename Acc::type, TileM, TileN, TileK, ClusterM, ClusterN, ClusterK, Schedule>;
+  using Gemm = typename Config::Adapter;
+
+  static typename Gemm::Arguments make_arguments(const cuactor_conv_args& a) {
+    return Config::arguments(Config::problem_shape(a, a.n, a.h, a.pad_h, a.pad_h), a, a.a, a.b, a.c_source, a.d,
+                             a.alpha, a.beta);
+  }
+};
+
+/// A range of the wgrad reduction: images [n0, n0 + n) and, within each, output rows [p0, p0 + p),
+/// which read input rows [h0, h0 + h) with `pad_top` / `pad_bottom` rows of padding around them.
+struct WgradSlice {
+  int n0, n, p0, p, h0, h, pad_top, pad_bottom;
+};
+
+/// Output rows of the problem: (H + 2 pad_h - dilation_h (R - 1) - 1) / stride_h + 1.
+inline int output_rows(const cuactor_conv_args& a) {
+  return (a.h + 2 * a.pad_h - a.dilation_h * (a.r - 1) - 1) / a.stride_h + 1;
+}
+
+/// The slices of split_n x split_p (see cuactor_conv_args), or 0 when the split is not one this
+/// ABI allows. Ranges are as even as integer division makes them.
+inline int wgrad_slices(const cuactor_conv_args& a, WgradSlice (&out)[CUACTOR_CONV_MAX_SLICES]) {
+  const int images = a.split_n > 1 ? a.split_n : 1, rows = a.split_p > 1 ? a.split_p : 1;
+  const int p_total = output_rows(a);
+  if (images > a.n || rows > p_total || images * rows > CUACTOR_CONV_MAX_SLICES) return 0;
+  if (rows > 1 && (images != a.n || a.pad_h > a.dilation_h * (a.r - 1))) return 0;
+  int count = 0;
+  for (int i = 0; i < images; ++i) {
+    const int n0 = static_cast<int>(static_cast<long long>(a.n) * i / images);
+    const int n1 = static_cast<int>(static_cast<long long>(a.n) * (i + 1) / images);
+    for (int j = 0; j < rows; ++j) {
+      WgradSlice s{};
+      s.n0 = n0;
+      s.n = n1 - n0;
+      s.p0 = p_total * j / rows;
+      s.p = p_total * (j + 1) / rows - s.p0;
+      if (rows == 1) {  // whole images: the problem's own rows and padding (packed image stride)
+        s.h0 = 0;
+        s.h = a.h;
+        s.pad_top = s.pad_bottom = a.pad_h;
+        out[count++] = s;
+        continue;
+      }
+      // One image, some rows: the input rows of the slice's first and last windows, clipped to the
+      // image; what lies outside is padding (never more than the problem's own).
+      const int first = s.p0 * a.stride_h - a.pad_h;
+      const int last = (s.p0 + s.p - 1) * a.stride_h - a.pad_h + a.dilation_h * (a.r - 1);
+      s.h0 = first > 0 ? first : 0;
+      const int end = last < a.h - 1 ? last : a.h - 1;
+      s.h = end - s.h0 + 1;
+      s.pad_top = s.h0 - first;
+      s.pad_bottom = last - end;
+      out[count++] = s;
+    }
+  }
+  return count;
+}
+
+/// The launch parameters of every slice, one kernel argument (indexed by blockIdx.z).
+template <class Kernel>
+struct SliceParams {
+  typename Kernel::Params slice[CUACTOR_CONV_MAX_SLICES];
+};
+
+/// Runs CUTLASS's kernel on slice blockIdx.z: the conv kernel maps its tiles to blockIdx.x and y
+/// only (its L mode is 1), so slices side by side in z are independent problems.
+template <class Kernel>
+__global__ void __launch_bounds__(Kernel::MaxThreadsPerBlock, Kernel::MinBlocksPerMultiprocessor)
+    conv_slices_kernel(CUTLASS_GRID_CONSTANT const SliceParams<Kernel> params) {
+  extern __shared__ char smem[];
+  Kernel op;
+  op(params.slice[blockIdx.z], smem);
+}
+
+/// D = alpha * (sum of the slices' fp32 partials) + beta * C over `count` elements (a multiple of 4),
+/// four per thread; each element is read and written by one thread, so C may alias D.
+template <class ElementC, class ElementD>
+__global__ void __launch_bounds__(256)
+    sum_slices_kernel(const float* __restrict__ partials, int slices, long long count, float alpha, float beta,
+                      const ElementC* source, ElementD* d) {
+  const long long vectors = count / 4;
+  for (long long v = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; v < vectors;
+       v += static_cast<long long>(gridDim.x) * blockDim.x) {
+    float4 sum = reinterpret_cast<const float4*>(partials)[v];
+    for (int s = 1; s < slices; ++s) {
+      const float4 p = reinterpret_cast<const float4*>(partials + s * count)[v];
+      sum.x += p.x;
+      sum.y += p.y;
+      sum.z += p.z;
+      sum.w += p.w;
+    }
+    const float acc[4] = {sum.x, sum.y, sum.z, sum.w};
+    for (int i = 0; i < 4; ++i) {
+      const long long e = 4 * v + i;
+      float out = alpha * acc[i];
+      if (beta != 0.0f) out += beta * static_cast<float>(source[e]);
+      d[e] = static_cast<ElementD>(out);
+    }
+  }
+}
+
+/// Wgrad, split into slices of the reduction (cuactor_conv_args::split_n / split_p): one launch
+/// computes every slice's fp32 partial filter gradient into the workspace, a second adds them and
+/// applies alpha and beta. The slices fill the device when the filter alone has too few tiles. An
+/// unsplit problem runs one kernel writing D directly (DirectConv), without partials.
+template <class A, class B, class C, class D, class Acc, int TileM, int TileN, int TileK, int ClusterM, int ClusterN,
+          int ClusterK, class Schedule>
+struct SlicedWgradConv {
+  using ElementC = typename C::type;
+  using ElementD = typename D::type;
+  using Config = ConvKernelOf<cutlass::conv::Operator::kWgrad, typename A::type, typename B::type, float, float,
+                              typename Acc::type, TileM, TileN, TileK, ClusterM, ClusterN, ClusterK, Schedule>;
+  using Kernel = typename Config::Kernel;
+  using Direct =
+      DirectConv<tags::conv_wgrad, A, B, C, D, Acc, TileM, TileN, TileK, ClusterM, ClusterN, ClusterK, Schedule>;
+  static_assert(sizeof(SliceParams<Kernel>) <= 32764, "slice parameters exceed the 32764-byte kernel argument limit");
+
+  /// Whether the arguments ask for one slice (the direct kernel).
+  static bool unsplit(const cuactor_conv_args& a) { return a.split_n <= 1 && a.split_p <= 1; }
+  static constexpr int kClusterSize = ClusterM * ClusterN * ClusterK;
+
+  /// Elements of the filter gradient, K x R x S x C.
+  static long long filter_elements(const cuactor_conv_args& a) { return static_cast<long long>(a.k) * a.r * a.s * a.c; }
+
+  /// CUTLASS arguments of one slice writing its partials to `partial`.
+  static typename Config::Adapter::Arguments slice_arguments(const cuactor_conv_args& a, const WgradSlice& s,
+                                                             float* partial) {
+    const int p_total = output_rows(a);
+    const int q = (a.w + 2 * a.pad_w - a.dilation_w * (a.s - 1) - 1) / a.stride_w + 1;
+    const long long dy_offset = (static_cast<long long>(s.n0) * p_total + s.p0) * q * a.k;
+    const long long x_offset = (static_cast<long long>(s.n0) * a.h + s.h0) * a.w * a.c;
+    // can_implement probes with null operands: no offset applied to those.
+    const auto* dy = static_cast<const typename A::type*>(a.a);
+    const auto* x = static_cast<const typename B::type*>(a.b);
+    if (dy != nullptr) dy += dy_offset;
+    if (x != nullptr) x += x_offset;
+    return Config::arguments(Config::problem_shape(a, s.n, s.h, s.pad_top, s.pad_bottom), a, dy, x, partial, partial,
+                             1.0f, 0.0f);
+  }
+
+  /// ABI entry: CUACTOR_KERNEL_OK if the split is allowed and CUTLASS accepts every slice.
+  static int can_implement(const void* p) {
+    if (p == nullptr) return CUACTOR_KERNEL_BAD_ARGS;
+    const auto& a = *static_cast<const cuactor_conv_args*>(p);
+    if (unsplit(a)) return Direct::can_implement(p);
+    WgradSlice slices[CUACTOR_CONV_MAX_SLICES];
+    const int count = wgrad_slices(a, slices);
+    if (count == 0 || filter_elements(a) % 4 != 0) return CUACTOR_KERNEL_NOT_IMPLEMENTABLE;
+    for (int i = 0; i < count; ++i)
+      if (Config::Adapter::can_implement(slice_arguments(a, slices[i], nullptr)) != cutlass::Status::kSuccess)
+        return CUACTOR_KERNEL_NOT_IMPLEMENTABLE;
+    return CUACTOR_KERNEL_OK;
+  }
+
+  /// ABI entry: the fp32 partials, one filter per slice.
+  static size_t workspace_size(const void* p) {
+    if (p == nullptr) return 0;
+    const auto& a = *static_cast<const cuactor_conv_args*>(p);
+    if (unsplit(a)) return Direct::workspace_size(p);
+    WgradSlice slices[CUACTOR_CONV_MAX_SLICES];
+    return static_cast<size_t>(wgrad_slices(a, slices)) * static_cast<size_t>(filter_elements(a)) * sizeof(float);
+  }
+
+  /// ABI entry: the slice launch, then the sum; no allocation, no synchronisation.
+  static int run(const void* p, void* workspace, size_t workspace_bytes, void* stream) {
+    if (p == nullptr) return CUACTOR_KERNEL_BAD_ARGS;
+    const auto& a = *static_cast<const cuactor_conv_args*>(p);
+    if (unsplit(a)) return Direct::run(p, workspace, workspace_bytes, stream);
+    WgradSlice slices[CUACTOR_CONV_MAX_SLICES];
+    const int count = wgrad_slices(a, slices);
+    if (count == 0) return CUACTOR_KERNEL_NOT_IMPLEMENTABLE;
+    const long long elements = filter_elements(a);
+    if (workspace == nullptr || workspace_bytes < static_cast<size_t>(count) * elements * sizeof(float))
+      return CUACTOR_KERNEL_WORKSPACE_TOO_SMALL;
+    if (!configure_shared_memory<Kernel, conv_slices_kernel<Kernel>>()) return CUACTOR_KERNEL_INIT_FAILED;
+    auto* partials = static_cast<float*>(workspace);
+    // 32 KiB of parameters: static storage per thread rather than the stack (they are copied into the
+    // launch), reused by every launch of this instance on the thread.
+    static thread_local SliceParams<Kernel> params;
+    for (int i = 0; i < count; ++i)
+      params.slice[i] =
+          Kernel::to_underlying_arguments(slice_arguments(a, slices[i], partials + i * elements), nullptr);
+    dim3 grid = Kernel::get_grid_shape(params.slice[0]);
+    grid.z = static_cast<unsigned>(count);
+    const auto s = static_cast<cudaStream_t>(stream);
+    cudaLaunchConfig_t config{};
+    config.gridDim = grid;
+    config.blockDim = Kernel::get_block_shape();
+    config.dynamicSmemBytes = Kernel::SharedStorageSize;
+    config.stream = s;
+    cudaLaunchAttribute cluster[1]{};
+    if constexpr (kClusterSize > 1) {
+      cluster[0].id = cudaLaunchAttributeClusterDimension;
+      cluster[0].val.clusterDim = {ClusterM, ClusterN, ClusterK};
+      config.attrs = cluster;
+      config.numAttrs = 1;
+    }
+    if (cudaLaunchKernelEx(&config, conv_slices_kernel<Kernel>, params) != cudaSuccess)
+      return CUACTOR_KERNEL_LAUNCH_FAILED;
+    const int sm_count =
+        a.sm_count > 0 ? a.sm_count : cutlass::KernelHardwareInfo::query_device_multiprocessor_count(a.device);
+    const long long vectors = elements / 4;
+    const long long blocks = std::min<long long>((vectors + 255) / 256, 8LL * (sm_count > 0 ? sm_count : 132));
+    sum_slices_kernel<<<static_cast<unsigned>(blocks), 256, 0, s>>>(partials, count, elements, a.alpha, a.beta,
+                                                                    static_cast<const ElementC*>(a.c_source),
+                                                                    static_cast<ElementD*>(a.d));
+    return cudaPeekAtLastError() == cudaSuccess ? CUACTOR_KERNEL_OK : CUACTOR_KERNEL_LAUNCH_FAILED;
+  }
+};
+
+/// The instance of a convolution SKU: wgrad splits its reduction (SlicedWgradConv), fprop and dgrad
+/// run one kernel (DirectConv). sm_90a convolution instances compute D = alpha * acc + beta * C.
+template <class Family, class A, class B, class C, class D, class Acc, int TileM, int TileN, int TileK, int ClusterM,
+          int ClusterN, int ClusterK, class Schedule, class Epilogue>
+requires std::is_same_v<Epilogue, tags::linear_combination>
+using ImplicitGemmConv = std::conditional_t<
+    std::is_same_v<Family, tags::conv_wgrad>,
+    SlicedWgradConv<A, B, C, D, Acc, TileM, TileN, TileK, ClusterM, ClusterN, ClusterK, Schedule>,
+    DirectConv<Family, A, B, C, D, Acc, TileM, TileN, TileK, ClusterM, ClusterN, ClusterK, Schedule>>;
 
 }  // namespace cuactor::kernels::sm90

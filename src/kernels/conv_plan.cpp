@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <array>
 #include <boost/container_hash/hash.hpp>
 #include <climits>
@@ -66,14 +67,104 @@ std::pair<std::int64_t, std::int64_t> gemm_mn(const ConvSpec& s) {
   return {0, 0};
 }
 
+/// Tiles smaller than 128x128 reuse each loaded operand row less: prefer 128x128 unless the larger
+/// tile wastes more than this of its rows, columns or waves.
+double small_tile_penalty(const GemmSku& sku) {
+  return sku.tile.m * sku.tile.n < 128 * 128 ? 1.15 : 1.0;
+}
+
 double estimated_cost(const GemmSku& sku, const ConvSpec& spec, int sm_count) {
   const auto [m, n] = gemm_mn(spec);
   const auto tiles = ((m + sku.tile.m - 1) / sku.tile.m) * ((n + sku.tile.n - 1) / sku.tile.n);
   const std::int64_t sms = sm_count > 0 ? sm_count : kDefaultSmCount;
-  // Narrow tiles reuse each loaded activation row less: prefer 128x128 unless the wider tile wastes
-  // more than this of its columns or waves.
-  const double narrow_tile_penalty = sku.tile.m * sku.tile.n < 128 * 128 ? 1.15 : 1.0;
-  return static_cast<double>((tiles + sms - 1) / sms) * sku.tile.m * sku.tile.n * narrow_tile_penalty;
+  return static_cast<double>((tiles + sms - 1) / sms) * sku.tile.m * sku.tile.n * small_tile_penalty(sku);
+}
+
+std::int64_t ceil_div(std::int64_t a, std::int64_t b) {
+  return (a + b - 1) / b;
+}
+
+// Wgrad cost model (microseconds on an H100-class part; only its ordering matters): one mainloop
+// step of a tile on one multiprocessor at about 70 % of the tensor-core peak, pipeline fill and
+// epilogue worth kFillSteps steps; a split adds its partials' round trip through memory at
+// kSumBytesPerMicro and the sum's launch.
+constexpr double kFlopPerMicro16 = 5.0e6;  // 16-bit operands; tf32 runs at half
+constexpr double kFillSteps = 4.0;
+constexpr double kSumBytesPerMicro = 2.5e6;
+constexpr double kSumLaunchMicros = 2.0;
+
+/// Estimated time of wgrad with `sku` split as `split`.
+double wgrad_micros(const GemmSku& sku, const ConvSpec& s, ConvSplit split, int sm_count) {
+  const std::int64_t sms = sm_count > 0 ? sm_count : kDefaultSmCount;
+  const auto [m, n] = gemm_mn(s);
+  const std::int64_t tiles = ceil_div(m, sku.tile.m) * ceil_div(n, sku.tile.n);
+  // The largest slice sets the length of a wave.
+  const std::int64_t k_steps = ceil_div(ceil_div(s.n, split.images) * ceil_div(s.p(), split.rows) * s.q(), sku.tile.k);
+  const std::int64_t waves = ceil_div(tiles * split.slices(), sms);
+  const double flop_per_micro = size_bits(s.element) == 32 ? kFlopPerMicro16 / 2 : kFlopPerMicro16;
+  const double step = 2.0 * sku.tile.m * sku.tile.n * sku.tile.k / flop_per_micro * small_tile_penalty(sku);
+  const double mainloop = static_cast<double>(waves) * (static_cast<double>(k_steps) + kFillSteps) * step;
+  if (split.slices() == 1) return mainloop;  // one kernel writes D directly
+  // The slices write fp32 partials that the sum reads back before it writes D.
+  const double sum_bytes =
+      static_cast<double>(s.filter_elements()) * (8.0 * split.slices() + size_bits(s.output) / 8.0);
+  return mainloop + sum_bytes / kSumBytesPerMicro + kSumLaunchMicros;
+}
+
+/// Whether every slice of a split of the output rows reads at least one input row: no output row's
+/// window lies wholly in the padding.
+bool rows_can_split(const ConvSpec& s) {
+  return s.pad_h <= s.dilation_h * (s.r - 1);
+}
+
+/// The split of the least estimated time: image ranges, or, when every image is its own slice,
+/// row ranges within each image too.
+ConvSplit best_wgrad_split(const GemmSku& sku, const ConvSpec& s, int sm_count, double* micros = nullptr) {
+  ConvSplit best;
+  double best_micros = wgrad_micros(sku, s, best, sm_count);
+  const auto consider = [&](ConvSplit c) {
+    const double t = wgrad_micros(sku, s, c, sm_count);
+    if (t < best_micros) {
+      best = c;
+      best_micros = t;
+    }
+  };
+  for (std::int64_t images = 2; images <= std::min<std::int64_t>(s.n, kMaxConvSlices); ++images)
+    consider({static_cast<int>(images), 1});
+  if (s.n <= kMaxConvSlices / 2 && rows_can_split(s))
+    for (std::int64_t rows = 2; rows <= std::min<std::int64_t>(s.p(), kMaxConvSlices / s.n); ++rows)
+      consider({static_cast<int>(s.n), static_cast<int>(rows)});
+  if (micros != nullptr) *micros = best_micros;
+  return best;
+}
+
+/// An explicit split against the rules of ConvPlanOptions::split_override.
+Status check_split(const ConvSpec& s, ConvSplit split) {
+  if (s.operation != ConvOperation::wgrad) {
+    if (split == ConvSplit{}) return ok();
+    return fail(errc::invalid_argument,
+                fmt::format("ConvPlan split {}x{}: only wgrad splits its reduction ({} takes 1x1)", split.images,
+                            split.rows, name(s.operation)));
+  }
+  if (split.images < 1 || split.images > s.n)
+    return fail(errc::invalid_argument,
+                fmt::format("ConvPlan split images={} must be in [1, N={}]", split.images, s.n));
+  if (split.rows < 1 || split.rows > s.p())
+    return fail(errc::invalid_argument, fmt::format("ConvPlan split rows={} must be in [1, P={}]", split.rows, s.p()));
+  if (static_cast<std::int64_t>(split.images) * split.rows > kMaxConvSlices)
+    return fail(errc::invalid_argument,
+                fmt::format("ConvPlan split {}x{} has {} slices, more than {}", split.images, split.rows,
+                            static_cast<std::int64_t>(split.images) * split.rows, kMaxConvSlices));
+  if (split.rows > 1 && split.images != s.n)
+    return fail(errc::invalid_argument,
+                fmt::format("ConvPlan split {}x{}: splitting rows needs one image per range (images = N = {})",
+                            split.images, split.rows, s.n));
+  if (split.rows > 1 && !rows_can_split(s))
+    return fail(errc::invalid_argument,
+                fmt::format("ConvPlan split rows={}: pad_h={} exceeds dilation_h*(R-1)={}, so a range of rows could "
+                            "read padding only",
+                            split.rows, s.pad_h, s.dilation_h * (s.r - 1)));
+  return ok();
 }
 
 /// a * b * ..., saturated at INT64_MAX (every factor is positive).
@@ -197,7 +288,7 @@ Status check_supported(const ConvSpec& s, GpuArch arch) {
 }
 
 /// ABI arguments of a spec with the operation's tensors in their implicit-GEMM roles.
-cuactor_conv_args make_args(const ConvSpec& s, const ConvTensors& t, const ConvPlanOptions& o) {
+cuactor_conv_args make_args(const ConvSpec& s, const ConvTensors& t, const ConvPlanOptions& o, ConvSplit split) {
   cuactor_conv_args a{};
   a.n = static_cast<int>(s.n);
   a.h = static_cast<int>(s.h);
@@ -232,6 +323,8 @@ cuactor_conv_args make_args(const ConvSpec& s, const ConvTensors& t, const ConvP
   a.beta = t.beta;
   a.device = o.device;
   a.sm_count = o.sm_count;
+  a.split_n = split.images;
+  a.split_p = split.rows;
   return a;
 }
 
@@ -385,7 +478,11 @@ Result<ConvPlan> ConvPlan::create(const ConvSpec& spec, GpuArch device_arch, con
     double best_cost = 0;
     for (const CatalogEntry& e : catalog()) {
       if (!sku_computes(e.sku, spec) || !runs_on(e.sku, device_arch)) continue;
-      const double cost = estimated_cost(e.sku, spec, options.sm_count);
+      double cost = 0;
+      if (spec.operation == ConvOperation::wgrad)
+        best_wgrad_split(e.sku, spec, options.sm_count, &cost);
+      else
+        cost = estimated_cost(e.sku, spec, options.sm_count);
       if (chosen == nullptr || cost < best_cost) {
         chosen = &e;
         best_cost = cost;
@@ -421,18 +518,25 @@ Result<ConvPlan> ConvPlan::finish(const ConvSpec& spec, GpuArch arch, const Gemm
                                   const cuactor_gemm_instance& instance, std::shared_ptr<const void> owner,
                                   PlanSource source, const ConvPlanOptions& options) {
   CUACTOR_TRY(check_instance_abi(instance, sizeof(cuactor_conv_args)));
+  ConvSplit split;
+  if (options.split_override) {
+    split = *options.split_override;
+    CUACTOR_TRY(check_split(spec, split));
+  } else if (spec.operation == ConvOperation::wgrad) {
+    split = best_wgrad_split(sku, spec, options.sm_count);
+  }
   // can_implement and workspace_size read the problem only; a set SM count keeps the instance from
   // querying the device, so plans can be made on a machine without one.
   ConvPlanOptions probe = options;
   if (probe.sm_count == 0) probe.sm_count = kDefaultSmCount;
-  const auto args = make_args(spec, ConvTensors{}, probe);
+  const auto args = make_args(spec, ConvTensors{}, probe, split);
   if (const int s = instance.can_implement(&args); s != CUACTOR_KERNEL_OK)
     return fail(errc::unsupported,
                 fmt::format("convolution kernel {} rejects {} (status {}; CUTLASS's can_implement: TMA alignment, "
                             "im2col corners or extents)",
                             sku.to_string(), spec.to_string(), s));
   const std::size_t workspace = instance.workspace_size(&args);
-  return ConvPlan(spec, arch, sku, &instance, std::move(owner), source, options, workspace);
+  return ConvPlan(spec, arch, sku, &instance, std::move(owner), source, options, split, workspace);
 }
 
 Status ConvPlan::validate(const ConvTensors& t) const {
@@ -485,7 +589,7 @@ Status ConvPlan::run(const ConvTensors& tensors, void* workspace, std::size_t wo
     return fail(errc::workspace_too_small,
                 fmt::format("convolution {}: workspace of {} bytes at {} is smaller than the {} bytes the plan needs",
                             sku_.to_string(), workspace_bytes, fmt::ptr(workspace), workspace_size_));
-  const auto args = make_args(spec_, tensors, options_);
+  const auto args = make_args(spec_, tensors, options_, split_);
   switch (instance_->run(&args, workspace, workspace_bytes, stream)) {
     case CUACTOR_KERNEL_OK:
       return ok();

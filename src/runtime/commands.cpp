@@ -76,7 +76,10 @@ Result<CommandResult> run(const LaunchCmd& cmd, OpContext& ctx) {
   gpu::LaunchConfig config{cmd.shape.grid, cmd.shape.block, cmd.shape.shared_bytes, ctx.stream()};
   // Explicit spans: a vector would select launch()'s variadic typed overload.
   CUACTOR_TRY(gpu::launch(cmd.kernel, config, std::span<void* const>(pointers), std::span<const std::size_t>(sizes)));
-  if (cmd.library) ctx.keep_alive(cmd.library);
+  // Outside a capture the request's record, which holds this command (or, for LaunchModuleCmd, the
+  // module that owns the library), lives until the work completed; a captured graph outlives the
+  // record, so it takes the library along.
+  if (cmd.library && ctx.capturing()) ctx.keep_alive(cmd.library);
   return CommandResult{};
 }
 

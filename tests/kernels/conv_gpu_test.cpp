@@ -1,7 +1,7 @@
 // ConvPlan ([K7]) on a GPU: every sm_90a catalog convolution against an fp64 host reference of the
 // cross-correlation, with tails in every extent, padding, stride, dilation, non-square filters,
 // alpha/beta with a source (also aliasing the output), poisoned outputs with a guard past their
-// end, no workspace, and CUDA-graph replays bit-identical to the eager run.
+// end, wgrad split into image and row ranges, and CUDA-graph replays bit-identical to the eager run.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <gtest/gtest.h>
@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <cstring>
 #include <initializer_list>
+#include <optional>
 #include <random>
 #include <string>
 #include <utility>
@@ -245,27 +246,45 @@ class ConvGpu : public test_support::GpuTest {
     EXPECT_EQ(touched, 0u) << "the kernel wrote past the end of its output";
   }
 
-  Result<ConvPlan> plan_for(const GemmSku& sku, const ConvSpec& spec) const {
+  /// Device scratch of the plan's workspace size (none for 0 bytes), poisoned with NaN.
+  Result<gpu::DeviceBuffer> workspace_for(const ConvPlan& plan) {
+    gpu::DeviceBuffer ws;
+    CUACTOR_TRY(upload(std::vector<std::uint8_t>(plan.workspace_size(), std::uint8_t{0xff}), ws));
+    return ws;
+  }
+
+  Result<ConvPlan> plan_for(const GemmSku& sku, const ConvSpec& spec,
+                            std::optional<ConvSplit> split = std::nullopt) const {
     ConvPlanOptions o;
+    o.split_override = split;
     o.sku_override = sku;
     o.sm_count = props_.multiprocessors;
     o.device = props_.ordinal;
     return ConvPlan::create(spec, props_.arch, o);
   }
 
-  /// Runs `cs` with catalog kernel `sku` on no workspace and compares with the fp64 reference.
-  void check_case(const GemmSku& sku, const Case& cs, std::mt19937_64& rng) {
+  /// Runs `cs` with catalog kernel `sku` (and wgrad split `split`, else the plan's) on a poisoned
+  /// workspace of the plan's size and compares with the fp64 reference.
+  void check_case(const GemmSku& sku, const Case& cs, std::mt19937_64& rng,
+                  std::optional<ConvSplit> split = std::nullopt) {
     const ConvSpec spec = spec_of(sku, cs);
+    CUACTOR_ASSERT_OK_AND_ASSIGN(plan, plan_for(sku, spec, split));
     SCOPED_TRACE(::testing::Message() << sku.to_string() << " " << spec.to_string() << " alpha=" << cs.alpha
-                                      << " beta=" << cs.beta << " source=" << static_cast<int>(cs.source));
-    CUACTOR_ASSERT_OK_AND_ASSIGN(plan, plan_for(sku, spec));
+                                      << " beta=" << cs.beta << " source=" << static_cast<int>(cs.source)
+                                      << " split=" << plan.split().images << "x" << plan.split().rows);
     ASSERT_EQ(plan.sku(), sku);
-    ASSERT_EQ(plan.workspace_size(), 0u) << "today's convolution kernels need no workspace";
+    if (split) {
+      ASSERT_EQ(plan.split(), *split);
+    }
+    if (spec.operation != ConvOperation::wgrad) {
+      ASSERT_EQ(plan.workspace_size(), 0u) << "only wgrad needs scratch";
+    }
     Problem p;
     CUACTOR_ASSERT_OK(prepare(spec, cs, rng, p));
     CUACTOR_ASSERT_OK(plan.check_buffer_sizes(p.x.bytes.size(), p.w.bytes.size(), p.dy.bytes.size(), p.out_bytes,
                                               cs.source != Source::none ? p.out_bytes : 0));
-    CUACTOR_ASSERT_OK(plan.run(p.tensors, nullptr, 0, stream_.get()));
+    CUACTOR_ASSERT_OK_AND_ASSIGN(ws, workspace_for(plan));
+    CUACTOR_ASSERT_OK(plan.run(p.tensors, ws.data(), plan.workspace_size(), stream_.get()));
     CUACTOR_ASSERT_OK_AND_ASSIGN(got, download(p));
     expect_matches(sku, p, got);
   }
@@ -307,6 +326,39 @@ TEST_F(ConvGpu, WgradMatchesFp64Reference) {
   check_operation(ConvOperation::wgrad, {DType::bf16, DType::f16});
 }
 
+// Wgrad's reduction split into image ranges and row ranges (with padding, stride and dilation at the
+// ranges' edges) equals the fp64 reference for every split, the cost model's own included.
+TEST_F(ConvGpu, WgradSplitsMatchFp64Reference) {
+  std::vector<const CatalogEntry*> entries;
+  for (const CatalogEntry* e : catalog_entries(GemmFamily::conv_wgrad))
+    if (runs_on(e->sku, props_.arch)) entries.push_back(e);
+  if (entries.empty()) GTEST_SKIP() << "no conv_wgrad kernel runs on " << props_.arch.name();
+  const Case batched{.n = 5, .h = 13, .w = 11, .c = 24, .k = 40, .filter = {3, 3}, .pad = {1, 1}};
+  Case strided{.n = 1, .h = 23, .w = 11, .c = 32, .k = 24, .filter = {3, 3}, .pad = {1, 1}, .stride = {2, 2}};
+  Case dilated{.n = 2, .h = 19, .w = 9, .c = 24, .k = 40, .filter = {3, 3}, .pad = {2, 1}, .dilation = {2, 1}};
+  Case tall{.n = 1, .h = 30, .w = 7, .c = 40, .k = 24, .filter = {7, 3}, .pad = {3, 1}};
+  Case unpadded{.n = 2, .h = 17, .w = 9, .c = 24, .k = 40, .filter = {3, 3}};
+  const std::pair<Case, std::vector<ConvSplit>> plans[] = {
+      {batched, {{1, 1}, {2, 1}, {3, 1}, {5, 1}, {5, 2}, {5, 6}}},
+      {scaled(batched, Source::separate), {{4, 1}, {5, 3}}},
+      {scaled(batched, Source::aliased), {{5, 6}}},
+      {strided, {{1, 2}, {1, 5}, {1, 11}}},
+      {dilated, {{2, 2}, {2, 7}, {2, 15}}},
+      {tall, {{1, 3}, {1, 4}, {1, 30}}},
+      {unpadded, {{2, 4}, {2, 15}}},
+  };
+  std::mt19937_64 rng(20261124);
+  for (const CatalogEntry* e : entries)
+    for (const auto& [cs, splits] : plans) {
+      check_case(e->sku, cs, rng);  // the cost model's split
+      if (HasFatalFailure()) return;
+      for (const ConvSplit& split : splits) {
+        check_case(e->sku, cs, rng, split);
+        if (HasFatalFailure()) return;
+      }
+    }
+}
+
 TEST_F(ConvGpu, HeuristicChoosesAKernelOfTheOperation) {
   for (const CatalogEntry* e : conv_entries(props_.arch)) {
     ConvSpec spec = base_spec(operation_of(e->sku.family), e->sku.a);
@@ -341,14 +393,15 @@ TEST_F(ConvGpu, CapturedGraphEqualsEager) {
     CUACTOR_ASSERT_OK_AND_ASSIGN(plan, plan_for(e->sku, spec));
     Problem p;
     CUACTOR_ASSERT_OK(prepare(spec, cs, rng, p));
+    CUACTOR_ASSERT_OK_AND_ASSIGN(ws, workspace_for(plan));
     const cudaStream_t s = stream_.get();
-    CUACTOR_ASSERT_OK(plan.run(p.tensors, nullptr, 0, s));
+    CUACTOR_ASSERT_OK(plan.run(p.tensors, ws.data(), plan.workspace_size(), s));
     CUACTOR_ASSERT_OK_AND_ASSIGN(eager, download(p));
     expect_matches(e->sku, p, eager);
     CUACTOR_ASSERT_OK(gpu::memset_async(p.dout.data(), 0xff, p.dout.size(), s));
     CUACTOR_ASSERT_OK(stream_.synchronize());
     CUACTOR_ASSERT_OK(gpu::begin_stream_capture(s, gpu::CaptureMode::global));
-    const Status captured = plan.run(p.tensors, nullptr, 0, s);
+    const Status captured = plan.run(p.tensors, ws.data(), plan.workspace_size(), s);
     auto graph = gpu::end_stream_capture(s);
     CUACTOR_ASSERT_OK(captured);
     ASSERT_TRUE(graph.has_value()) << graph.error().to_string();

@@ -252,7 +252,11 @@ TEST(ConvPlanCreate, WithoutKernelsSaysCatalogElseChoosesOne) {
     EXPECT_EQ(plan->source(), PlanSource::heuristic);
     EXPECT_EQ(plan->spec(), spec);
     EXPECT_EQ(plan->device_arch(), kHopper);
-    EXPECT_EQ(plan->workspace_size(), 0u);
+    // A split wgrad's fp32 partials: one K x R x S x C filter per slice (none unsplit).
+    const int slices = plan->split().slices();
+    const std::size_t partials =
+        static_cast<std::size_t>(slices) * static_cast<std::size_t>(spec.filter_elements()) * sizeof(float);
+    EXPECT_EQ(plan->workspace_size(), slices > 1 ? partials : 0u);
     EXPECT_DOUBLE_EQ(plan->flops(), spec.flops());
   }
 }
@@ -651,6 +655,83 @@ TEST_F(ConvFakePlan, RunChecksTensorsAndWorkspaceBeforeLaunching) {
   t = tensors(ConvOperation::fprop);
   CUACTOR_ASSERT_OK(plan.run(t, fake_mut(0x200000), 4096, nullptr));
   EXPECT_EQ(FakeKernel::launches, 1);
+}
+
+// ---- Wgrad split: the cost model's choice by class of shape, the override's rules ----
+
+/// A wgrad spec of N x H x W x C -> K with an R x R filter, padding R / 2.
+ConvSpec wgrad_spec(std::int64_t n, std::int64_t hw, std::int64_t c, std::int64_t k, std::int64_t r) {
+  ConvSpec s = base_spec(ConvOperation::wgrad);
+  s.n = n;
+  s.h = s.w = hw;
+  s.c = c;
+  s.k = k;
+  s.r = s.s = r;
+  s.pad_h = s.pad_w = r / 2;
+  return s;
+}
+
+TEST_F(ConvFakePlan, WgradSplitsWhenTheFilterHasFewTiles) {
+  ConvPlanOptions o;
+  o.sm_count = 132;
+  // 64 filters of 3x3x64: 5 tiles of 128x128, a long reduction over 32 images: one slice per image
+  // range, enough to fill the device.
+  CUACTOR_ASSERT_OK_AND_ASSIGN(many_images, fake_plan(wgrad_spec(32, 56, 64, 64, 3), o));
+  EXPECT_GE(many_images.split().images, 16);
+  EXPECT_EQ(many_images.split().rows, 1);
+  // One image: its rows are split instead.
+  CUACTOR_ASSERT_OK_AND_ASSIGN(one_image, fake_plan(wgrad_spec(1, 128, 64, 64, 3), o));
+  EXPECT_EQ(one_image.split().images, 1);
+  EXPECT_GE(one_image.split().rows, 8);
+  // Many tiles (K = 1024, R S C = 4608: 288 tiles) and a short reduction: no split.
+  CUACTOR_ASSERT_OK_AND_ASSIGN(wide, fake_plan(wgrad_spec(1, 8, 512, 1024, 3), o));
+  EXPECT_EQ(wide.split(), ConvSplit{});
+  // Padding beyond the filter's reach: rows are never split (a range could read padding only).
+  ConvSpec padded = wgrad_spec(1, 128, 64, 64, 3);
+  padded.pad_h = 3;
+  CUACTOR_ASSERT_OK_AND_ASSIGN(padded_plan, fake_plan(padded, o));
+  EXPECT_EQ(padded_plan.split().rows, 1);
+  // fprop and dgrad are never split.
+  for (ConvOperation op : {ConvOperation::fprop, ConvOperation::dgrad}) {
+    ConvSpec s = wgrad_spec(32, 56, 64, 64, 3);
+    s.operation = op;
+    CUACTOR_ASSERT_OK_AND_ASSIGN(plan, fake_plan(s, o));
+    EXPECT_EQ(plan.split(), ConvSplit{}) << name(op);
+  }
+}
+
+TEST_F(ConvFakePlan, WgradSplitReachesTheKernelArguments) {
+  ConvPlanOptions o;
+  o.split_override = ConvSplit{2, 3};
+  CUACTOR_ASSERT_OK_AND_ASSIGN(plan, fake_plan(spec(ConvOperation::wgrad), o));
+  EXPECT_EQ(plan.split(), (ConvSplit{2, 3}));
+  CUACTOR_ASSERT_OK(plan.run(tensors(ConvOperation::wgrad), nullptr, 0, nullptr));
+  EXPECT_EQ(FakeKernel::last.split_n, 2);
+  EXPECT_EQ(FakeKernel::last.split_p, 3);
+}
+
+TEST_F(ConvFakePlan, WgradSplitOverrideRules) {
+  const ConvSpec s = spec(ConvOperation::wgrad);  // N = 2, P = 9, pad_h = 1, R = 3
+  const auto with = [&](ConvSpec spec, ConvSplit split) {
+    ConvPlanOptions o;
+    o.split_override = split;
+    return fake_plan(spec, o);
+  };
+  expect_error(with(s, {0, 1}), errc::invalid_argument, "images=0 must be in [1, N=2]");
+  expect_error(with(s, {3, 1}), errc::invalid_argument, "images=3 must be in [1, N=2]");
+  expect_error(with(s, {2, 0}), errc::invalid_argument, "rows=0 must be in [1, P=9]");
+  expect_error(with(s, {2, 10}), errc::invalid_argument, "rows=10 must be in [1, P=9]");
+  expect_error(with(s, {1, 2}), errc::invalid_argument, "one image per range (images = N = 2)");
+  ConvSpec many = wgrad_spec(8, 56, 64, 64, 3);
+  expect_error(with(many, {8, 5}), errc::invalid_argument, "40 slices, more than 32");
+  ConvSpec padded = s;
+  padded.pad_h = 3;
+  expect_error(with(padded, {2, 2}), errc::invalid_argument, "pad_h=3 exceeds dilation_h*(R-1)=2");
+  ConvSpec fprop = s;
+  fprop.operation = ConvOperation::fprop;
+  expect_error(with(fprop, {2, 1}), errc::invalid_argument, "only wgrad splits");
+  CUACTOR_ASSERT_OK(with(fprop, {1, 1}));
+  CUACTOR_ASSERT_OK(with(s, {2, 4}));
 }
 
 }  // namespace

@@ -113,6 +113,21 @@ struct ConvTensors {
   float beta = 0.0f;
 };
 
+/// How a wgrad plan splits its reduction over N x P x Q: `images` ranges of the batch times `rows`
+/// ranges of output rows within each image, computed side by side in one launch into fp32 partials
+/// that a second kernel adds (the filter gradient alone often has fewer tiles than the device has
+/// multiprocessors). fprop and dgrad are never split.
+struct ConvSplit {
+  int images = 1;
+  int rows = 1;
+  /// images * rows.
+  [[nodiscard]] int slices() const noexcept { return images * rows; }
+  friend bool operator==(const ConvSplit&, const ConvSplit&) = default;
+};
+
+/// The most slices a wgrad split has.
+inline constexpr int kMaxConvSlices = 32;
+
 /// Options of ConvPlan::create.
 struct ConvPlanOptions {
   /// Use exactly this catalog kernel instead of the heuristic's choice.
@@ -121,6 +136,10 @@ struct ConvPlanOptions {
   int sm_count = 0;
   /// Ordinal of the device the plan's kernels run on.
   int device = 0;
+  /// Wgrad: use exactly this split instead of the cost model's. Rules: images in [1, N], rows in
+  /// [1, P], slices at most kMaxConvSlices, rows > 1 only with images == N and pad_h <=
+  /// dilation_h (R - 1) (every slice reads an input row). Other operations take {1, 1} only.
+  std::optional<ConvSplit> split_override;
 };
 
 /// A convolution plan: the chosen kernel for one spec on one architecture. Host only, immutable,
@@ -150,7 +169,10 @@ class ConvPlan {
   [[nodiscard]] const ConvSpec& spec() const noexcept { return spec_; }
   [[nodiscard]] PlanSource source() const noexcept { return source_; }
   [[nodiscard]] GpuArch device_arch() const noexcept { return device_arch_; }
-  /// Scratch bytes run() needs (0 for today's kernels; always check).
+  /// How the plan splits a wgrad reduction ({1, 1} for fprop and dgrad).
+  [[nodiscard]] ConvSplit split() const noexcept { return split_; }
+  /// Scratch bytes run() needs: wgrad's fp32 partials (slices x K x R x S x C x 4 bytes), 0 for
+  /// fprop and dgrad.
   [[nodiscard]] std::size_t workspace_size() const noexcept { return workspace_size_; }
   [[nodiscard]] double flops() const noexcept { return spec_.flops(); }
 
@@ -168,7 +190,8 @@ class ConvPlan {
 
  private:
   ConvPlan(const ConvSpec& spec, GpuArch arch, const GemmSku& sku, const cuactor_gemm_instance* instance,
-           std::shared_ptr<const void> owner, PlanSource source, const ConvPlanOptions& options, std::size_t workspace)
+           std::shared_ptr<const void> owner, PlanSource source, const ConvPlanOptions& options, ConvSplit split,
+           std::size_t workspace)
       : spec_(spec),
         device_arch_(arch),
         sku_(sku),
@@ -176,6 +199,7 @@ class ConvPlan {
         owner_(std::move(owner)),
         source_(source),
         options_(options),
+        split_(split),
         workspace_size_(workspace) {}
   static Result<ConvPlan> finish(const ConvSpec& spec, GpuArch arch, const GemmSku& sku,
                                  const cuactor_gemm_instance& instance, std::shared_ptr<const void> owner,
@@ -188,6 +212,7 @@ class ConvPlan {
   std::shared_ptr<const void> owner_;  // keeps a run-time compiled instance's library loaded
   PlanSource source_ = PlanSource::heuristic;
   ConvPlanOptions options_;
+  ConvSplit split_;
   std::size_t workspace_size_ = 0;
 };
 

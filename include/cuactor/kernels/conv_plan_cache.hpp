@@ -42,6 +42,7 @@ class ConvPlanCache {
     int sm_count = 0;
     int device = 0;
     std::optional<GemmSku> sku_override;
+    std::optional<ConvSplit> split_override;
     friend bool operator==(const Key&, const Key&) = default;
   };
   struct KeyHash {
