@@ -15,6 +15,7 @@ TFLOP/s = 2*N*P*Q*K*C*R*S / time for all three operations; ratio = cuactor TFLOP
 in its row.
 
 Usage: bench/conv_torch.py [--out DIR] [--cuactor PATH] [--reps N] [--warmup N] [--dtypes bf16,f16]
+                           [--shape N,H,W,C,K,R,STRIDE ...]
 Needs the cuactor package importable (PYTHONPATH=<build>/python, or `pip install .`) and a GPU.
 """
 import argparse
@@ -140,6 +141,8 @@ def main():
     parser.add_argument("--reps", type=int, default=50)
     parser.add_argument("--warmup", type=int, default=10)
     parser.add_argument("--dtypes", default="bf16,f16", help="comma-separated: bf16, f16")
+    parser.add_argument("--shape", action="append", default=None, metavar="N,H,W,C,K,R,STRIDE",
+                        help="a shape to run instead of the built-in list (repeatable)")
     parser.add_argument("--sleep-cycles", type=int, default=2_000_000,
                         help="GPU clock cycles slept before each sample (hides the host's launch time)")
     args = parser.parse_args()
@@ -168,8 +171,18 @@ def main():
              f"{'op':<6} {'dtype':<5} {'shape (NxHxWxC->K RxS s)':<26} {'cuactor':>10} {'cuDNN':>10} {'ratio':>7} "
              f"{'rel err':>8}"]
     print("\n".join(lines), flush=True)
+    shapes = SHAPES
+    if args.shape:
+        try:
+            shapes = [tuple(int(v) for v in text.split(",")) for text in args.shape]
+        except ValueError:
+            sys.exit(f"conv_torch.py: --shape {args.shape}: give seven integers N,H,W,C,K,R,STRIDE")
+        for shape in shapes:
+            if len(shape) != 7 or min(shape) < 1:
+                sys.exit(f"conv_torch.py: --shape {','.join(map(str, shape))}: give seven positive integers "
+                         "N,H,W,C,K,R,STRIDE")
     rows = []
-    for shape in SHAPES:
+    for shape in shapes:
         for dtype in dtypes:
             for row in bench_shape(cuactor, torch, shape, dtype, args):
                 rows.append(row)
