@@ -87,10 +87,12 @@ std::int64_t ceil_div(std::int64_t a, std::int64_t b) {
 // Wgrad cost model (microseconds on an H100-class part; only its ordering matters), calibrated on
 // an H100 against measured wgrad times of both catalog tiles: a 128x128 mainloop step runs at about
 // 4.45 TFLOP/s per multiprocessor (the kernel's single consumer warpgroup), a 64-row tile at about
-// half that rate per flop; fill and epilogue are worth kFillSteps steps; a split adds its partials'
-// round trip through memory at kSumBytesPerMicro and the sum's launch.
+// two thirds of that rate per flop (1.9x slower fitted one long reduction but mispicked a short one
+// by 1.25x; 1.5 picks the faster measured tile on every measured shape); fill and epilogue are
+// worth kFillSteps steps; a split adds its partials' round trip through memory at
+// kSumBytesPerMicro and the sum's launch.
 constexpr double kFlopPerMicro16 = 4.45e6;  // 16-bit operands; tf32 runs at half
-constexpr double kShortTilePenalty = 1.9;   // tiles of 64 rows
+constexpr double kShortTilePenalty = 1.5;   // tiles of 64 rows
 constexpr double kFillSteps = 6.0;
 constexpr double kSumBytesPerMicro = 2.5e6;
 constexpr double kSumLaunchMicros = 2.0;
