@@ -161,10 +161,13 @@ foreach(t bf16 f16)
 endforeach()
 cuactor_gemm_instance(${grouped90} TYPES bf16 bf16 bf16 bf16 f32 LAYOUTS row col row TILE 64 128 128 CLUSTER 1 1 1
                       SCHEDULE pingpong EPILOGUE "mul(acc,rowscale)")
-# 16-bit, large M: cooperative 128x256x64, cluster 2x1; small M (decode): pingpong 64x128x128.
+# 16-bit, large M: cooperative 128x256x64, cluster 2x1; medium M (65..256 rows, N and K <= 4096):
+# pingpong 64x256x64; small M (decode): pingpong 64x128x128 (GroupedSizeClass).
 foreach(t bf16 f16)
   cuactor_gemm_instance(${grouped90} TYPES ${t} ${t} ${t} ${t} f32 LAYOUTS row col row TILE 128 256 64 CLUSTER 2 1 1
                         SCHEDULE cooperative EPILOGUE linear_combination)
+  cuactor_gemm_instance(${grouped90} TYPES ${t} ${t} ${t} ${t} f32 LAYOUTS row col row TILE 64 256 64 CLUSTER 1 1 1
+                        SCHEDULE pingpong EPILOGUE linear_combination)
   cuactor_gemm_instance(${grouped90} TYPES ${t} ${t} ${t} ${t} f32 LAYOUTS row col row TILE 64 128 128 CLUSTER 1 1 1
                         SCHEDULE pingpong EPILOGUE linear_combination)
 endforeach()
@@ -176,6 +179,8 @@ cuactor_gemm_instance(${grouped90} TYPES bf16 bf16 f32 f32 f32 LAYOUTS row col r
 # fp8 e4m3, TN only, bf16 out, per-tensor scales folded into alpha[g]: 256x128x128 cluster 1x2 / pingpong.
 cuactor_gemm_instance(${grouped90} TYPES e4m3 e4m3 bf16 bf16 f32 LAYOUTS row col row TILE 256 128 128 CLUSTER 1 2 1
                       SCHEDULE cooperative_fp8_fast_accum EPILOGUE scaled_linear_combination)
+cuactor_gemm_instance(${grouped90} TYPES e4m3 e4m3 bf16 bf16 f32 LAYOUTS row col row TILE 64 256 128 CLUSTER 1 1 1
+                      SCHEDULE pingpong_fp8_fast_accum EPILOGUE scaled_linear_combination)
 cuactor_gemm_instance(${grouped90} TYPES e4m3 e4m3 bf16 bf16 f32 LAYOUTS row col row TILE 64 128 128 CLUSTER 1 1 1
                       SCHEDULE pingpong_fp8_fast_accum EPILOGUE scaled_linear_combination)
 # sm_80 (CUTLASS 2.x, Ampere/Ada; also runs on Hopper): 16-bit TN grouped, 128x128x32, 4 stages.

@@ -216,6 +216,18 @@ bool grouped_sku_runs_on(const GemmSku& sku, GpuArch device) noexcept {
   return can_run(sku.arch, device) || (sku.arch == GpuArch{8, 0, false} && device.major == 9);
 }
 
+GroupedSizeClass grouped_size_class(const GroupedGemmSpec& spec) noexcept {
+  // Sweeps (`cuactor tune grouped`, bf16 and e4m3, H100): pingpong 64x256 won for tens to hundreds
+  // of rows per group with N, K <= 4096; 64x128 stays the decode kernel.
+  constexpr int kDecodeRows = 64, kMediumRows = 256, kMediumNK = 4096;
+  const int rows = spec.rows_per_group_hint;
+  if (rows > 0 && rows <= kDecodeRows) return GroupedSizeClass::decode;
+  if (rows > kDecodeRows && rows <= kMediumRows && spec.n_hint > 0 && spec.n_hint <= kMediumNK && spec.k_hint > 0 &&
+      spec.k_hint <= kMediumNK)
+    return GroupedSizeClass::medium;
+  return GroupedSizeClass::large;
+}
+
 int grouped_alignment_elements(DType t) noexcept {
   return 128 / std::max(size_bits(t), 1);
 }
@@ -232,10 +244,24 @@ bool is_small_m(GemmSchedule s) {
   return s == GemmSchedule::pingpong || s == GemmSchedule::pingpong_fp8_fast_accum;
 }
 
-/// A rank of how well `sku` fits: arch-specific kernels first, then the schedule the shape hint asks for.
+/// How well a SKU's schedule and tile suit a size class (higher is better): the class's own kernel
+/// first; a medium class without its 64x256 kernel in the build falls back to the large one.
+int class_fit(const GemmSku& sku, GroupedSizeClass size) {
+  const bool small_m = is_small_m(sku.schedule);
+  switch (size) {
+    case GroupedSizeClass::decode:
+      return small_m ? (sku.tile.n == 128 ? 3 : 2) : 0;
+    case GroupedSizeClass::medium:
+      return small_m ? (sku.tile.n == 256 ? 3 : 0) : 1;
+    case GroupedSizeClass::large:
+      return small_m ? 0 : 3;
+  }
+  return 0;
+}
+
+/// A rank of how well `sku` fits: arch-specific kernels first, then the kernel of the size class.
 int preference(const GemmSku& sku, const GroupedGemmSpec& spec) {
-  const bool want_small = spec.rows_per_group_hint > 0 && spec.rows_per_group_hint <= 64;
-  return (sku.arch.arch_specific ? 4 : 0) + (is_small_m(sku.schedule) == want_small ? 2 : 0);
+  return (sku.arch.arch_specific ? 4 : 0) + class_fit(sku, grouped_size_class(spec));
 }
 
 Status check_dtypes(const GroupedGemmSpec& spec) {

@@ -50,6 +50,10 @@ GroupedGemmSpec gemm_spec(const MoeFfnSpec& s, bool down) {
   g.sm_count = s.sm_count;
   g.device = s.device;
   g.rows_per_group_hint = s.rows_per_expert_hint;
+  // gate/up: (rows x H) x (H x 2F); down: (rows x F) x (F x H). The shapes pick the size class.
+  g.group_count_hint = shape_hint(s.experts);
+  g.n_hint = shape_hint(down ? s.hidden : 2 * static_cast<std::int64_t>(s.ffn));
+  g.k_hint = shape_hint(down ? s.ffn : s.hidden);
   if (down && s.weighted) g.epilogue = epi::mul(epi::acc(), epi::row_scale());
   return g;
 }

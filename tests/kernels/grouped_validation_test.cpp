@@ -299,6 +299,26 @@ TEST(GroupedPlan, ChoosesBySkuShapeHintAndOverride) {
   auto fp8 = GroupedGemmPlan::create(hopper_spec(DType::e4m3));
   ASSERT_TRUE(fp8.has_value()) << fp8.error().to_string();
   EXPECT_EQ(fp8->sku().schedule, GemmSchedule::cooperative_fp8_fast_accum);
+  // Medium groups (hundreds of rows, N and K <= 4096): the pingpong 64x256 kernel of each type.
+  for (DType t : {DType::bf16, DType::f16, DType::e4m3}) {
+    auto medium = hopper_spec(t);
+    medium.rows_per_group_hint = 200;
+    medium.n_hint = 1536;
+    medium.k_hint = 2048;
+    auto plan_medium = GroupedGemmPlan::create(medium);
+    ASSERT_TRUE(plan_medium.has_value()) << plan_medium.error().to_string();
+    EXPECT_TRUE(plan_medium->sku().schedule == GemmSchedule::pingpong ||
+                plan_medium->sku().schedule == GemmSchedule::pingpong_fp8_fast_accum)
+        << plan_medium->sku().to_string();
+    EXPECT_EQ(plan_medium->sku().tile.n, 256) << plan_medium->sku().to_string();
+    // Wider than 4096: the large-M kernel again.
+    medium.n_hint = 14336;
+    auto wide = GroupedGemmPlan::create(medium);
+    ASSERT_TRUE(wide.has_value()) << wide.error().to_string();
+    EXPECT_FALSE(wide->sku().schedule == GemmSchedule::pingpong ||
+                 wide->sku().schedule == GemmSchedule::pingpong_fp8_fast_accum)
+        << wide->sku().to_string();
+  }
   auto pinned = hopper_spec();
   pinned.sku_override = small->sku();
   auto overridden = GroupedGemmPlan::create(pinned);
@@ -309,6 +329,30 @@ TEST(GroupedPlan, ChoosesBySkuShapeHintAndOverride) {
   auto mismatch = GroupedGemmPlan::create(wrong);
   ASSERT_FALSE(mismatch.has_value());
   EXPECT_EQ(mismatch.error().code(), make_error_code(errc::unsupported));
+}
+
+TEST(GroupedPlan, SizeClassesByRowsAndShape) {
+  GroupedGemmSpec s;
+  EXPECT_EQ(grouped_size_class(s), GroupedSizeClass::large);  // nothing known
+  s.rows_per_group_hint = 1;
+  EXPECT_EQ(grouped_size_class(s), GroupedSizeClass::decode);
+  s.rows_per_group_hint = 64;
+  EXPECT_EQ(grouped_size_class(s), GroupedSizeClass::decode);
+  s.rows_per_group_hint = 65;
+  EXPECT_EQ(grouped_size_class(s), GroupedSizeClass::large) << "medium needs N and K";
+  s.n_hint = 4096;
+  s.k_hint = 4096;
+  EXPECT_EQ(grouped_size_class(s), GroupedSizeClass::medium);
+  s.rows_per_group_hint = 256;
+  EXPECT_EQ(grouped_size_class(s), GroupedSizeClass::medium);
+  s.rows_per_group_hint = 257;
+  EXPECT_EQ(grouped_size_class(s), GroupedSizeClass::large);
+  s.rows_per_group_hint = 128;
+  s.k_hint = 4097;
+  EXPECT_EQ(grouped_size_class(s), GroupedSizeClass::large);
+  s.k_hint = 1024;
+  s.n_hint = 0;
+  EXPECT_EQ(grouped_size_class(s), GroupedSizeClass::large);
 }
 
 TEST(GroupedPlanCache, KeysOnTheEpilogueTreeAndTheShapeClass) {
@@ -332,7 +376,14 @@ TEST(GroupedPlanCache, KeysOnTheEpilogueTreeAndTheShapeClass) {
   auto small = cache.get(decode);
   ASSERT_TRUE(small.has_value());
   EXPECT_NE(small->get(), plain->get());
-  EXPECT_EQ(cache.size(), 3u);
+  auto medium_spec = hopper_spec();
+  medium_spec.rows_per_group_hint = 200;
+  medium_spec.n_hint = medium_spec.k_hint = 2048;
+  auto medium = cache.get(medium_spec);
+  ASSERT_TRUE(medium.has_value());
+  EXPECT_NE(medium->get(), plain->get());
+  EXPECT_NE(medium->get(), small->get());
+  EXPECT_EQ(cache.size(), 4u);
   EXPECT_EQ(cache.stats().hits, 1u);
 }
 

@@ -35,7 +35,7 @@ struct GroupedGemmSpec {
   GpuArch arch{9, 0, true};                   ///< Best target of the device (gpu::DeviceProperties::arch).
   int sm_count = 0;                           ///< Multiprocessors of the device (persistent grid size).
   int device = 0;                             ///< Device ordinal the kernel will run on.
-  int rows_per_group_hint = 0;                ///< Typical rows (M) per group; <= 64 picks the small-M SKU, 0 = unknown.
+  int rows_per_group_hint = 0;                ///< Typical rows (M) per group (0 = unknown); see GroupedSizeClass.
   /// Typical group count, N and K (0 = unknown): with rows_per_group_hint, the problem class under which
   /// a tuned kernel is looked up (jit::GroupedGemmClass, `cuactor tune grouped`).
   int group_count_hint = 0;
@@ -47,6 +47,16 @@ struct GroupedGemmSpec {
   /// (colscale, colbias: e.g. a per-expert bias); amax is not supported for grouped GEMM.
   EpilogueSpec epilogue;
 };
+
+/// The class of problem sizes by which the heuristic picks a grouped kernel (learned from
+/// `cuactor tune grouped` sweeps on an H100):
+enum class GroupedSizeClass {
+  large,   ///< Unknown or large groups: cooperative 128x256 tiles (a cluster of 2 for 16-bit).
+  medium,  ///< 65..256 rows per group with N and K known and <= 4096: pingpong 64x256 tiles.
+  decode,  ///< 1..64 rows per group: pingpong 64x128 tiles.
+};
+/// The class of a spec's hints (rows_per_group_hint, n_hint, k_hint).
+GroupedSizeClass grouped_size_class(const GroupedGemmSpec& spec) noexcept;
 
 /// One group's problem: A is M x K row-major (lda >= K), B is N x K row-major (ldb >= K) for
 /// layout_b = col or K x N row-major (ldb >= N) for row, C and D are M x N row-major. M = 0 groups

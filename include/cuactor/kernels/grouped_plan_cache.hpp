@@ -46,7 +46,7 @@ class GroupedPlanCache {
     MatrixLayout layout_b;
     GpuArch arch;
     int sm_count, device;
-    bool small_m;
+    GroupedSizeClass size_class;
     std::array<int, 4> hint_buckets;  ///< Zero without a planner.
     std::optional<GemmSku> sku_override;
     EpilogueSpec epilogue;

@@ -39,7 +39,7 @@ struct MoeFfnSpec {
   GpuArch arch{9, 0, true};        ///< Best target of the device.
   int sm_count = 0;                ///< Its multiprocessor count.
   int device = 0;                  ///< Its ordinal.
-  int rows_per_expert_hint = 0;    ///< Typical rows per expert (<= 64 picks small-M kernels), 0 = unknown.
+  int rows_per_expert_hint = 0;    ///< Typical rows per expert (0 = unknown); with H and F, the size class.
   friend bool operator==(const MoeFfnSpec&, const MoeFfnSpec&) = default;
 };
 /// Hash of every field of `spec` (plan caches key on the whole spec).
