@@ -212,4 +212,15 @@ foreach(t bf16 f16)
   cuactor_gemm_instance(FAMILY conv_wgrad ${conv90} TYPES ${t} ${t} ${t} ${t} f32 LAYOUTS nhwc nhwc krsc
                         TILE 64 128 64)
 endforeach()
+# Two consumer warpgroups per tile (cuactor's CooperativeConvKernel): 256x128 tiles for large outputs.
+set(conv90coop ARCH sm_90a TEMPLATE conv_sm90_instance.cu.in CLUSTER 1 1 1 SCHEDULE cooperative
+               EPILOGUE linear_combination)
+foreach(t bf16 f16)
+  cuactor_gemm_instance(FAMILY conv_fprop ${conv90coop} TYPES ${t} ${t} ${t} ${t} f32 LAYOUTS nhwc krsc nhwc
+                        TILE 256 128 64)
+  cuactor_gemm_instance(FAMILY conv_dgrad ${conv90coop} TYPES ${t} ${t} ${t} ${t} f32 LAYOUTS nhwc krsc nhwc
+                        TILE 256 128 64)
+  cuactor_gemm_instance(FAMILY conv_wgrad ${conv90coop} TYPES ${t} ${t} ${t} ${t} f32 LAYOUTS nhwc nhwc krsc
+                        TILE 256 128 64)
+endforeach()
 cuactor_gemm_instance(FAMILY conv_fprop ${conv90} TYPES f32 f32 f32 f32 f32 LAYOUTS nhwc krsc nhwc TILE 128 128 32)

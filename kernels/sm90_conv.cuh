@@ -23,6 +23,7 @@
 #include "kernels/adapter_entries.cuh"
 #include "kernels/conv_instance_abi.h"
 #include "kernels/gemm_tags.cuh"
+#include "kernels/sm90_conv_cooperative.cuh"
 
 namespace cuactor::kernels::sm90 {
 
@@ -42,12 +43,21 @@ struct ConvOperatorOf<tags::conv_wgrad> {
   static constexpr auto value = cutlass::conv::Operator::kWgrad;
 };
 
-/// The mainloop schedule of a schedule tag (only one exists for sm_90a convolution in CUTLASS 4.2).
+/// The mainloop schedule of a schedule tag: CUTLASS's one consumer warpgroup (warpspecialized), or
+/// two sharing a tile in cuactor's CooperativeConvKernel (cooperative).
 template <class Schedule>
 struct ConvSchedule;
 template <>
 struct ConvSchedule<tags::warpspecialized> {
   using type = cutlass::conv::KernelImplicitTmaWarpSpecializedSm90;
+  using epilogue = cutlass::epilogue::TmaWarpSpecialized;
+  static constexpr bool cooperative = false;
+};
+template <>
+struct ConvSchedule<tags::cooperative> {
+  using type = CooperativeConvSchedule;
+  using epilogue = cutlass::epilogue::TmaWarpSpecializedCooperative;
+  static constexpr bool cooperative = true;
 };
 
 /// The CUTLASS kernel of one 2-D convolution configuration: D = alpha * implicit_gemm(A, B) + beta * C,
@@ -73,22 +83,28 @@ struct ConvKernelOf {
   using ClusterShape = cute::Shape<cute::Int<ClusterM>, cute::Int<ClusterN>, cute::Int<ClusterK>>;
   using LayoutOut = std::conditional_t<kWgrad, cutlass::layout::TensorKCSR, cutlass::layout::TensorNHWC>;
   using EpilogueSchedule =
-      std::conditional_t<kWgrad, cutlass::epilogue::NoSmemWarpSpecialized, cutlass::epilogue::TmaWarpSpecialized>;
+      std::conditional_t<kWgrad, cutlass::epilogue::NoSmemWarpSpecialized, typename ConvSchedule<Schedule>::epilogue>;
 
   using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
       cutlass::epilogue::collective::EpilogueTileAuto, ElementAccumulator, ElementCompute, ElementC, LayoutOut,
       kAlignmentC, ElementD, LayoutOut, kAlignmentD, EpilogueSchedule>::CollectiveOp;
 
-  using CollectiveMainloop = typename cutlass::conv::collective::CollectiveBuilder<
-      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, Op, ElementA, cutlass::layout::TensorNHWC, kAlignmentA,
-      ElementB, cutlass::layout::TensorNHWC, kAlignmentB, ElementAccumulator, TileShape, ClusterShape,
-      cutlass::conv::collective::StageCountAutoCarveout<static_cast<int>(
-          sizeof(typename CollectiveEpilogue::SharedStorage))>,
-      typename ConvSchedule<Schedule>::type>::CollectiveOp;
+  static constexpr int kEpilogueBytes = static_cast<int>(sizeof(typename CollectiveEpilogue::SharedStorage));
+  using CollectiveMainloop = typename std::conditional_t<
+      ConvSchedule<Schedule>::cooperative,
+      CooperativeConvMainloop<Op, ElementA, ElementB, ElementAccumulator, TileShape, ClusterShape, kEpilogueBytes>,
+      cutlass::conv::collective::CollectiveBuilder<
+          cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, Op, ElementA, cutlass::layout::TensorNHWC, kAlignmentA,
+          ElementB, cutlass::layout::TensorNHWC, kAlignmentB, ElementAccumulator, TileShape, ClusterShape,
+          cutlass::conv::collective::StageCountAutoCarveout<kEpilogueBytes>,
+          typename ConvSchedule<Schedule>::type>>::CollectiveOp;
 
   using ProblemShape = cutlass::conv::ConvProblemShape<Op, CollectiveMainloop::DispatchPolicy::NumSpatialDimensions>;
-  using Kernel = cutlass::conv::kernel::ConvUniversal<ProblemShape, CollectiveMainloop, CollectiveEpilogue>;
+  using Kernel =
+      std::conditional_t<ConvSchedule<Schedule>::cooperative,
+                         CooperativeConvKernel<ProblemShape, CollectiveMainloop, CollectiveEpilogue>,
+                         cutlass::conv::kernel::ConvUniversal<ProblemShape, CollectiveMainloop, CollectiveEpilogue>>;
   /// The device adapter (AdapterEntries calls it `Gemm`).
   using Adapter = cutlass::conv::device::ConvUniversalAdapter<Kernel>;
 

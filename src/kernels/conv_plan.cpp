@@ -51,7 +51,8 @@ bool sku_computes(const GemmSku& s, const ConvSpec& spec) {
   const auto layouts = layouts_of(spec.operation);
   return s.family == family_of(spec.operation) && s.a == spec.element && s.b == spec.element && s.c == spec.output &&
          s.d == spec.output && s.layout_a == layouts[0] && s.layout_b == layouts[1] && s.layout_c == layouts[2] &&
-         s.epilogue == GemmEpilogue::linear_combination;
+         s.epilogue == GemmEpilogue::linear_combination &&
+         (s.schedule == GemmSchedule::warpspecialized || (s.schedule == GemmSchedule::cooperative && s.tile.m >= 128));
 }
 
 /// The implicit GEMM's (M, N) extents, for the tile-wave heuristic.
@@ -73,11 +74,19 @@ double small_tile_penalty(const GemmSku& sku) {
   return sku.tile.m * sku.tile.n < 128 * 128 ? 1.15 : 1.0;
 }
 
+/// Time per flop of a tile's mainloop relative to one consumer warpgroup's 128x128: two warpgroups
+/// sharing a tile (cooperative) keep the tensor cores busier.
+constexpr double kCooperativeTime = 0.8;
+double schedule_factor(const GemmSku& sku) {
+  return sku.schedule == GemmSchedule::cooperative ? kCooperativeTime : 1.0;
+}
+
 double estimated_cost(const GemmSku& sku, const ConvSpec& spec, int sm_count) {
   const auto [m, n] = gemm_mn(spec);
   const auto tiles = ((m + sku.tile.m - 1) / sku.tile.m) * ((n + sku.tile.n - 1) / sku.tile.n);
   const std::int64_t sms = sm_count > 0 ? sm_count : kDefaultSmCount;
-  return static_cast<double>((tiles + sms - 1) / sms) * sku.tile.m * sku.tile.n * small_tile_penalty(sku);
+  return static_cast<double>((tiles + sms - 1) / sms) * sku.tile.m * sku.tile.n * small_tile_penalty(sku) *
+         schedule_factor(sku);
 }
 
 std::int64_t ceil_div(std::int64_t a, std::int64_t b) {
@@ -106,8 +115,8 @@ double wgrad_micros(const GemmSku& sku, const ConvSpec& s, ConvSplit split, int 
   const std::int64_t k_steps = ceil_div(ceil_div(s.n, split.images) * ceil_div(s.p(), split.rows) * s.q(), sku.tile.k);
   const std::int64_t waves = ceil_div(tiles * split.slices(), sms);
   const double flop_per_micro = size_bits(s.element) == 32 ? kFlopPerMicro16 / 2 : kFlopPerMicro16;
-  const double step =
-      2.0 * sku.tile.m * sku.tile.n * sku.tile.k / flop_per_micro * (sku.tile.m < 128 ? kShortTilePenalty : 1.0);
+  const double step = 2.0 * sku.tile.m * sku.tile.n * sku.tile.k / flop_per_micro *
+                      (sku.tile.m < 128 ? kShortTilePenalty : 1.0) * schedule_factor(sku);
   const double mainloop = static_cast<double>(waves) * (static_cast<double>(k_steps) + kFillSteps) * step;
   if (split.slices() == 1) return mainloop;  // one kernel writes D directly
   // The slices write fp32 partials that the sum reads back before it writes D.
@@ -440,7 +449,7 @@ std::size_t hash_value(const ConvSpec& s) noexcept {
   return h;
 }
 
-GemmSku ConvPlan::sku_for(const ConvSpec& spec, GpuArch arch, Shape3 tile, Shape3 cluster) {
+GemmSku ConvPlan::sku_for(const ConvSpec& spec, GpuArch arch, Shape3 tile, Shape3 cluster, GemmSchedule schedule) {
   const auto layouts = layouts_of(spec.operation);
   GemmSku sku;
   sku.family = family_of(spec.operation);
@@ -454,7 +463,7 @@ GemmSku ConvPlan::sku_for(const ConvSpec& spec, GpuArch arch, Shape3 tile, Shape
   sku.tile = tile;
   sku.cluster = cluster;
   sku.stages = 0;
-  sku.schedule = GemmSchedule::warpspecialized;
+  sku.schedule = schedule;
   sku.epilogue = GemmEpilogue::linear_combination;
   return sku;
 }

@@ -222,14 +222,14 @@ TEST(ConvSku, CatalogEntriesAreWhatSkuForAsks) {
   for (const CatalogEntry* e : entries) {
     SCOPED_TRACE(e->sku.to_string());
     EXPECT_EQ(e->sku.arch, kHopper);
-    EXPECT_EQ(e->sku.schedule, GemmSchedule::warpspecialized);
+    EXPECT_TRUE(e->sku.schedule == GemmSchedule::warpspecialized || e->sku.schedule == GemmSchedule::cooperative);
     EXPECT_EQ(e->sku.epilogue, GemmEpilogue::linear_combination);
     EXPECT_EQ(e->sku.accumulator, DType::f32);
     EXPECT_EQ(e->sku.a, e->sku.d) << "catalog convolutions write their element type";
     // The catalog (kernels/catalog.cmake tokens) and the JIT's sku_for agree on the identity.
     ConvSpec spec = base_spec(operation_of(e->sku.family), e->sku.a);
     spec.output = e->sku.d;
-    EXPECT_EQ(ConvPlan::sku_for(spec, e->sku.arch, e->sku.tile, e->sku.cluster), e->sku);
+    EXPECT_EQ(ConvPlan::sku_for(spec, e->sku.arch, e->sku.tile, e->sku.cluster, e->sku.schedule), e->sku);
     CUACTOR_ASSERT_OK_AND_ASSIGN(parsed, GemmSku::parse(e->sku.to_string()));
     EXPECT_EQ(parsed, e->sku);
   }
@@ -287,6 +287,11 @@ TEST(ConvPlanCreate, OverrideRules) {
   expect_error(ConvPlan::create(base_spec(), kAmpere, o), errc::unsupported, "sm_80");
   o.sku_override = ConvPlan::sku_for(base_spec(), kHopper, {192, 96, 32});  // never compiled ahead of time
   expect_error(ConvPlan::create(base_spec(), kHopper, o), errc::unsupported, "catalog");
+  // Schedules: only CUTLASS's one-warpgroup kernel and cuactor's cooperative one (128 rows or more).
+  o.sku_override = ConvPlan::sku_for(base_spec(), kHopper, kTile, {1, 1, 1}, GemmSchedule::pingpong);
+  expect_error(ConvPlan::create(base_spec(), kHopper, o), errc::invalid_argument, "pingpong");
+  o.sku_override = ConvPlan::sku_for(base_spec(), kHopper, {64, 128, 64}, {1, 1, 1}, GemmSchedule::cooperative);
+  expect_error(ConvPlan::create(base_spec(), kHopper, o), errc::invalid_argument, "cooperative");
 }
 
 // ---- ConvPlan rejections: each names the field and the rule, before any catalog search ----

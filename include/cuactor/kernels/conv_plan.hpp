@@ -161,9 +161,11 @@ class ConvPlan {
                                         PlanSource source, const ConvPlanOptions& options = {});
 
   /// The SKU a spec needs on an architecture with the given tile: what the JIT compiles for a
-  /// configuration the catalog lacks (fp32 accumulation, linear combination, the warp-specialized
-  /// sm_90a schedule).
-  static GemmSku sku_for(const ConvSpec& spec, GpuArch arch, Shape3 tile, Shape3 cluster = {1, 1, 1});
+  /// configuration the catalog lacks (fp32 accumulation, linear combination). `schedule` is
+  /// warpspecialized (CUTLASS's kernel: one consumer warpgroup, tiles up to 128x128) or cooperative
+  /// (cuactor's: two consumer warpgroups share a tile of 128 or more rows).
+  static GemmSku sku_for(const ConvSpec& spec, GpuArch arch, Shape3 tile, Shape3 cluster = {1, 1, 1},
+                         GemmSchedule schedule = GemmSchedule::warpspecialized);
 
   [[nodiscard]] const GemmSku& sku() const noexcept { return sku_; }
   [[nodiscard]] const ConvSpec& spec() const noexcept { return spec_; }

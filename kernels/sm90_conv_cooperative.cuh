@@ -1,0 +1,290 @@
+/// @file
+/// An sm_90a implicit-GEMM convolution kernel whose tile is shared by two consumer warpgroups
+/// (cooperative: each computes half of the tile's rows) fed by one producer warpgroup through TMA.
+/// CUTLASS 4.2 builds cooperative conv mainloops and epilogues, but its only sm_90a conv kernel runs
+/// one consumer warpgroup, whose registers cap the tile at 128x128 and the kernel at about 630
+/// TFLOP/s on an H100; two warpgroups hold 256x128 or 128x256 tiles. Non-persistent: one CTA per
+/// output tile on a grid of (M tiles, N tiles), so its blockIdx.z is free (SlicedWgradConv uses it).
+#pragma once
+
+#include <cutlass/arch/grid_dependency_control.h>
+#include <cutlass/arch/reg_reconfig.h>
+#include <cutlass/cutlass.h>
+#include <cutlass/gemm/gemm.h>
+
+#include <cute/arch/cluster_sm90.hpp>
+#include <cute/tensor.hpp>
+#include <cutlass/conv/collective/collective_builder.hpp>
+#include <cutlass/conv/detail.hpp>
+#include <cutlass/gemm/kernel/sm90_tile_scheduler.hpp>
+#include <cutlass/kernel_hardware_info.hpp>
+#include <cutlass/pipeline/pipeline.hpp>
+
+namespace cuactor::kernels::sm90 {
+
+/// The kernel schedule tag of cooperative conv mainloops. CUTLASS's conv dispatch policy rejects its
+/// own cooperative tag (no CUTLASS conv kernel runs it), and nothing in the collective reads the
+/// tag; CooperativeConvKernel is what runs these mainloops.
+struct CooperativeConvSchedule {};
+
+/// The sm_90a implicit-GEMM conv mainloop collective of a cooperative tile: what CUTLASS's conv
+/// collective builder assembles, with the MMA atoms laid 2x1 over the tile's rows (one per consumer
+/// warpgroup) and as many pipeline stages as `carveout_bytes` of epilogue storage leave room for.
+template <cutlass::conv::Operator Op, class ElementA, class ElementB, class ElementAccumulator, class TileShape,
+          class ClusterShape, int carveout_bytes>
+struct CooperativeConvMainloop {
+  static_assert(cute::size<0>(TileShape{}) >= 128, "each of the two consumer warpgroups takes 64 rows or more");
+  // fp32 tensors run on tf32 tensor cores.
+  using ElementAMma = cute::conditional_t<cute::is_same_v<ElementA, float>, cutlass::tfloat32_t, ElementA>;
+  using ElementBMma = cute::conditional_t<cute::is_same_v<ElementB, float>, cutlass::tfloat32_t, ElementB>;
+  // fprop reads both operands K-major; wgrad both MN-major; dgrad A K-major and B MN-major.
+  static constexpr cute::GMMA::Major kMajorA =
+      Op == cutlass::conv::Operator::kWgrad ? cute::GMMA::Major::MN : cute::GMMA::Major::K;
+  static constexpr cute::GMMA::Major kMajorB =
+      Op == cutlass::conv::Operator::kFprop ? cute::GMMA::Major::K : cute::GMMA::Major::MN;
+  using TiledMma = decltype(cute::make_tiled_mma(
+      cute::GMMA::ss_op_selector<ElementAMma, ElementBMma, ElementAccumulator, TileShape, kMajorA, kMajorB>(),
+      cute::Layout<cute::Shape<cute::_2, cute::_1, cute::_1>>{}));
+  // wgrad loads A (dy) with tiled TMA and B (x) with im2col TMA; fprop and dgrad the other way round.
+  static constexpr bool kWgrad = Op == cutlass::conv::Operator::kWgrad;
+  using GmemTiledCopyA =
+      cute::conditional_t<kWgrad,
+                          decltype(cutlass::gemm::collective::detail::sm90_cluster_shape_to_tma_atom(
+                              cute::shape<1>(ClusterShape{}))),
+                          decltype(cutlass::conv::collective::detail::sm90_cluster_shape_to_im2col_tma_atom(
+                              cute::shape<1>(ClusterShape{})))>;
+  using GmemTiledCopyB =
+      cute::conditional_t<kWgrad,
+                          decltype(cutlass::conv::collective::detail::sm90_cluster_shape_to_im2col_tma_atom(
+                              cute::shape<0>(ClusterShape{}))),
+                          decltype(cutlass::gemm::collective::detail::sm90_cluster_shape_to_tma_atom(
+                              cute::shape<0>(ClusterShape{})))>;
+  using SmemLayoutAtomA =
+      decltype(cutlass::gemm::collective::detail::ss_smem_selector<
+               kMajorA, ElementAMma, decltype(cute::get<0>(TileShape{})), decltype(cute::get<2>(TileShape{}))>());
+  using SmemLayoutAtomB =
+      decltype(cutlass::gemm::collective::detail::ss_smem_selector<
+               kMajorB, ElementBMma, decltype(cute::get<1>(TileShape{})), decltype(cute::get<2>(TileShape{}))>());
+  static constexpr int kStages = cutlass::conv::collective::detail::compute_stage_count_or_override<
+      cutlass::gemm::collective::detail::sm90_smem_capacity_bytes, ElementAMma, ElementBMma, TileShape>(
+      cutlass::conv::collective::StageCountAutoCarveout<carveout_bytes>{});
+  using SmemLayoutA = decltype(cute::tile_to_shape(
+      SmemLayoutAtomA{},
+      cute::make_shape(cute::shape<0>(TileShape{}), cute::shape<2>(TileShape{}), cute::Int<kStages>{}),
+      cute::Step<cute::_2, cute::_1, cute::_3>{}));
+  using SmemLayoutB = decltype(cute::tile_to_shape(
+      SmemLayoutAtomB{},
+      cute::make_shape(cute::shape<1>(TileShape{}), cute::shape<2>(TileShape{}), cute::Int<kStages>{}),
+      cute::Step<cute::_2, cute::_1, cute::_3>{}));
+  using DispatchPolicy = cutlass::conv::MainloopSm90TmaGmmaWarpSpecializedImplicitGemm<Op, kStages, 2, ClusterShape,
+                                                                                       CooperativeConvSchedule>;
+  using CollectiveOp = cutlass::conv::collective::CollectiveConv<
+      DispatchPolicy, TileShape, ElementA, ElementB, TiledMma,
+      cutlass::conv::collective::detail::Sm90ImplicitGemmTileTraits<GmemTiledCopyA, SmemLayoutA>,
+      cutlass::conv::collective::detail::Sm90ImplicitGemmTileTraits<GmemTiledCopyB, SmemLayoutB>>;
+};
+
+template <class ProblemShape_, class CollectiveMainloop_, class CollectiveEpilogue_>
+class CooperativeConvKernel {
+ public:
+  using ProblemShape = ProblemShape_;
+  using CollectiveMainloop = CollectiveMainloop_;
+  using CollectiveEpilogue = CollectiveEpilogue_;
+  using TileShape = typename CollectiveMainloop::TileShape;
+  using TiledMma = typename CollectiveMainloop::TiledMma;
+  using ArchTag = typename CollectiveMainloop::ArchTag;
+  using ElementA = typename CollectiveMainloop::ElementA;
+  using StrideA = typename CollectiveMainloop::StrideA;
+  using ElementB = typename CollectiveMainloop::ElementB;
+  using StrideB = typename CollectiveMainloop::StrideB;
+  using DispatchPolicy = typename CollectiveMainloop::DispatchPolicy;
+  using ElementAccumulator = typename CollectiveMainloop::ElementAccumulator;
+  using ClusterShape = typename DispatchPolicy::ClusterShape;
+  using MainloopArguments = typename CollectiveMainloop::Arguments;
+  using MainloopParams = typename CollectiveMainloop::Params;
+  using ElementC = typename CollectiveEpilogue::ElementC;
+  using StrideC = typename CollectiveEpilogue::StrideC;
+  using ElementD = typename CollectiveEpilogue::ElementD;
+  using StrideD = typename CollectiveEpilogue::StrideD;
+  using EpilogueArguments = typename CollectiveEpilogue::Arguments;
+  using EpilogueParams = typename CollectiveEpilogue::Params;
+  // The grid's shape comes from the sm_90 tile scheduler's helper; the kernel itself maps blockIdx
+  // (x, y) to one tile and never loops.
+  using GridHelper = cutlass::gemm::kernel::detail::PersistentTileSchedulerSm90;
+
+  static constexpr uint32_t kMmaThreads = cute::size(TiledMma{});
+  static_assert(kMmaThreads == 2 * cutlass::NumThreadsPerWarpGroup, "two consumer warpgroups share a tile");
+  static constexpr uint32_t MaxThreadsPerBlock = kMmaThreads + cutlass::NumThreadsPerWarpGroup;
+  static constexpr uint32_t MinBlocksPerMultiprocessor = 1;
+  // Registers moved from the producer (TMA issue only) to the consumers (the accumulators).
+  static constexpr uint32_t kProducerRegisters = 40;
+  static constexpr uint32_t kConsumerRegisters = 232;
+
+  /// Mainloop and epilogue storage side by side (never a union: one consumer warpgroup may start its
+  /// epilogue while the other still reads the last mainloop stage).
+  struct SharedStorage {
+    struct TensorStorage {
+      typename CollectiveMainloop::TensorStorage mainloop;
+      typename CollectiveEpilogue::TensorStorage epilogue;
+    } tensors;
+    struct PipelineStorage : cute::aligned_struct<16, cute::_1> {
+      alignas(16) typename CollectiveMainloop::PipelineStorage mainloop;
+      alignas(16) typename CollectiveEpilogue::PipelineStorage epi_load;
+    } pipelines;
+  };
+  static constexpr int SharedStorageSize = sizeof(SharedStorage);
+
+  struct Arguments {
+    cutlass::gemm::GemmUniversalMode mode{cutlass::gemm::GemmUniversalMode::kGemm};
+    ProblemShape problem_shape{};
+    MainloopArguments mainloop{};
+    EpilogueArguments epilogue{};
+    cutlass::KernelHardwareInfo hw_info{};
+  };
+
+  struct Params {
+    using ProblemShapeMNKL = decltype(cutlass::conv::detail::get_problem_shape_MNKL_helper<CollectiveMainloop>(
+        ProblemShape{}, cute::true_type{}));
+    ProblemShapeMNKL problem_shape{};
+    MainloopParams mainloop{};
+    EpilogueParams epilogue{};
+  };
+
+  static Params to_underlying_arguments(const Arguments& args, void* workspace) {
+    return {
+        cutlass::conv::detail::get_problem_shape_MNKL_helper<CollectiveMainloop>(args.problem_shape, cute::true_type{}),
+        CollectiveMainloop::to_underlying_arguments(args.problem_shape, args.mainloop, workspace),
+        CollectiveEpilogue::to_underlying_arguments(
+            cutlass::conv::detail::get_transformed_problem_shape_MNKL(args.problem_shape), args.epilogue, workspace)};
+  }
+
+  static bool can_implement(const Arguments& args) {
+    return CollectiveMainloop::can_implement(args.problem_shape, args.mainloop) &&
+           CollectiveEpilogue::can_implement(
+               cutlass::conv::detail::get_transformed_problem_shape_MNKL(args.problem_shape), args.epilogue);
+  }
+
+  static size_t get_workspace_size(const Arguments&) { return 0; }
+  static cutlass::Status initialize_workspace(const Arguments&, void* = nullptr, cudaStream_t = nullptr,
+                                              cutlass::CudaHostAdapter* = nullptr) {
+    return cutlass::Status::kSuccess;
+  }
+
+  /// One CTA per output tile, rounded up to whole clusters.
+  static dim3 get_grid_shape(const Params& params) {
+    return GridHelper::get_tiled_cta_shape_mnl(cute::append<4>(params.problem_shape, cute::Int<1>{}), TileShape{},
+                                               ClusterShape{});
+  }
+  static dim3 get_block_shape() { return dim3(MaxThreadsPerBlock, 1, 1); }
+
+  CUTLASS_DEVICE
+  void operator()(const Params& params, char* smem) {
+    using namespace cute;
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    SharedStorage& shared = *reinterpret_cast<SharedStorage*>(smem);
+    const int thread_idx = int(threadIdx.x);
+    const int lane_idx = cutlass::canonical_lane_idx();
+    const int warp_idx = cutlass::canonical_warp_idx_sync();
+    const int warp_in_group = warp_idx % cutlass::NumWarpsPerWarpGroup;
+    const int thread_in_group = thread_idx % cutlass::NumThreadsPerWarpGroup;
+    const bool producer_group = cutlass::canonical_warp_group_idx() == 0;
+    const bool load_warp = producer_group && warp_in_group == 0;                   // mainloop and epilogue source loads
+    const int mma_thread_idx = thread_idx - int(cutlass::NumThreadsPerWarpGroup);  // [0, 256) in the consumers
+    const int lane_predicate = cute::elect_one_sync();
+    const uint32_t block_rank_in_cluster = cute::block_rank_in_cluster();
+
+    if (warp_idx == 0 && lane_predicate) {
+      CollectiveMainloop::prefetch_tma_descriptors(params.mainloop);
+      CollectiveEpilogue::prefetch_tma_descriptors(params.epilogue);
+    }
+
+    using MainloopPipeline = typename CollectiveMainloop::MainloopPipeline;
+    typename MainloopPipeline::Params mainloop_params;
+    if (load_warp) mainloop_params.role = MainloopPipeline::ThreadCategory::Producer;
+    if (!producer_group) mainloop_params.role = MainloopPipeline::ThreadCategory::Consumer;
+    mainloop_params.is_leader = thread_in_group == 0;
+    mainloop_params.num_consumers = kMmaThreads;
+    mainloop_params.transaction_bytes = params.mainloop.tma_transaction_bytes;
+    MainloopPipeline mainloop_pipeline(shared.pipelines.mainloop, mainloop_params, ClusterShape{});
+
+    using EpiLoadPipeline = typename CollectiveEpilogue::LoadPipeline;
+    typename EpiLoadPipeline::Params epi_load_params;
+    if (load_warp) epi_load_params.role = EpiLoadPipeline::ThreadCategory::Producer;
+    if (!producer_group) epi_load_params.role = EpiLoadPipeline::ThreadCategory::Consumer;
+    epi_load_params.dst_blockid = block_rank_in_cluster;
+    epi_load_params.producer_arv_count = cutlass::NumThreadsPerWarp;
+    epi_load_params.consumer_arv_count = kMmaThreads;
+    if constexpr (CollectiveEpilogue::RequiresTransactionBytes)
+      epi_load_params.transaction_bytes = params.epilogue.tma_transaction_bytes;
+    EpiLoadPipeline epi_load_pipeline(shared.pipelines.epi_load, epi_load_params);
+
+    using EpiStorePipeline = typename CollectiveEpilogue::StorePipeline;
+    typename EpiStorePipeline::Params epi_store_params;
+    epi_store_params.always_wait = true;
+    EpiStorePipeline epi_store_pipeline(epi_store_params);
+
+    typename CollectiveMainloop::PipelineState mainloop_consumer_state;
+    typename CollectiveEpilogue::LoadPipelineState epi_load_consumer_state;
+    auto mainloop_producer_state = cutlass::make_producer_start_state<MainloopPipeline>();
+    auto epi_load_producer_state = cutlass::make_producer_start_state<EpiLoadPipeline>();
+    auto epi_store_producer_state = cutlass::make_producer_start_state<EpiStorePipeline>();
+
+    // The pipelines' barrier initialisation must be visible to every CTA of the cluster.
+    if constexpr (size(ClusterShape{}) > 1) {
+      cute::cluster_arrive_relaxed();
+    } else {
+      __syncthreads();
+    }
+
+    const auto problem_shape_mnkl = append<4>(params.problem_shape, Int<1>{});
+    CollectiveMainloop mainloop;
+    CollectiveEpilogue epilogue(params.epilogue, shared.tensors.epilogue);
+    auto load_inputs = mainloop.load_init(problem_shape_mnkl, params.mainloop);
+    Tensor gA_mkl = get<0>(load_inputs);
+    Tensor gB_nkl = get<1>(load_inputs);
+    const auto m_coord = idx2crd(int(blockIdx.x), shape<2>(gA_mkl));
+    const auto n_coord = idx2crd(int(blockIdx.y), shape<2>(gB_nkl));
+    const auto blk_coord = make_coord(m_coord, n_coord, _, Int<0>{});
+    auto k_tile_iter = make_coord_iterator(shape<3>(gA_mkl));
+    const int k_tile_count = size<3>(gA_mkl);
+
+    if constexpr (size(ClusterShape{}) > 1) cute::cluster_wait();
+
+    if (producer_group) {
+      cutlass::arch::warpgroup_reg_dealloc<kProducerRegisters>();
+      if (load_warp) {
+        cutlass::arch::wait_on_dependent_grids();
+        mainloop.load(params.mainloop, mainloop_pipeline, mainloop_producer_state, load_inputs, blk_coord, k_tile_iter,
+                      k_tile_count, lane_idx, block_rank_in_cluster, shared.tensors.mainloop);
+        mainloop_producer_state.advance(k_tile_count);
+        mainloop.load_tail(mainloop_pipeline, mainloop_producer_state);
+        if (epilogue.is_producer_load_needed()) {
+          __syncwarp();
+          epi_load_producer_state =
+              epilogue.load(epi_load_pipeline, epi_load_producer_state, problem_shape_mnkl, TileShape{}, blk_coord,
+                            TiledMma{}, lane_idx, shared.tensors.epilogue);
+          epilogue.load_tail(epi_load_pipeline, epi_load_producer_state);
+        }
+      }
+    } else {
+      cutlass::arch::warpgroup_reg_alloc<kConsumerRegisters>();
+      TiledMma tiled_mma;
+      Tensor accumulators = partition_fragment_C(tiled_mma, take<0, 2>(TileShape{}));
+      mainloop.mma(mainloop_pipeline, mainloop_consumer_state, accumulators, k_tile_count, mma_thread_idx,
+                   shared.tensors.mainloop, params.mainloop);
+      mainloop.mma_tail(mainloop_pipeline, mainloop_consumer_state, k_tile_count);
+      cutlass::arch::launch_dependent_grids();
+      auto [epi_load_state_next, epi_store_state_next] = epilogue.store(
+          epi_load_pipeline, epi_load_consumer_state, epi_store_pipeline, epi_store_producer_state, problem_shape_mnkl,
+          TileShape{}, blk_coord, accumulators, tiled_mma, mma_thread_idx, shared.tensors.epilogue);
+      epilogue.store_tail(epi_load_pipeline, epi_load_state_next, epi_store_pipeline, epi_store_state_next);
+    }
+#else
+    (void)params;
+    (void)smem;
+    __trap();  // wgmma and TMA need sm_90a
+#endif
+  }
+};
+
+}  // namespace cuactor::kernels::sm90
