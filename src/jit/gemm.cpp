@@ -94,12 +94,20 @@ Result<InstanceRequest> instance_request(const GemmSku& sku, std::optional<GpuAr
   if (kernels::is_stream_k(sku.schedule) && (sku.family != kernels::GemmFamily::dense || !sku.arch.arch_specific))
     return fail(errc::unsupported, fmt::format("SKU {}: schedule {} (stream-K) exists for dense sm_90a kernels only",
                                                sku.to_string(), name(sku.schedule)));
-  // The conv template has one schedule and one epilogue; GEMM templates do not know that schedule.
-  if (kernels::is_conv(sku.family) != (sku.schedule == kernels::GemmSchedule::warpspecialized))
-    return fail(errc::unsupported, fmt::format("SKU {}: schedule {} is for {}", sku.to_string(), name(sku.schedule),
-                                               kernels::is_conv(sku.family) ? "GEMM families (convolution takes "
-                                                                              "warpspecialized)"
-                                                                            : "convolution families only"));
+  // The conv template takes CUTLASS's one-warpgroup kernel (warpspecialized) or cuactor's cooperative
+  // one (two warpgroups: 128 rows or more); GEMM templates do not know warpspecialized.
+  if (kernels::is_conv(sku.family)) {
+    const bool conv_schedule = sku.schedule == kernels::GemmSchedule::warpspecialized ||
+                               (sku.schedule == kernels::GemmSchedule::cooperative && sku.tile.m >= 128);
+    if (!conv_schedule)
+      return fail(errc::unsupported,
+                  fmt::format("SKU {}: convolution takes schedule warpspecialized, or cooperative with tiles of 128 "
+                              "rows or more (not {} with {} rows)",
+                              sku.to_string(), name(sku.schedule), sku.tile.m));
+  } else if (sku.schedule == kernels::GemmSchedule::warpspecialized) {
+    return fail(errc::unsupported,
+                fmt::format("SKU {}: schedule warpspecialized is for convolution families only", sku.to_string()));
+  }
   if (kernels::is_conv(sku.family) && sku.epilogue != kernels::GemmEpilogue::linear_combination)
     return fail(errc::unsupported,
                 fmt::format("SKU {}: convolution instances compute linear_combination only", sku.to_string()));

@@ -126,9 +126,23 @@ TEST(JitGemm, ConvSkusRenderTheConvTemplate) {
   CUACTOR_ASSERT_OK_AND_ASSIGN(back, sku_of_identity(request.identity()));
   EXPECT_EQ(back, sku);
 
+  // The cooperative conv kernel renders the same template with its schedule tag.
+  GemmSku cooperative = sku;
+  cooperative.schedule = kernels::GemmSchedule::cooperative;
+  cooperative.tile = {256, 128, 64};
+  CUACTOR_ASSERT_OK_AND_ASSIGN(cooperative_request, instance_request(cooperative));
+  CUACTOR_ASSERT_OK_AND_ASSIGN(cooperative_rendered,
+                               render_template_file(kernels_dir() / request.template_name, cooperative_request.values));
+  EXPECT_NE(cooperative_rendered.find("tags::cooperative"), std::string::npos);
+  CUACTOR_ASSERT_OK_AND_ASSIGN(cooperative_back, sku_of_identity(cooperative_request.identity()));
+  EXPECT_EQ(cooperative_back, cooperative);
+
   // Schedules belong to their templates; conv has no sm_80 template and one epilogue.
   GemmSku wrong = sku;
-  wrong.schedule = kernels::GemmSchedule::cooperative;
+  wrong.schedule = kernels::GemmSchedule::pingpong;
+  EXPECT_EQ(instance_request(wrong).error(), errc::unsupported);
+  wrong = cooperative;
+  wrong.tile = {64, 128, 64};  // two warpgroups need 128 rows
   EXPECT_EQ(instance_request(wrong).error(), errc::unsupported);
   wrong = jit_only_sku();
   wrong.schedule = kernels::GemmSchedule::warpspecialized;
