@@ -275,6 +275,57 @@ TEST(ConvPlanCreate, OverrideIsHonoured) {
   }
 }
 
+// The heuristic by class of shape, as measured faster on an H100 (bench/conv_torch.py, session 10):
+// cooperative 256x128 for large outputs, 128x64 for 64 output channels, and for wgrad a 64-row
+// tile split over images when there are few filters, the cooperative tile split over rows for one
+// large image. Each expectation holds only when the catalog has the kernels it compares.
+TEST(ConvPlanCreate, HeuristicByClassOfShape) {
+  const auto has = [](const ConvSpec& spec, Shape3 tile, GemmSchedule schedule) {
+    return find_in_catalog(ConvPlan::sku_for(spec, kHopper, tile, {1, 1, 1}, schedule)) != nullptr;
+  };
+  const auto spec_of = [](ConvOperation op, std::int64_t n, std::int64_t hw, std::int64_t c, std::int64_t k) {
+    ConvSpec s = base_spec(op);
+    s.n = n;
+    s.h = s.w = hw;
+    s.c = c;
+    s.k = k;
+    s.r = s.s = 3;
+    s.pad_h = s.pad_w = 1;
+    return s;
+  };
+  ConvPlanOptions o;
+  o.sm_count = 132;
+  for (ConvOperation op : {ConvOperation::fprop, ConvOperation::dgrad}) {
+    SCOPED_TRACE(name(op));
+    const ConvSpec large = spec_of(op, 1, 256, 512, 512);
+    if (has(large, {256, 128, 64}, GemmSchedule::cooperative)) {
+      CUACTOR_ASSERT_OK_AND_ASSIGN(plan, ConvPlan::create(large, kHopper, o));
+      EXPECT_EQ(plan.sku().schedule, GemmSchedule::cooperative) << plan.sku().to_string();
+      EXPECT_EQ(plan.sku().tile.m, 256) << plan.sku().to_string();
+    }
+    const ConvSpec narrow = spec_of(op, 32, 56, 64, 64);
+    if (has(narrow, {128, 64, 64}, GemmSchedule::warpspecialized)) {
+      CUACTOR_ASSERT_OK_AND_ASSIGN(plan, ConvPlan::create(narrow, kHopper, o));
+      EXPECT_EQ(plan.sku().tile.n, 64) << plan.sku().to_string();
+    }
+  }
+  const ConvSpec few_filters = spec_of(ConvOperation::wgrad, 32, 56, 64, 64);
+  if (has(few_filters, {64, 128, 64}, GemmSchedule::warpspecialized)) {
+    CUACTOR_ASSERT_OK_AND_ASSIGN(plan, ConvPlan::create(few_filters, kHopper, o));
+    EXPECT_EQ(plan.sku().tile.m, 64) << plan.sku().to_string();
+    EXPECT_GE(plan.split().images, 16);
+    EXPECT_EQ(plan.split().rows, 1);
+  }
+  const ConvSpec one_image = spec_of(ConvOperation::wgrad, 1, 256, 512, 512);
+  if (has(one_image, {256, 128, 64}, GemmSchedule::cooperative)) {
+    CUACTOR_ASSERT_OK_AND_ASSIGN(plan, ConvPlan::create(one_image, kHopper, o));
+    EXPECT_EQ(plan.sku().schedule, GemmSchedule::cooperative) << plan.sku().to_string();
+    EXPECT_GT(plan.split().rows, 1);
+    EXPECT_EQ(plan.workspace_size(), static_cast<std::size_t>(plan.split().slices()) *
+                                         static_cast<std::size_t>(one_image.filter_elements()) * sizeof(float));
+  }
+}
+
 TEST(ConvPlanCreate, OverrideRules) {
   ConvPlanOptions o;
   o.sku_override = GemmSku{};  // a dense GEMM SKU
