@@ -35,6 +35,9 @@ constexpr std::int64_t kMinCorner = -128;
 constexpr std::int64_t kMaxCorner = 127;
 constexpr std::int64_t kMaxFilterOffset = 255;
 
+static_assert(kMaxConvSlices == CUACTOR_CONV_MAX_SLICES,
+              "the plan's slice cap is the instances' (conv_instance_abi.h)");
+
 /// Layouts of (A, B, C/D) of each operation's implicit GEMM.
 std::array<MatrixLayout, 3> layouts_of(ConvOperation op) {
   switch (op) {
@@ -81,16 +84,24 @@ double schedule_factor(const GemmSku& sku) {
   return sku.schedule == GemmSchedule::cooperative ? kCooperativeTime : 1.0;
 }
 
-double estimated_cost(const GemmSku& sku, const ConvSpec& spec, int sm_count) {
-  const auto [m, n] = gemm_mn(spec);
-  const auto tiles = ((m + sku.tile.m - 1) / sku.tile.m) * ((n + sku.tile.n - 1) / sku.tile.n);
-  const std::int64_t sms = sm_count > 0 ? sm_count : kDefaultSmCount;
-  return static_cast<double>((tiles + sms - 1) / sms) * sku.tile.m * sku.tile.n * small_tile_penalty(sku) *
-         schedule_factor(sku);
-}
-
 std::int64_t ceil_div(std::int64_t a, std::int64_t b) {
   return (a + b - 1) / b;
+}
+
+/// Output tiles of `sku` over the spec's implicit GEMM.
+std::int64_t output_tiles(const GemmSku& sku, const ConvSpec& spec) {
+  const auto [m, n] = gemm_mn(spec);
+  return ceil_div(m, sku.tile.m) * ceil_div(n, sku.tile.n);
+}
+
+/// The multiprocessors a plan counts on (the given count, else an H100's).
+std::int64_t planned_sms(int sm_count) {
+  return sm_count > 0 ? sm_count : kDefaultSmCount;
+}
+
+double estimated_cost(const GemmSku& sku, const ConvSpec& spec, int sm_count) {
+  return static_cast<double>(ceil_div(output_tiles(sku, spec), planned_sms(sm_count))) * sku.tile.m * sku.tile.n *
+         small_tile_penalty(sku) * schedule_factor(sku);
 }
 
 // Wgrad cost model (microseconds on an H100-class part; only its ordering matters), calibrated on
@@ -108,12 +119,9 @@ constexpr double kSumLaunchMicros = 2.0;
 
 /// Estimated time of wgrad with `sku` split as `split`.
 double wgrad_micros(const GemmSku& sku, const ConvSpec& s, ConvSplit split, int sm_count) {
-  const std::int64_t sms = sm_count > 0 ? sm_count : kDefaultSmCount;
-  const auto [m, n] = gemm_mn(s);
-  const std::int64_t tiles = ceil_div(m, sku.tile.m) * ceil_div(n, sku.tile.n);
   // The largest slice sets the length of a wave.
   const std::int64_t k_steps = ceil_div(ceil_div(s.n, split.images) * ceil_div(s.p(), split.rows) * s.q(), sku.tile.k);
-  const std::int64_t waves = ceil_div(tiles * split.slices(), sms);
+  const std::int64_t waves = ceil_div(output_tiles(sku, s) * split.slices(), planned_sms(sm_count));
   const double flop_per_micro = size_bits(s.element) == 32 ? kFlopPerMicro16 / 2 : kFlopPerMicro16;
   const double step = 2.0 * sku.tile.m * sku.tile.n * sku.tile.k / flop_per_micro *
                       (sku.tile.m < 128 ? kShortTilePenalty : 1.0) * schedule_factor(sku);
@@ -131,24 +139,25 @@ bool rows_can_split(const ConvSpec& s) {
   return s.pad_h <= s.dilation_h * (s.r - 1);
 }
 
+/// A wgrad split and its estimated time.
+struct WgradChoice {
+  ConvSplit split;
+  double micros = 0;
+};
+
 /// The split of the least estimated time: image ranges, or, when every image is its own slice,
 /// row ranges within each image too.
-ConvSplit best_wgrad_split(const GemmSku& sku, const ConvSpec& s, int sm_count, double* micros = nullptr) {
-  ConvSplit best;
-  double best_micros = wgrad_micros(sku, s, best, sm_count);
+WgradChoice best_wgrad_split(const GemmSku& sku, const ConvSpec& s, int sm_count) {
+  WgradChoice best{ConvSplit{}, wgrad_micros(sku, s, ConvSplit{}, sm_count)};
   const auto consider = [&](ConvSplit c) {
     const double t = wgrad_micros(sku, s, c, sm_count);
-    if (t < best_micros) {
-      best = c;
-      best_micros = t;
-    }
+    if (t < best.micros) best = {c, t};
   };
   for (std::int64_t images = 2; images <= std::min<std::int64_t>(s.n, kMaxConvSlices); ++images)
     consider({static_cast<int>(images), 1});
   if (s.n <= kMaxConvSlices / 2 && rows_can_split(s))
     for (std::int64_t rows = 2; rows <= std::min<std::int64_t>(s.p(), kMaxConvSlices / s.n); ++rows)
       consider({static_cast<int>(s.n), static_cast<int>(rows)});
-  if (micros != nullptr) *micros = best_micros;
   return best;
 }
 
@@ -492,11 +501,9 @@ Result<ConvPlan> ConvPlan::create(const ConvSpec& spec, GpuArch device_arch, con
     double best_cost = 0;
     for (const CatalogEntry& e : catalog()) {
       if (!sku_computes(e.sku, spec) || !runs_on(e.sku, device_arch)) continue;
-      double cost = 0;
-      if (spec.operation == ConvOperation::wgrad)
-        best_wgrad_split(e.sku, spec, options.sm_count, &cost);
-      else
-        cost = estimated_cost(e.sku, spec, options.sm_count);
+      const double cost = spec.operation == ConvOperation::wgrad
+                              ? best_wgrad_split(e.sku, spec, options.sm_count).micros
+                              : estimated_cost(e.sku, spec, options.sm_count);
       if (chosen == nullptr || cost < best_cost) {
         chosen = &e;
         best_cost = cost;
@@ -537,7 +544,7 @@ Result<ConvPlan> ConvPlan::finish(const ConvSpec& spec, GpuArch arch, const Gemm
     split = *options.split_override;
     CUACTOR_TRY(check_split(spec, split));
   } else if (spec.operation == ConvOperation::wgrad) {
-    split = best_wgrad_split(sku, spec, options.sm_count);
+    split = best_wgrad_split(sku, spec, options.sm_count).split;
   }
   // can_implement and workspace_size read the problem only; a set SM count keeps the instance from
   // querying the device, so plans can be made on a machine without one.
