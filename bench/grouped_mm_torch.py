@@ -10,6 +10,11 @@ cuactor.grouped_mm and torch._grouped_mm are timed on those tensors with CUDA ev
 of many repetitions). fp8 rows time cuactor.scaled_grouped_mm (per-tensor scales; torch's fp8 grouped
 GEMM takes row-wise scales, a different computation, so it is not compared).
 
+The tensors hold the bit patterns of the C++ benchmark's fill (`fill_random` in
+tools/cuactor/bench_util.hpp): tensor-core power, and so the clock, depends on the data, most of all
+in fp8, so Python and C++ are compared on the same distribution. The "py randn" column times
+cuactor once more on torch.randn data (cast to the dtype) to show how much the data alone moves it.
+
 Usage: bench/grouped_mm_torch.py [--out DIR] [--cuactor PATH] [--reps N] [--overhead-calls N]
 Needs the cuactor package importable (PYTHONPATH=<build>/python, or `pip install .`).
 """
@@ -55,6 +60,21 @@ def time_gpu(fn, reps, warmup, torch):
         stops[i].record()
     torch.cuda.synchronize()
     return statistics.median(s.elapsed_time(e) for s, e in zip(starts, stops))
+
+
+def cpp_fill(torch, shape, dtype, seed):
+    """A tensor with the bit patterns of the C++ benchmark's fill_random: bf16 / f16 with a random sign and
+    mantissa and magnitude 0.5..2 ((r & 0x80ff) | 0x3f00 on the 16 bits), e4m3 bytes r & 0xb7 (never NaN nor
+    large). Same distribution, not the same values."""
+    g = torch.Generator(device="cuda")
+    g.manual_seed(seed)
+    if dtype == torch.float8_e4m3fn:
+        r = torch.randint(0, 256, shape, device="cuda", dtype=torch.uint8, generator=g)
+        return (r & 0xB7).view(torch.float8_e4m3fn)
+    r = torch.randint(0, 1 << 16, shape, device="cuda", dtype=torch.int32, generator=g)
+    bits = (r & 0x80FF) | 0x3F00
+    bits = torch.where(bits >= 1 << 15, bits - (1 << 16), bits)  # as int16, two's complement
+    return bits.to(torch.int16).view(dtype)
 
 
 def time_host(fns, calls, torch, block=100):
@@ -131,8 +151,9 @@ def main():
              "cuactor from Python and torch run on the same tensors",
              "C++ host / C++ dev: cuactor from C++ with group sizes from the host / read from offs on the device "
              "(the latter is what cuactor.grouped_mm runs)",
-             f"{'shape (groups, rows, N, K)':<28} {'dtype':<5} {'cuactor py':>10} {'C++ host':>9} {'C++ dev':>8} "
-             f"{'torch._grouped_mm':>18} {'ratio':>6} {'cuBLAS-loop':>11} {'cuBLAS-grp':>10}  cuactor SKU"]
+             "py randn: cuactor from Python on torch.randn data instead of the C++ fill's patterns",
+             f"{'shape (groups, rows, N, K)':<28} {'dtype':<5} {'cuactor py':>10} {'py randn':>8} {'C++ host':>9} "
+             f"{'C++ dev':>8} {'torch._grouped_mm':>18} {'ratio':>6} {'cuBLAS-loop':>11} {'cuBLAS-grp':>10}  cuactor SKU"]
     results = []
     for r in rows:
         if "error" in r:
@@ -143,43 +164,49 @@ def main():
         def tflops(ms, r=r):
             return r["flops"] / (ms * 1e-3) / 1e12 if ms and ms > 0 else 0.0
 
-        py_ms = torch_ms = None
+        py_ms = randn_ms = torch_ms = None
         note = "alternative SKU (C++ only), not the plan's choice" if r.get("alt") else ""
         if not r.get("alt"):
             g, n, k, total = len(r["rows"]), r["n"], r["k"], sum(r["rows"])
             offs = torch.cumsum(torch.tensor(r["rows"], device="cuda", dtype=torch.int32), 0, dtype=torch.int32)
             try:
-                if r["dtype"] == "bf16":
-                    a = torch.randn(total, k, device="cuda", dtype=torch.bfloat16)
-                    w = torch.randn(g, n, k, device="cuda", dtype=torch.bfloat16).transpose(-2, -1)  # experts N x K
+                if r["dtype"] in ("bf16", "e4m3"):
+                    fp8 = r["dtype"] == "e4m3"
+                    dtype = torch.float8_e4m3fn if fp8 else torch.bfloat16
                     out = torch.empty(total, n, device="cuda", dtype=torch.bfloat16)
-                    py_ms = time_gpu(lambda: cuactor.grouped_mm(a, w, offs, out=out), args.reps, args.warmup, torch)
-                    if has_grouped_mm:
+                    sa, sb = torch.ones(1, device="cuda"), torch.ones(g, device="cuda")
+
+                    def run(a, w):
+                        if fp8:
+                            return cuactor.scaled_grouped_mm(a, w, sa, sb, offs, out=out)
+                        return cuactor.grouped_mm(a, w, offs, out=out)
+
+                    a = cpp_fill(torch, (total, k), dtype, 1)
+                    w = cpp_fill(torch, (g, n, k), dtype, 2).transpose(-2, -1)  # experts N x K
+                    py_ms = time_gpu(lambda: run(a, w), args.reps, args.warmup, torch)
+                    if fp8:
+                        note = "torch's fp8 grouped GEMM takes row-wise scales: not compared"
+                    elif has_grouped_mm:
                         torch_ms = time_gpu(lambda: torch._grouped_mm(a, w, offs=offs, out_dtype=torch.bfloat16),
                                             args.reps, args.warmup, torch)
                     else:
                         note = "this torch has no _grouped_mm"
-                    del a, w, out
-                elif r["dtype"] == "e4m3":
-                    a = torch.randn(total, k, device="cuda").to(torch.float8_e4m3fn)
-                    w = torch.randn(g, n, k, device="cuda").to(torch.float8_e4m3fn).transpose(-2, -1)
-                    sa, sb = torch.ones(1, device="cuda"), torch.ones(g, device="cuda")
-                    out = torch.empty(total, n, device="cuda", dtype=torch.bfloat16)
-                    py_ms = time_gpu(lambda: cuactor.scaled_grouped_mm(a, w, sa, sb, offs, out=out), args.reps,
-                                     args.warmup, torch)
-                    note = "torch's fp8 grouped GEMM takes row-wise scales: not compared"
+                    a = torch.randn(total, k, device="cuda").to(dtype)
+                    w = torch.randn(g, n, k, device="cuda").to(dtype).transpose(-2, -1)
+                    randn_ms = time_gpu(lambda: run(a, w), args.reps, args.warmup, torch)
                     del a, w, out
             except Exception as e:  # report, keep the other rows
                 note = f"failed: {type(e).__name__}: {e}"
             torch.cuda.empty_cache()
         ratio = f"{torch_ms / py_ms:.2f}x" if torch_ms and py_ms else "-"
         lines.append(f"{r['shape']:<28} {r['dtype']:<5} "
-                     f"{(f'{tflops(py_ms):.1f}' if py_ms else '-'):>10} {tflops(r['cuactor_ms']):>9.1f} "
+                     f"{(f'{tflops(py_ms):.1f}' if py_ms else '-'):>10} "
+                     f"{(f'{tflops(randn_ms):.1f}' if randn_ms else '-'):>8} {tflops(r['cuactor_ms']):>9.1f} "
                      f"{tflops(r.get('cuactor_device_sized_ms', 0)):>8.1f} "
                      f"{(f'{tflops(torch_ms):.1f}' if torch_ms else '-'):>18} {ratio:>6} "
                      f"{tflops(r['cublas_loop_ms']):>11.1f} {tflops(r['cublas_grouped_ms']):>10.1f}  "
                      f"{r['sku']}" + (f"  ({note})" if note else ""))
-        results.append(dict(r, cuactor_python_ms=py_ms, torch_ms=torch_ms, note=note))
+        results.append(dict(r, cuactor_python_ms=py_ms, cuactor_python_randn_ms=randn_ms, torch_ms=torch_ms, note=note))
 
     oh = host_overhead(cuactor, torch, args.overhead_calls)
     lines += ["", f"host time per Python call, {oh['shape']} (median of {args.overhead_calls} calls):",

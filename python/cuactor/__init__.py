@@ -58,35 +58,6 @@ def _torch_of(x: Any) -> Any:
     return torch if torch is not None and isinstance(x, torch.Tensor) else None
 
 
-_workspace_allocators: dict[Any, Any] = {}
-
-
-def _torch_context(torch: Any, a: Any, stream: int | None, name: str = "a") -> tuple[int, Any]:
-    """(stream handle, workspace allocator) for torch operands on ``a``'s device."""
-    index = a.get_device()
-    if index < 0:
-        raise InvalidArgumentError(f"{name} (a tensor on {a.device}): must be in CUDA device memory")
-    if stream is None:
-        stream = torch._C._cuda_getCurrentRawStream(index)
-    alloc = _workspace_allocators.get(index)
-    if alloc is None:
-        raw_alloc = getattr(torch._C, "_cuda_cudaCachingAllocator_raw_alloc", None)
-        raw_delete = getattr(torch._C, "_cuda_cudaCachingAllocator_raw_delete", None)
-        if raw_alloc is not None and raw_delete is not None:
-            # The caching allocator's raw pair: stream-ordered like a tensor (a capture draws from the
-            # graph's pool) without building one per call. Allocates on the current device, which the
-            # extension sets to the operands' before asking.
-            alloc = (raw_alloc, raw_delete)
-        else:
-            device = torch.device("cuda", index)
-
-            def alloc(nbytes: int) -> Any:
-                return torch.empty(nbytes, dtype=torch.uint8, device=device)
-
-        _workspace_allocators[index] = alloc
-    return int(stream), alloc
-
-
 def _ndim(x: Any) -> int:
     n = getattr(x, "ndim", None)
     return int(n) if n is not None else len(x.shape)
@@ -118,16 +89,6 @@ def _prepare_out(torch: Any, a: Any, shape: tuple[int, ...], out: Any, out_dtype
     if tuple(out.shape) != shape:
         raise InvalidArgumentError(f"out: shape {tuple(out.shape)}, the result has shape {shape}")
     return out
-
-
-def _context(torch: Any, a: Any, stream: int | None, name: str = "a") -> tuple[int, Any]:
-    if torch is not None:
-        return _torch_context(torch, a, stream, name)
-    if stream is None:
-        raise InvalidArgumentError("stream=None: for tensors other than torch's, pass the stream to run on as an "
-                                   "integer cudaStream_t (CuPy: cupy.cuda.get_current_stream().ptr; 0 = legacy "
-                                   "default stream)")
-    return int(stream), None
 
 
 def mm(a: Any, b: Any, out: Any = None, out_dtype: Any = None, *, epilogue: str | None = None, c: Any = None,
@@ -162,9 +123,8 @@ def mm(a: Any, b: Any, out: Any = None, out_dtype: Any = None, *, epilogue: str 
                                    f"{_ndim(b)}")
     shape = (*tuple(a.shape[:-1]), int(b.shape[-1]))
     out = _prepare_out(torch, a, tuple(int(s) for s in shape), out, out_dtype, getattr(a, "dtype", None))
-    s, alloc = _context(torch, a, stream)
     lo, hi = clamp if clamp is not None else (-3.4028234663852886e38, 3.4028234663852886e38)
-    _core.mm(a, b, out, s, alloc, epilogue, c, row_scale, col_scale, row_bias, col_bias, amax, float(alpha),
+    _core.mm(a, b, out, stream, None, epilogue, c, row_scale, col_scale, row_bias, col_bias, amax, float(alpha),
              float(beta), float(lo), float(hi))
     return out
 
@@ -191,8 +151,7 @@ def moe_expert_ffn(x: Any, w_gate_up: Any, w_down: Any, offs: Any, routing_weigh
     """
     torch = _torch_of(x)
     out = _prepare_out(torch, x, (int(x.shape[0]), int(x.shape[1])), out, None, getattr(x, "dtype", None))
-    s, alloc = _context(torch, x, stream)
-    _core.moe_expert_ffn(x, w_gate_up, w_down, offs, routing_weights, out, s, alloc)
+    _core.moe_expert_ffn(x, w_gate_up, w_down, offs, routing_weights, out, stream)
     return out
 
 
@@ -237,11 +196,10 @@ def grouped_mm(a: Any, b: Any, offs: Any = None, out: Any = None, out_dtype: Any
                                "of rows of a, offs) and 3-D x 3-D (batched); 2-D x 2-D (groups along K) and 3-D x 2-D "
                                "(groups along N) are not in the library")
     out = _prepare_out(torch, a, shape, out, out_dtype, getattr(a, "dtype", None))
-    s, alloc = _context(torch, a, stream)
     if na == 2:
-        _core.grouped_mm(a, b, offs, out, s, alloc)
+        _core.grouped_mm(a, b, offs, out, stream)
     else:
-        _core.mm(a, b, out, s, alloc)
+        _core.mm(a, b, out, stream)
     return out
 
 
@@ -269,8 +227,7 @@ def scaled_grouped_mm(a: Any, b: Any, scale_a: Any, scale_b: Any, offs: Any = No
     shape = (int(a.shape[0]), int(b.shape[2]))
     default = torch.bfloat16 if torch is not None else None
     out = _prepare_out(torch, a, shape, out, out_dtype, default)
-    s, alloc = _context(torch, a, stream)
-    _core.grouped_mm(a, b, offs, out, s, alloc, scale_a, scale_b, ab_dtype)
+    _core.grouped_mm(a, b, offs, out, stream, None, scale_a, scale_b, ab_dtype)
     return out
 
 
@@ -329,14 +286,13 @@ def _require_dy_shape(dy_shape: tuple[int, ...], hw: tuple[int, int], rs: tuple[
                                    f"dilation={params[2]} gives P x Q = {want[0]} x {want[1]}")
 
 
-def _conv_launch(run: Any, a: Any, b: Any, name: str, shape: tuple[int, ...], params: tuple[tuple[int, int], ...],
+def _conv_launch(run: Any, a: Any, b: Any, shape: tuple[int, ...], params: tuple[tuple[int, int], ...],
                  out: Any, stream: int | None) -> Any:
     """Allocates the result (torch, out=None) and runs ``run`` (a _core.conv2d* function) on the stream."""
     torch = _torch_of(a)
     out = _prepare_out(torch, a, shape, out, None, getattr(a, "dtype", None),
                        "on the device of the inputs, packed with the channels contiguous")
-    handle, alloc = _context(torch, a, stream, name)
-    run(a, b, out, handle, *params, alloc)
+    run(a, b, out, stream, *params)
     return out
 
 
@@ -364,7 +320,7 @@ def conv2d(x: Any, w: Any, *, stride: int | tuple[int, int] = 1, padding: int | 
     k, r, s, _ = _shape4("w", w, "K x R x S x C")
     params = _conv_params(stride, padding, dilation)
     p, q = _conv_output_hw((h, wd), (r, s), *params)
-    return _conv_launch(_core.conv2d, x, w, "x", (n, p, q, k), params, out, stream)
+    return _conv_launch(_core.conv2d, x, w, (n, p, q, k), params, out, stream)
 
 
 def conv2d_backward_data(dy: Any, w: Any, input_hw: int | tuple[int, int], *, stride: int | tuple[int, int] = 1,
@@ -386,7 +342,7 @@ def conv2d_backward_data(dy: Any, w: Any, input_hw: int | tuple[int, int], *, st
     hw = _pair("input_hw", input_hw, 1)
     params = _conv_params(stride, padding, dilation)
     _require_dy_shape(dy_shape, hw, (r, s), params, f"input_hw={hw} and the filter {r}x{s}")
-    return _conv_launch(_core.conv2d_backward_data, dy, w, "dy", (dy_shape[0], *hw, c), params, out, stream)
+    return _conv_launch(_core.conv2d_backward_data, dy, w, (dy_shape[0], *hw, c), params, out, stream)
 
 
 def conv2d_backward_weight(dy: Any, x: Any, filter_rs: int | tuple[int, int], *, stride: int | tuple[int, int] = 1,
@@ -406,4 +362,4 @@ def conv2d_backward_weight(dy: Any, x: Any, filter_rs: int | tuple[int, int], *,
     rs = _pair("filter_rs", filter_rs, 1)
     params = _conv_params(stride, padding, dilation)
     _require_dy_shape(dy_shape, (h, wd), rs, params, f"x's {h}x{wd} and filter_rs={rs}")
-    return _conv_launch(_core.conv2d_backward_weight, dy, x, "dy", (dy_shape[3], *rs, c), params, out, stream)
+    return _conv_launch(_core.conv2d_backward_weight, dy, x, (dy_shape[3], *rs, c), params, out, stream)

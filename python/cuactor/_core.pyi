@@ -9,14 +9,14 @@ def info_json(with_actor_stats: bool = False, indent: int = -1) -> str:
 def version() -> str:
     """The cuactor library version."""
 
-def mm(a: object | None, b: object | None, out: object | None, stream: int, alloc: object | None = None, epilogue: str | None = None, c: object | None = None, row_scale: object | None = None, col_scale: object | None = None, row_bias: object | None = None, col_bias: object | None = None, amax: object | None = None, alpha: float = 1.0, beta: float = 0.0, clamp_lo: float = -3.4028234663852886e+38, clamp_hi: float = 3.4028234663852886e+38) -> None:
+def mm(a: object | None, b: object | None, out: object | None, stream: int | None, alloc: object | None = None, epilogue: str | None = None, c: object | None = None, row_scale: object | None = None, col_scale: object | None = None, row_bias: object | None = None, col_bias: object | None = None, amax: object | None = None, alpha: float = 1.0, beta: float = 0.0, clamp_lo: float = -3.4028234663852886e+38, clamp_hi: float = 3.4028234663852886e+38) -> None:
     """
-    out = epilogue(a @ b) on `stream` (a cudaStream_t as an integer) with a GemmPlan: rank 2 (M, K) x (K, N) -> (M, N), or rank 3 with a common batch. `epilogue` is a tree token such as 'silu(add(acc,colbias))' whose operands are c (out's shape and dtype), row_scale / col_scale (float32, M / N values), row_bias / col_bias (out's dtype, M / N values), amax (one float32, max-reduced), alpha, beta and the clamp bounds; trees the catalog lacks are compiled by the JIT on first use. `alloc` gives the plan's workspace, if any: alloc(nbytes) returning a device tensor, or a pair (raw_alloc(nbytes, stream) -> int, raw_delete(ptr)) (default: the device's pool). Raises the cuactor.errors class of the failure.
+    out = epilogue(a @ b) on `stream` (a cudaStream_t as an integer; None: torch's current stream for torch tensors) with a GemmPlan: rank 2 (M, K) x (K, N) -> (M, N), or rank 3 with a common batch. `epilogue` is a tree token such as 'silu(add(acc,colbias))' whose operands are c (out's shape and dtype), row_scale / col_scale (float32, M / N values), row_bias / col_bias (out's dtype, M / N values), amax (one float32, max-reduced), alpha, beta and the clamp bounds; trees the catalog lacks are compiled by the JIT on first use. `alloc` gives the plan's workspace, if any: alloc(nbytes) returning a device tensor, or a pair (raw_alloc(nbytes, stream) -> int, raw_delete(ptr)) (default: torch's caching allocator for torch tensors, else the device's pool). Raises the cuactor.errors class of the failure.
     """
 
-def moe_expert_ffn(x: object | None, w_gate_up: object | None, w_down: object | None, offs: object | None, routing_weights: object | None, out: object | None, stream: int, alloc: object | None = None) -> None:
+def moe_expert_ffn(x: object | None, w_gate_up: object | None, w_down: object | None, offs: object | None, routing_weights: object | None, out: object | None, stream: int | None, alloc: object | None = None) -> None:
     """
-    The mixture-of-experts expert FFN on `stream`: x (T, H) rows grouped by expert, w_gate_up (E, 2F, H) (gate rows then up rows per expert), w_down (E, H, F), offs (E,) int32 cumulative end rows in device memory, routing_weights (T,) float32 or None, out (T, H): out = w * (silu(x Wg^T) * (x Wu^T)) Wd^T per expert.
+    The mixture-of-experts expert FFN on `stream` (as for mm): x (T, H) rows grouped by expert, w_gate_up (E, 2F, H) (gate rows then up rows per expert), w_down (E, H, F), offs (E,) int32 cumulative end rows in device memory, routing_weights (T,) float32 or None, out (T, H): out = w * (silu(x Wg^T) * (x Wu^T)) Wd^T per expert.
     """
 
 def grouped_mm_torch(a: object | None, b: object | None, offs: object | None, out_dtype: object | None) -> object:
@@ -24,22 +24,22 @@ def grouped_mm_torch(a: object | None, b: object | None, offs: object | None, ou
     cuactor.grouped_mm's torch fast path (out=None, torch's current stream): the new output tensor, or None when the operands need the general path (which also raises the errors).
     """
 
-def grouped_mm(a: object | None, b: object | None, offs: object | None, out: object | None, stream: int, alloc: object | None = None, scale_a: object | None = None, scale_b: object | None = None, ab_dtype: str | None = None) -> None:
+def grouped_mm(a: object | None, b: object | None, offs: object | None, out: object | None, stream: int | None, alloc: object | None = None, scale_a: object | None = None, scale_b: object | None = None, ab_dtype: str | None = None) -> None:
     """
-    torch._grouped_mm's 2-D x 3-D case on `stream`: a (T, K), b (G, K, N), offs (G,) int32 cumulative end rows in device memory, out (T, N); rows past offs[-1] are not written. fp8 (e4m3) inputs take scale_a (1 or G float32) and scale_b (G float32); `ab_dtype` reinterprets a's and b's storage (fp8 passed as uint8). `alloc` gives the workspace: a callable alloc(nbytes) returning a device tensor, or a pair (raw_alloc(nbytes, stream) -> int, raw_delete(ptr)) of a stream-ordered allocator (default: the device's pool).
-    """
-
-def conv2d(x: object | None, w: object | None, out: object | None, stream: int, stride: Sequence[int], padding: Sequence[int], dilation: Sequence[int], alloc: object | None = None) -> None:
-    """
-    Convolution forward on `stream` (a cudaStream_t as an integer) with a cached ConvPlan: out (N, P, Q, K) = conv(x (N, H, W, C), w (K, R, S, C)); `stride`, `padding` (symmetric) and `dilation` are (height, width) pairs. Every tensor is packed in the order of its dimensions (channels contiguous) and on one CUDA device. `alloc` gives the plan's workspace, if any, as for mm (default: stream-ordered from the device's pool). Raises the cuactor.errors class of the failure.
+    torch._grouped_mm's 2-D x 3-D case on `stream` (as for mm): a (T, K), b (G, K, N), offs (G,) int32 cumulative end rows in device memory, out (T, N); rows past offs[-1] are not written. fp8 (e4m3) inputs take scale_a (1 or G float32) and scale_b (G float32); `ab_dtype` reinterprets a's and b's storage (fp8 passed as uint8). `alloc` gives the workspace: a callable alloc(nbytes) returning a device tensor, or a pair (raw_alloc(nbytes, stream) -> int, raw_delete(ptr)) of a stream-ordered allocator (default as for mm).
     """
 
-def conv2d_backward_data(dy: object | None, w: object | None, out: object | None, stream: int, stride: Sequence[int], padding: Sequence[int], dilation: Sequence[int], alloc: object | None = None) -> None:
+def conv2d(x: object | None, w: object | None, out: object | None, stream: int | None, stride: Sequence[int], padding: Sequence[int], dilation: Sequence[int], alloc: object | None = None) -> None:
+    """
+    Convolution forward on `stream` (a cudaStream_t as an integer; None: torch's current stream for torch tensors) with a cached ConvPlan: out (N, P, Q, K) = conv(x (N, H, W, C), w (K, R, S, C)); `stride`, `padding` (symmetric) and `dilation` are (height, width) pairs. Every tensor is packed in the order of its dimensions (channels contiguous) and on one CUDA device. `alloc` gives the plan's workspace, if any, as for mm (default: torch's caching allocator for torch tensors, else stream-ordered from the device's pool). Raises the cuactor.errors class of the failure.
+    """
+
+def conv2d_backward_data(dy: object | None, w: object | None, out: object | None, stream: int | None, stride: Sequence[int], padding: Sequence[int], dilation: Sequence[int], alloc: object | None = None) -> None:
     """
     Convolution data gradient, as conv2d: out = dx (N, H, W, C) from dy (N, P, Q, K) and w (K, R, S, C); H and W are out's.
     """
 
-def conv2d_backward_weight(dy: object | None, x: object | None, out: object | None, stream: int, stride: Sequence[int], padding: Sequence[int], dilation: Sequence[int], alloc: object | None = None) -> None:
+def conv2d_backward_weight(dy: object | None, x: object | None, out: object | None, stream: int | None, stride: Sequence[int], padding: Sequence[int], dilation: Sequence[int], alloc: object | None = None) -> None:
     """
     Convolution filter gradient, as conv2d: out = dw (K, R, S, C) from dy (N, P, Q, K) and x (N, H, W, C); R and S are out's.
     """

@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <nanobind/stl/array.h>
+#include <nanobind/stl/optional.h>
 
 #include <array>
 #include <cstdint>
@@ -76,11 +77,12 @@ void require_extent(const TensorArg& t, std::size_t dim, const TensorArg& from, 
 }
 
 /// One convolution: imports and checks `a`, `b` (the inputs) and `out` (the result) in the roles of
-/// `op`, plans it (cached) and enqueues it on `stream_handle`.
+/// `op`, plans it (cached) and enqueues it on `stream` (see LaunchSource).
 void conv(kernels::ConvOperation op, nb::handle a_obj, nb::handle b_obj, nb::handle out_obj,
-          std::uintptr_t stream_handle, const Pair& stride, const Pair& padding, const Pair& dilation,
-          nb::handle alloc) {
+          std::optional<std::uintptr_t> stream, const Pair& stride, const Pair& padding, const Pair& dilation,
+          nb::handle alloc_obj) {
   using kernels::ConvOperation;
+  const LaunchSource source(stream, alloc_obj, a_obj);
   const ConvRoles roles = roles_of(op);
   const TensorArg a = import_tensor(a_obj, roles.a), b = import_tensor(b_obj, roles.b),
                   out = import_tensor(out_obj, "out");
@@ -146,10 +148,10 @@ void conv(kernels::ConvOperation op, nb::handle a_obj, nb::handle b_obj, nb::han
   check(plan.check_buffer_sizes(bytes(*x, t.x != nullptr), bytes(*w, t.w != nullptr), bytes(*dy, t.dy != nullptr),
                                 bytes(out, true), 0));
   const DeviceGuard guard(a.device);
-  const cudaStream_t stream = stream_from(stream_handle);
+  const Launch launch = source.on(a.device);
   std::optional<Workspace> ws;
-  if (plan.workspace_size() > 0) ws.emplace(plan.workspace_size(), alloc, stream, a.device);
-  check(plan.run(t, ws ? ws->data() : nullptr, ws ? ws->bytes() : 0, stream));
+  if (plan.workspace_size() > 0) ws.emplace(plan.workspace_size(), launch.alloc, launch.stream, a.device);
+  check(plan.run(t, ws ? ws->data() : nullptr, ws ? ws->bytes() : 0, launch.stream));
 }
 
 }  // namespace
@@ -164,10 +166,12 @@ void bind_conv(nb::module_& m) {
   };
   const Binding bindings[] = {
       {"conv2d", kernels::ConvOperation::fprop, "x", "w",
-       "Convolution forward on `stream` (a cudaStream_t as an integer) with a cached ConvPlan: out (N, P, Q, K) = "
+       "Convolution forward on `stream` (a cudaStream_t as an integer; None: torch's current stream for torch tensors) "
+       "with a cached ConvPlan: out (N, P, Q, K) = "
        "conv(x (N, H, W, C), w (K, R, S, C)); `stride`, `padding` (symmetric) and `dilation` are (height, width) "
        "pairs. Every tensor is packed in the order of its dimensions (channels contiguous) and on one CUDA device. "
-       "`alloc` gives the plan's workspace, if any, as for mm (default: stream-ordered from the device's pool). Raises "
+       "`alloc` gives the plan's workspace, if any, as for mm (default: torch's caching allocator for torch tensors, "
+       "else stream-ordered from the device's pool). Raises "
        "the cuactor.errors class of the failure."},
       {"conv2d_backward_data", kernels::ConvOperation::dgrad, "dy", "w",
        "Convolution data gradient, as conv2d: out = dx (N, H, W, C) from dy (N, P, Q, K) and w (K, R, S, C); H and W "
@@ -179,10 +183,10 @@ void bind_conv(nb::module_& m) {
   for (const Binding& d : bindings)
     m.def(
         d.name,
-        [op = d.op](nb::handle a, nb::handle b, nb::handle out, std::uintptr_t stream, const Pair& stride,
-                    const Pair& padding, const Pair& dilation,
+        [op = d.op](nb::handle a, nb::handle b, nb::handle out, std::optional<std::uintptr_t> stream,
+                    const Pair& stride, const Pair& padding, const Pair& dilation,
                     nb::handle alloc) { conv(op, a, b, out, stream, stride, padding, dilation, alloc); },
-        nb::arg(d.a).none(), nb::arg(d.b).none(), nb::arg("out").none(), nb::arg("stream"), nb::arg("stride"),
+        nb::arg(d.a).none(), nb::arg(d.b).none(), nb::arg("out").none(), nb::arg("stream").none(), nb::arg("stride"),
         nb::arg("padding"), nb::arg("dilation"), nb::arg("alloc").none() = nb::none(), d.doc);
 }
 

@@ -109,10 +109,11 @@ const void* epilogue_vector(nb::handle obj, const char* what, std::int64_t lengt
 
 /// Dense or batched GEMM: out = epilogue(a @ b) for rank 2 (M, K) x (K, N), or rank 3 with a common
 /// batch; the epilogue is the default linear combination or a tree token ([K8]) with its operands.
-void mm(nb::handle a_obj, nb::handle b_obj, nb::handle out_obj, std::uintptr_t stream_handle, nb::handle alloc,
-        std::optional<std::string> epilogue, nb::handle c_obj, nb::handle row_scale, nb::handle col_scale,
-        nb::handle row_bias, nb::handle col_bias, nb::handle amax, float alpha, float beta, float clamp_lo,
-        float clamp_hi) {
+void mm(nb::handle a_obj, nb::handle b_obj, nb::handle out_obj, std::optional<std::uintptr_t> stream,
+        nb::handle alloc_obj, std::optional<std::string> epilogue, nb::handle c_obj, nb::handle row_scale,
+        nb::handle col_scale, nb::handle row_bias, nb::handle col_bias, nb::handle amax, float alpha, float beta,
+        float clamp_lo, float clamp_hi) {
+  const LaunchSource source(stream, alloc_obj, a_obj);
   const TensorArg a = import_tensor(a_obj, "a"), b = import_tensor(b_obj, "b"), out = import_tensor(out_obj, "out");
   for (const TensorArg* t : {&a, &b, &out}) require_cuda(*t);
   if (a.ndim != 2 && a.ndim != 3)
@@ -208,27 +209,29 @@ void mm(nb::handle a_obj, nb::handle b_obj, nb::handle out_obj, std::uintptr_t s
                                 static_cast<std::size_t>(b.extent_bytes()), static_cast<std::size_t>(c_bytes),
                                 static_cast<std::size_t>(out.extent_bytes())));
   const DeviceGuard guard(a.device);
-  const cudaStream_t stream = stream_from(stream_handle);
+  const Launch launch = source.on(a.device);
   std::optional<Workspace> ws;
-  if (plan.workspace_size() > 0) ws.emplace(plan.workspace_size(), alloc, stream, a.device);
-  check(plan.run(o, ws ? ws->data() : nullptr, ws ? ws->bytes() : 0, stream));
+  if (plan.workspace_size() > 0) ws.emplace(plan.workspace_size(), launch.alloc, launch.stream, a.device);
+  check(plan.run(o, ws ? ws->data() : nullptr, ws ? ws->bytes() : 0, launch.stream));
 }
 
 /// Plans (cached), prepares and enqueues validated grouped operands on `stream`.
-void run_grouped(const GroupedOperands& ops, cudaStream_t stream, nb::handle alloc) {
+void run_grouped(const GroupedOperands& ops, const LaunchSource& source) {
   auto plan = unwrap(grouped_plans().get(grouped_spec(ops)));
   auto prepared = unwrap(plan->prepare(device_sized(ops), grouped_scalars(ops)));
   const DeviceGuard guard(ops.device);
-  Workspace ws(prepared.workspace_size(), alloc, stream, ops.device);
-  check(prepared.run(stream, ws.data(), ws.bytes()));
+  const Launch launch = source.on(ops.device);
+  Workspace ws(prepared.workspace_size(), launch.alloc, launch.stream, ops.device);
+  check(prepared.run(launch.stream, ws.data(), ws.bytes()));
 }
 
 /// torch._grouped_mm's 2-D x 3-D case: out[offs[g-1]:offs[g]] = a[offs[g-1]:offs[g]] @ b[g].
-void grouped_mm(nb::handle a, nb::handle b, nb::handle offs, nb::handle out, std::uintptr_t stream_handle,
+void grouped_mm(nb::handle a, nb::handle b, nb::handle offs, nb::handle out, std::optional<std::uintptr_t> stream,
                 nb::handle alloc, nb::handle scale_a, nb::handle scale_b, std::optional<std::string> ab_dtype) {
+  const LaunchSource source(stream, alloc, a);
   run_grouped(import_grouped(a, b, offs, out, scale_a, scale_b,
                              ab_dtype ? std::optional(dtype_from_name(*ab_dtype)) : std::nullopt),
-              stream_from(stream_handle), alloc);
+              source);
 }
 
 /// cuactor.grouped_mm for torch tensors with out=None on torch's current stream, all in C++: the
@@ -265,8 +268,7 @@ nb::object grouped_mm_torch(nb::handle a_obj, nb::handle b_obj, nb::handle offs_
   else
     g.out = import_tensor(out, "out");
   check_grouped(g, nb::none(), nb::none());
-  const std::uintptr_t stream = nb::cast<std::uintptr_t>(torch->current_stream(g.device));
-  run_grouped(g, stream_from(stream), torch->raw_pair);
+  run_grouped(g, LaunchSource(std::nullopt, nb::none(), a_obj));
   return out;
 }
 
@@ -297,6 +299,24 @@ DeviceGuard::DeviceGuard(int device) {
 
 DeviceGuard::~DeviceGuard() {
   if (previous_ >= 0) (void)cudaSetDevice(previous_);
+}
+
+LaunchSource::LaunchSource(std::optional<std::uintptr_t> stream, nb::handle alloc, nb::handle operand) {
+  const TorchTypes* torch = torch_types();
+  const bool is_torch = torch != nullptr && PyObject_IsInstance(operand.ptr(), torch->tensor.ptr()) == 1;
+  if (stream) {
+    stream_ = stream_from(*stream);
+  } else if (!is_torch || !torch->current_stream.is_valid()) {
+    raise(errc::invalid_argument,
+          "stream=None: for tensors other than torch's, pass the stream to run on as an integer cudaStream_t (CuPy: "
+          "cupy.cuda.get_current_stream().ptr; 0 = legacy default stream)");
+  }
+  alloc_ = !alloc.is_none() || !is_torch || !torch->raw_pair.is_valid() ? alloc : nb::handle(torch->raw_pair);
+}
+
+Launch LaunchSource::on(int device) const {
+  if (stream_) return Launch{*stream_, alloc_};
+  return Launch{stream_from(nb::cast<std::uintptr_t>(torch_types()->current_stream(device))), alloc_};
 }
 
 Workspace::Workspace(std::size_t bytes, nb::handle alloc, cudaStream_t stream, int device) : stream_(stream) {
@@ -450,7 +470,9 @@ kernels::GroupedScalars grouped_scalars(const GroupedOperands& ops) {
 
 /// The expert FFN: out = w * (silu(x Wg^T) * (x Wu^T)) Wd^T per expert, rows grouped by expert.
 void moe_expert_ffn(nb::handle x_obj, nb::handle w_gate_up_obj, nb::handle w_down_obj, nb::handle offs_obj,
-                    nb::handle weights_obj, nb::handle out_obj, std::uintptr_t stream_handle, nb::handle alloc) {
+                    nb::handle weights_obj, nb::handle out_obj, std::optional<std::uintptr_t> stream,
+                    nb::handle alloc_obj) {
+  const LaunchSource source(stream, alloc_obj, x_obj);
   const TensorArg x0 = import_tensor(x_obj, "x");
   require_cuda(x0);
   const int device = x0.device;
@@ -497,31 +519,34 @@ void moe_expert_ffn(nb::handle x_obj, nb::handle w_gate_up_obj, nb::handle w_dow
   t.routing_weights = static_cast<const float*>(weights);
   t.out = out.data;
   const DeviceGuard guard(device);
-  const cudaStream_t stream = stream_from(stream_handle);
-  Workspace ws(std::max<std::size_t>(plan.workspace_size(), 256), alloc, stream, device);
-  check(plan.run(t, ws.data(), ws.bytes(), stream));
+  const Launch launch = source.on(device);
+  Workspace ws(std::max<std::size_t>(plan.workspace_size(), 256), launch.alloc, launch.stream, device);
+  check(plan.run(t, ws.data(), ws.bytes(), launch.stream));
 }
 
 void bind_ops(nb::module_& m) {
-  m.def("mm", &mm, nb::arg("a").none(), nb::arg("b").none(), nb::arg("out").none(), nb::arg("stream"),
+  m.def("mm", &mm, nb::arg("a").none(), nb::arg("b").none(), nb::arg("out").none(), nb::arg("stream").none(),
         nb::arg("alloc").none() = nb::none(), nb::arg("epilogue").none() = nb::none(), nb::arg("c").none() = nb::none(),
         nb::arg("row_scale").none() = nb::none(), nb::arg("col_scale").none() = nb::none(),
         nb::arg("row_bias").none() = nb::none(), nb::arg("col_bias").none() = nb::none(),
         nb::arg("amax").none() = nb::none(), nb::arg("alpha") = 1.0f, nb::arg("beta") = 0.0f,
         nb::arg("clamp_lo") = -3.4028234663852886e38f, nb::arg("clamp_hi") = 3.4028234663852886e38f,
-        "out = epilogue(a @ b) on `stream` (a cudaStream_t as an integer) with a GemmPlan: rank 2 (M, K) x (K, N) -> "
+        "out = epilogue(a @ b) on `stream` (a cudaStream_t as an integer; None: torch's current stream for torch "
+        "tensors) with a GemmPlan: rank 2 (M, K) x (K, N) -> "
         "(M, N), or rank 3 with a common batch. `epilogue` is a tree token such as 'silu(add(acc,colbias))' whose "
         "operands are c (out's shape and dtype), row_scale / col_scale (float32, M / N values), row_bias / col_bias "
         "(out's dtype, M / N values), amax (one float32, max-reduced), alpha, beta and the clamp bounds; trees the "
         "catalog lacks are compiled by the JIT on first use. `alloc` gives the plan's workspace, if any: alloc(nbytes) "
         "returning "
-        "a device tensor, or a pair (raw_alloc(nbytes, stream) -> int, raw_delete(ptr)) (default: the device's pool). "
+        "a device tensor, or a pair (raw_alloc(nbytes, stream) -> int, raw_delete(ptr)) (default: torch's caching "
+        "allocator for torch tensors, else the device's pool). "
         "Raises the cuactor.errors class of the "
         "failure.");
   m.def("moe_expert_ffn", &moe_expert_ffn, nb::arg("x").none(), nb::arg("w_gate_up").none(), nb::arg("w_down").none(),
-        nb::arg("offs").none(), nb::arg("routing_weights").none(), nb::arg("out").none(), nb::arg("stream"),
+        nb::arg("offs").none(), nb::arg("routing_weights").none(), nb::arg("out").none(), nb::arg("stream").none(),
         nb::arg("alloc").none() = nb::none(),
-        "The mixture-of-experts expert FFN on `stream`: x (T, H) rows grouped by expert, w_gate_up (E, 2F, H) (gate "
+        "The mixture-of-experts expert FFN on `stream` (as for mm): x (T, H) rows grouped by expert, w_gate_up (E, 2F, "
+        "H) (gate "
         "rows then up rows per expert), w_down (E, H, F), offs (E,) int32 cumulative end rows in device memory, "
         "routing_weights (T,) float32 or None, out (T, H): out = w * (silu(x Wg^T) * (x Wu^T)) Wd^T per expert.");
   m.def("grouped_mm_torch", &grouped_mm_torch, nb::arg("a").none(), nb::arg("b").none(), nb::arg("offs").none(),
@@ -529,14 +554,15 @@ void bind_ops(nb::module_& m) {
         "cuactor.grouped_mm's torch fast path (out=None, torch's current stream): the new output tensor, or None "
         "when the operands need the general path (which also raises the errors).");
   m.def("grouped_mm", &grouped_mm, nb::arg("a").none(), nb::arg("b").none(), nb::arg("offs").none(),
-        nb::arg("out").none(), nb::arg("stream"), nb::arg("alloc").none() = nb::none(),
+        nb::arg("out").none(), nb::arg("stream").none(), nb::arg("alloc").none() = nb::none(),
         nb::arg("scale_a").none() = nb::none(), nb::arg("scale_b").none() = nb::none(),
         nb::arg("ab_dtype").none() = nb::none(),
-        "torch._grouped_mm's 2-D x 3-D case on `stream`: a (T, K), b (G, K, N), offs (G,) int32 cumulative end rows "
+        "torch._grouped_mm's 2-D x 3-D case on `stream` (as for mm): a (T, K), b (G, K, N), offs (G,) int32 cumulative "
+        "end rows "
         "in device memory, out (T, N); rows past offs[-1] are not written. fp8 (e4m3) inputs take scale_a (1 or G "
         "float32) and scale_b (G float32); `ab_dtype` reinterprets a's and b's storage (fp8 passed as uint8). "
         "`alloc` gives the workspace: a callable alloc(nbytes) returning a device tensor, or a pair (raw_alloc(nbytes, "
-        "stream) -> int, raw_delete(ptr)) of a stream-ordered allocator (default: the device's pool).");
+        "stream) -> int, raw_delete(ptr)) of a stream-ordered allocator (default as for mm).");
 }
 
 }  // namespace cuactor::pyext

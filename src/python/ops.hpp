@@ -59,6 +59,29 @@ class Workspace {
   nb::object release_;  ///< The raw pair's delete.
 };
 
+/// Where an operation runs and where its workspace comes from.
+struct Launch {
+  cudaStream_t stream = nullptr;
+  nb::handle alloc;  ///< Borrowed: the caller's allocator, torch's raw pair, or None (the device's pool).
+};
+
+/// The stream and allocator arguments of an operation whose first operand is `operand`, checked before
+/// the operands are (so the rule holds without a GPU): `stream` is a cudaStream_t's value, or
+/// None for torch tensors, which then run on torch's current stream; `alloc` is the caller's, or for
+/// torch tensors without one the caching allocator's raw pair (a capture then draws from the graph's
+/// pool). `invalid_argument` for stream=None with other tensors: they carry no current stream. The one
+/// place that asks torch for a stream or an allocator.
+class LaunchSource {
+ public:
+  LaunchSource(std::optional<std::uintptr_t> stream, nb::handle alloc, nb::handle operand);
+  /// The launch on CUDA device `device` (the operands' device).
+  [[nodiscard]] Launch on(int device) const;
+
+ private:
+  std::optional<cudaStream_t> stream_;  ///< Given by the caller; else torch's current stream.
+  nb::handle alloc_;
+};
+
 /// The operands of a grouped GEMM in torch._grouped_mm's 2-D x 3-D form, imported and validated.
 struct GroupedOperands {
   TensorArg a;                       ///< (T, K): the rows of every group stacked.
