@@ -14,8 +14,11 @@ TFLOP/s = 2*N*P*Q*K*C*R*S / time for all three operations; ratio = cuactor TFLOP
 (> 1: cuactor faster). A cuactor UnsupportedError (strided dgrad has no sm_90a kernel) is printed
 in its row.
 
+`--alt OP=SKU` also runs cuactor with that catalog kernel for OP's rows (its result checked too), timed
+in the same interleaved loop, and prints it under the row: for tuning the heuristic by class.
+
 Usage: bench/conv_torch.py [--out DIR] [--cuactor PATH] [--reps N] [--warmup N] [--dtypes bf16,f16]
-                           [--shape N,H,W,C,K,R,STRIDE ...]
+                           [--shape N,H,W,C,K,R,STRIDE ...] [--alt OP=SKU ...]
 Needs the cuactor package importable (PYTHONPATH=<build>/python, or `pip install .`) and a GPU.
 """
 import argparse
@@ -91,11 +94,14 @@ def bench_shape(cuactor, torch, shape, dtype_name, args):
         return torch.ops.aten.convolution_backward(dy, x, wt, None, [stride] * 2, [pad] * 2, [1, 1], False, [0, 0], 1,
                                                    mask)
 
-    ours = {
-        "fprop": lambda: cuactor.conv2d(xv, wv, out=yv, **geom),
-        "dgrad": lambda: cuactor.conv2d_backward_data(dyv, wv, (h, w), out=dxv, **geom),
-        "wgrad": lambda: cuactor.conv2d_backward_weight(dyv, xv, (r, r), out=dwv, **geom),
-    }
+    def ours_with(sku):
+        return {
+            "fprop": lambda: cuactor.conv2d(xv, wv, out=yv, sku=sku, **geom),
+            "dgrad": lambda: cuactor.conv2d_backward_data(dyv, wv, (h, w), out=dxv, sku=sku, **geom),
+            "wgrad": lambda: cuactor.conv2d_backward_weight(dyv, xv, (r, r), out=dwv, sku=sku, **geom),
+        }
+
+    ours = ours_with(None)
     theirs = {
         "fprop": lambda: torch.nn.functional.conv2d(x, wt, None, **geom),
         "dgrad": lambda: backward([True, False, False])[0],
@@ -108,9 +114,20 @@ def bench_shape(cuactor, torch, shape, dtype_name, args):
                "k": k, "r": r, "s": r, "stride": stride, "padding": pad, "flops": flops}
         try:
             ours[op]()
-            row["rel_err"] = rel_err(result[op], theirs[op]())
-            row["cuactor_ms"], row["cudnn_ms"] = time_interleaved([ours[op], theirs[op]], args.reps, args.warmup,
-                                                                  args.sleep_cycles, torch)
+            reference = theirs[op]()
+            row["rel_err"] = rel_err(result[op], reference)
+            alts = []  # (sku, function) of the --alt kernels that run here, each checked like the plan's choice
+            for sku in (sku for alt_op, sku in args.alt if alt_op == op and f":{dtype_name}," in sku):
+                try:
+                    ours_with(sku)[op]()
+                    row.setdefault("alt", []).append({"sku": sku, "rel_err": rel_err(result[op], reference)})
+                    alts.append(ours_with(sku)[op])
+                except Exception as e:  # report, keep the row
+                    row.setdefault("alt", []).append({"sku": sku, "note": f"{type(e).__name__}: {e}"})
+            times = time_interleaved([ours[op], theirs[op], *alts], args.reps, args.warmup, args.sleep_cycles, torch)
+            row["cuactor_ms"], row["cudnn_ms"] = times[:2]
+            for alt, ms in zip((a for a in row.get("alt", []) if "rel_err" in a), times[2:]):
+                alt["tflops"] = flops / (ms * 1e-3) / 1e12
         except cuactor.UnsupportedError as e:
             row["note"] = f"unsupported: {e}"
             row["cudnn_ms"] = time_interleaved([theirs[op]], args.reps, args.warmup, args.sleep_cycles, torch)[0]
@@ -130,8 +147,15 @@ def format_row(row):
     ours, theirs = row.get("cuactor_tflops"), row.get("cudnn_tflops")
     ratio = f"{ours / theirs:.2f}x" if ours and theirs else "-"
     err = num(row.get("rel_err"), ".1e")
-    return (f"{row['op']:<6} {row['dtype']:<5} {row['shape']:<26} {num(ours, '.1f'):>10} {num(theirs, '.1f'):>10} "
+    text = (f"{row['op']:<6} {row['dtype']:<5} {row['shape']:<26} {num(ours, '.1f'):>10} {num(theirs, '.1f'):>10} "
             f"{ratio:>7} {err:>8}" + (f"  {row['note']}" if "note" in row else ""))
+    for alt in row.get("alt", []):
+        if "tflops" in alt:
+            text += (f"\n{'':<6} alt {alt['sku']}: {alt['tflops']:.1f} TFLOP/s "
+                     f"({(alt['tflops'] / theirs) if theirs else 0:.2f}x cuDNN), rel err {alt['rel_err']:.1e}")
+        else:
+            text += f"\n{'':<6} alt {alt['sku']}: {alt.get('note', 'not timed')}"
+    return text
 
 
 def main():
@@ -145,7 +169,16 @@ def main():
                         help="a shape to run instead of the built-in list (repeatable)")
     parser.add_argument("--sleep-cycles", type=int, default=2_000_000,
                         help="GPU clock cycles slept before each sample (hides the host's launch time)")
+    parser.add_argument("--alt", action="append", default=[], metavar="OP=SKU",
+                        help="also time this catalog kernel on OP's rows (fprop, dgrad, wgrad; repeatable)")
     args = parser.parse_args()
+    alts = []
+    for text in args.alt:
+        op, _, sku = text.partition("=")
+        if op not in OPS or not sku:
+            sys.exit(f"conv_torch.py: --alt {text}: give OP=SKU with OP one of {', '.join(OPS)}")
+        alts.append((op, sku))
+    args.alt = alts
 
     try:
         import torch

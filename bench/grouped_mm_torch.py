@@ -13,7 +13,9 @@ GEMM takes row-wise scales, a different computation, so it is not compared).
 The tensors hold the bit patterns of the C++ benchmark's fill (`fill_random` in
 tools/cuactor/bench_util.hpp): tensor-core power, and so the clock, depends on the data, most of all
 in fp8, so Python and C++ are compared on the same distribution. The "py randn" column times
-cuactor once more on torch.randn data (cast to the dtype) to show how much the data alone moves it.
+cuactor once more on torch.randn data (cast to the dtype) to show how much the data alone moves it. The
+"py prep" column runs the C++ row's SKU from Python as C++ does: a PreparedGroupedGemm made once, run with
+one workspace tensor (the functional call plans and takes a workspace from the allocator per call).
 
 Usage: bench/grouped_mm_torch.py [--out DIR] [--cuactor PATH] [--reps N] [--overhead-calls N]
 Needs the cuactor package importable (PYTHONPATH=<build>/python, or `pip install .`).
@@ -151,8 +153,10 @@ def main():
              "cuactor from Python and torch run on the same tensors",
              "C++ host / C++ dev: cuactor from C++ with group sizes from the host / read from offs on the device "
              "(the latter is what cuactor.grouped_mm runs)",
-             "py randn: cuactor from Python on torch.randn data instead of the C++ fill's patterns",
-             f"{'shape (groups, rows, N, K)':<28} {'dtype':<5} {'cuactor py':>10} {'py randn':>8} {'C++ host':>9} "
+             "py randn: cuactor from Python on torch.randn data instead of the C++ fill's patterns; py prep: the C++ "
+             "row's SKU prepared once in Python, one workspace",
+             f"{'shape (groups, rows, N, K)':<28} {'dtype':<5} {'cuactor py':>10} {'py randn':>8} {'py prep':>8} "
+             f"{'C++ host':>9} "
              f"{'C++ dev':>8} {'torch._grouped_mm':>18} {'ratio':>6} {'cuBLAS-loop':>11} {'cuBLAS-grp':>10}  cuactor SKU"]
     results = []
     for r in rows:
@@ -164,7 +168,7 @@ def main():
         def tflops(ms, r=r):
             return r["flops"] / (ms * 1e-3) / 1e12 if ms and ms > 0 else 0.0
 
-        py_ms = randn_ms = torch_ms = None
+        py_ms = randn_ms = prep_ms = torch_ms = None
         note = "alternative SKU (C++ only), not the plan's choice" if r.get("alt") else ""
         if not r.get("alt"):
             g, n, k, total = len(r["rows"]), r["n"], r["k"], sum(r["rows"])
@@ -184,6 +188,12 @@ def main():
                     a = cpp_fill(torch, (total, k), dtype, 1)
                     w = cpp_fill(torch, (g, n, k), dtype, 2).transpose(-2, -1)  # experts N x K
                     py_ms = time_gpu(lambda: run(a, w), args.reps, args.warmup, torch)
+                    plan = cuactor.GroupedGemmPlan(r["dtype"], "bf16", "col", 0, total // max(g, 1), sku=r["sku"])
+                    prepared = plan.prepare(a, w, offs, out, sa, sb) if fp8 else plan.prepare(a, w, offs, out)
+                    workspace = torch.empty(max(prepared.workspace_size, 1), device="cuda", dtype=torch.uint8)
+                    stream = torch.cuda.current_stream().cuda_stream
+                    prep_ms = time_gpu(lambda: prepared.run(stream, workspace), args.reps, args.warmup, torch)
+                    del prepared, workspace
                     if fp8:
                         note = "torch's fp8 grouped GEMM takes row-wise scales: not compared"
                     elif has_grouped_mm:
@@ -201,12 +211,13 @@ def main():
         ratio = f"{torch_ms / py_ms:.2f}x" if torch_ms and py_ms else "-"
         lines.append(f"{r['shape']:<28} {r['dtype']:<5} "
                      f"{(f'{tflops(py_ms):.1f}' if py_ms else '-'):>10} "
-                     f"{(f'{tflops(randn_ms):.1f}' if randn_ms else '-'):>8} {tflops(r['cuactor_ms']):>9.1f} "
+                     f"{(f'{tflops(randn_ms):.1f}' if randn_ms else '-'):>8} "
+                     f"{(f'{tflops(prep_ms):.1f}' if prep_ms else '-'):>8} {tflops(r['cuactor_ms']):>9.1f} "
                      f"{tflops(r.get('cuactor_device_sized_ms', 0)):>8.1f} "
                      f"{(f'{tflops(torch_ms):.1f}' if torch_ms else '-'):>18} {ratio:>6} "
                      f"{tflops(r['cublas_loop_ms']):>11.1f} {tflops(r['cublas_grouped_ms']):>10.1f}  "
                      f"{r['sku']}" + (f"  ({note})" if note else ""))
-        results.append(dict(r, cuactor_python_ms=py_ms, cuactor_python_randn_ms=randn_ms, torch_ms=torch_ms, note=note))
+        results.append(dict(r, cuactor_python_ms=py_ms, cuactor_python_randn_ms=randn_ms, cuactor_python_prepared_ms=prep_ms, torch_ms=torch_ms, note=note))
 
     oh = host_overhead(cuactor, torch, args.overhead_calls)
     lines += ["", f"host time per Python call, {oh['shape']} (median of {args.overhead_calls} calls):",

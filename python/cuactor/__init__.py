@@ -287,17 +287,18 @@ def _require_dy_shape(dy_shape: tuple[int, ...], hw: tuple[int, int], rs: tuple[
 
 
 def _conv_launch(run: Any, a: Any, b: Any, shape: tuple[int, ...], params: tuple[tuple[int, int], ...],
-                 out: Any, stream: int | None) -> Any:
+                 out: Any, stream: int | None, sku: str | None) -> Any:
     """Allocates the result (torch, out=None) and runs ``run`` (a _core.conv2d* function) on the stream."""
     torch = _torch_of(a)
     out = _prepare_out(torch, a, shape, out, None, getattr(a, "dtype", None),
                        "on the device of the inputs, packed with the channels contiguous")
-    run(a, b, out, stream, *params)
+    run(a, b, out, stream, *params, None, sku)
     return out
 
 
 def conv2d(x: Any, w: Any, *, stride: int | tuple[int, int] = 1, padding: int | tuple[int, int] = 0,
-           dilation: int | tuple[int, int] = 1, out: Any = None, stream: int | None = None) -> Any:
+           dilation: int | tuple[int, int] = 1, out: Any = None, stream: int | None = None,
+           sku: str | None = None) -> Any:
     """2-D convolution forward (cross-correlation, as ``torch.nn.functional.conv2d``) with a CUTLASS
     implicit-GEMM kernel, on channels-last tensors: x (N, H, W, C) and w (K, R, S, C) -> (N, P, Q, K)
     with P = (H + 2 padding_h - dilation_h (R - 1) - 1) // stride_h + 1, likewise Q.
@@ -310,6 +311,8 @@ def conv2d(x: Any, w: Any, *, stride: int | tuple[int, int] = 1, padding: int | 
     has it too. C and K must be multiples of 8 (16-bit) or 4 (f32). Runs on torch's current stream
     (``stream=`` otherwise); capturable by torch.cuda.graph. Not differentiable: the result carries no
     autograd history (see :func:`conv2d_backward_data` and :func:`conv2d_backward_weight`).
+    ``sku`` (a kernel's SKU text, as ``cuactor kernels`` lists them) runs exactly that catalog kernel
+    instead of the heuristic's choice: for tuning and benchmarks.
 
     Raises:
         InvalidArgumentError: shapes, dtypes, devices, layouts or stride / padding / dilation break a rule.
@@ -320,17 +323,17 @@ def conv2d(x: Any, w: Any, *, stride: int | tuple[int, int] = 1, padding: int | 
     k, r, s, _ = _shape4("w", w, "K x R x S x C")
     params = _conv_params(stride, padding, dilation)
     p, q = _conv_output_hw((h, wd), (r, s), *params)
-    return _conv_launch(_core.conv2d, x, w, (n, p, q, k), params, out, stream)
+    return _conv_launch(_core.conv2d, x, w, (n, p, q, k), params, out, stream, sku)
 
 
 def conv2d_backward_data(dy: Any, w: Any, input_hw: int | tuple[int, int], *, stride: int | tuple[int, int] = 1,
                          padding: int | tuple[int, int] = 0, dilation: int | tuple[int, int] = 1, out: Any = None,
-                         stream: int | None = None) -> Any:
+                         stream: int | None = None, sku: str | None = None) -> Any:
     """The data gradient of :func:`conv2d`: dx (N, H, W, C) from dy (N, P, Q, K) and w (K, R, S, C), as
     ``torch.nn.grad.conv2d_input`` on channels-last tensors. ``input_hw`` = (H, W) of x (several
     input sizes give one output size when the stride is above 1).
 
-    The layout, dtype and stream rules are those of :func:`conv2d` (bf16 and f16 only).
+    The layout, dtype, stream and sku rules are those of :func:`conv2d` (bf16 and f16 only).
 
     Raises:
         InvalidArgumentError: shapes, dtypes, devices, layouts or stride / padding / dilation break a rule.
@@ -342,16 +345,16 @@ def conv2d_backward_data(dy: Any, w: Any, input_hw: int | tuple[int, int], *, st
     hw = _pair("input_hw", input_hw, 1)
     params = _conv_params(stride, padding, dilation)
     _require_dy_shape(dy_shape, hw, (r, s), params, f"input_hw={hw} and the filter {r}x{s}")
-    return _conv_launch(_core.conv2d_backward_data, dy, w, (dy_shape[0], *hw, c), params, out, stream)
+    return _conv_launch(_core.conv2d_backward_data, dy, w, (dy_shape[0], *hw, c), params, out, stream, sku)
 
 
 def conv2d_backward_weight(dy: Any, x: Any, filter_rs: int | tuple[int, int], *, stride: int | tuple[int, int] = 1,
                            padding: int | tuple[int, int] = 0, dilation: int | tuple[int, int] = 1, out: Any = None,
-                           stream: int | None = None) -> Any:
+                           stream: int | None = None, sku: str | None = None) -> Any:
     """The filter gradient of :func:`conv2d`: dw (K, R, S, C) from dy (N, P, Q, K) and x (N, H, W, C), as
     ``torch.nn.grad.conv2d_weight`` on channels-last tensors. ``filter_rs`` = (R, S).
 
-    The layout, dtype and stream rules are those of :func:`conv2d` (bf16 and f16 only).
+    The layout, dtype, stream and sku rules are those of :func:`conv2d` (bf16 and f16 only).
 
     Raises:
         InvalidArgumentError: shapes, dtypes, devices, layouts or stride / padding / dilation break a rule.
@@ -362,4 +365,4 @@ def conv2d_backward_weight(dy: Any, x: Any, filter_rs: int | tuple[int, int], *,
     rs = _pair("filter_rs", filter_rs, 1)
     params = _conv_params(stride, padding, dilation)
     _require_dy_shape(dy_shape, (h, wd), rs, params, f"x's {h}x{wd} and filter_rs={rs}")
-    return _conv_launch(_core.conv2d_backward_weight, dy, x, (dy_shape[3], *rs, c), params, out, stream)
+    return _conv_launch(_core.conv2d_backward_weight, dy, x, (dy_shape[3], *rs, c), params, out, stream, sku)

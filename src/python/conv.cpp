@@ -7,6 +7,7 @@
 #include <fmt/ranges.h>
 #include <nanobind/stl/array.h>
 #include <nanobind/stl/optional.h>
+#include <nanobind/stl/string.h>
 
 #include <array>
 #include <cstdint>
@@ -80,9 +81,11 @@ void require_extent(const TensorArg& t, std::size_t dim, const TensorArg& from, 
 /// `op`, plans it (cached) and enqueues it on `stream` (see LaunchSource).
 void conv(kernels::ConvOperation op, nb::handle a_obj, nb::handle b_obj, nb::handle out_obj,
           std::optional<std::uintptr_t> stream, const Pair& stride, const Pair& padding, const Pair& dilation,
-          nb::handle alloc_obj) {
+          nb::handle alloc_obj, const std::optional<std::string>& sku) {
   using kernels::ConvOperation;
   const LaunchSource source(stream, alloc_obj, a_obj);
+  const std::optional<kernels::GemmSku> sku_override =
+      sku ? std::optional(unwrap(kernels::GemmSku::parse(*sku))) : std::nullopt;
   const ConvRoles roles = roles_of(op);
   const TensorArg a = import_tensor(a_obj, roles.a), b = import_tensor(b_obj, roles.b),
                   out = import_tensor(out_obj, "out");
@@ -126,6 +129,7 @@ void conv(kernels::ConvOperation op, nb::handle a_obj, nb::handle b_obj, nb::han
   kernels::ConvPlanOptions options;
   options.sm_count = facts.sm_count;
   options.device = a.device;
+  options.sku_override = sku_override;
   // Malformed specs (stride, padding, an empty output, channel alignment) and those without a kernel
   // are rejected here, naming the value and the rule; failures are not cached.
   const kernels::ConvPlan plan = unwrap(conv_plans().get(spec, facts.arch, options));
@@ -171,7 +175,9 @@ void bind_conv(nb::module_& m) {
        "conv(x (N, H, W, C), w (K, R, S, C)); `stride`, `padding` (symmetric) and `dilation` are (height, width) "
        "pairs. Every tensor is packed in the order of its dimensions (channels contiguous) and on one CUDA device. "
        "`alloc` gives the plan's workspace, if any, as for mm (default: torch's caching allocator for torch tensors, "
-       "else stream-ordered from the device's pool). Raises "
+       "else stream-ordered from the device's pool). `sku` (a GemmSku text) runs exactly that catalog kernel instead "
+       "of "
+       "the heuristic's choice. Raises "
        "the cuactor.errors class of the failure."},
       {"conv2d_backward_data", kernels::ConvOperation::dgrad, "dy", "w",
        "Convolution data gradient, as conv2d: out = dx (N, H, W, C) from dy (N, P, Q, K) and w (K, R, S, C); H and W "
@@ -184,10 +190,13 @@ void bind_conv(nb::module_& m) {
     m.def(
         d.name,
         [op = d.op](nb::handle a, nb::handle b, nb::handle out, std::optional<std::uintptr_t> stream,
-                    const Pair& stride, const Pair& padding, const Pair& dilation,
-                    nb::handle alloc) { conv(op, a, b, out, stream, stride, padding, dilation, alloc); },
+                    const Pair& stride, const Pair& padding, const Pair& dilation, nb::handle alloc,
+                    const std::optional<std::string>& sku) {
+          conv(op, a, b, out, stream, stride, padding, dilation, alloc, sku);
+        },
         nb::arg(d.a).none(), nb::arg(d.b).none(), nb::arg("out").none(), nb::arg("stream").none(), nb::arg("stride"),
-        nb::arg("padding"), nb::arg("dilation"), nb::arg("alloc").none() = nb::none(), d.doc);
+        nb::arg("padding"), nb::arg("dilation"), nb::arg("alloc").none() = nb::none(),
+        nb::arg("sku").none() = nb::none(), d.doc);
 }
 
 }  // namespace cuactor::pyext

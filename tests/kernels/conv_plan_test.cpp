@@ -280,8 +280,8 @@ TEST(ConvPlanCreate, OverrideIsHonoured) {
 // tile split over images when there are few filters, the cooperative tile split over rows for one
 // large image. Each expectation holds only when the catalog has the kernels it compares.
 TEST(ConvPlanCreate, HeuristicByClassOfShape) {
-  const auto has = [](const ConvSpec& spec, Shape3 tile, GemmSchedule schedule) {
-    return find_in_catalog(ConvPlan::sku_for(spec, kHopper, tile, {1, 1, 1}, schedule)) != nullptr;
+  const auto has = [](const ConvSpec& spec, Shape3 tile, GemmSchedule schedule, Shape3 cluster = {1, 1, 1}) {
+    return find_in_catalog(ConvPlan::sku_for(spec, kHopper, tile, cluster, schedule)) != nullptr;
   };
   const auto spec_of = [](ConvOperation op, std::int64_t n, std::int64_t hw, std::int64_t c, std::int64_t k) {
     ConvSpec s = base_spec(op);
@@ -297,14 +297,31 @@ TEST(ConvPlanCreate, HeuristicByClassOfShape) {
   o.sm_count = 132;
   for (ConvOperation op : {ConvOperation::fprop, ConvOperation::dgrad}) {
     SCOPED_TRACE(name(op));
+    // Many waves of 256x128 tiles, an even number of tile columns: the 1x2 cluster's multicast pays.
     const ConvSpec large = spec_of(op, 1, 256, 512, 512);
-    if (has(large, {256, 128, 64}, GemmSchedule::cooperative)) {
+    if (has(large, {256, 128, 64}, GemmSchedule::cooperative, {1, 2, 1})) {
+      CUACTOR_ASSERT_OK_AND_ASSIGN(plan, ConvPlan::create(large, kHopper, o));
+      EXPECT_EQ(plan.sku().schedule, GemmSchedule::cooperative) << plan.sku().to_string();
+      EXPECT_EQ(plan.sku().tile.m, 256) << plan.sku().to_string();
+      EXPECT_EQ(plan.sku().cluster.n, 2) << plan.sku().to_string();
+    } else if (has(large, {256, 128, 64}, GemmSchedule::cooperative)) {
       CUACTOR_ASSERT_OK_AND_ASSIGN(plan, ConvPlan::create(large, kHopper, o));
       EXPECT_EQ(plan.sku().schedule, GemmSchedule::cooperative) << plan.sku().to_string();
       EXPECT_EQ(plan.sku().tile.m, 256) << plan.sku().to_string();
     }
+    // One wave (128 tiles of 256x128), and one tile column (128 channels): no cluster.
+    for (const ConvSpec& spec : {spec_of(op, 1, 128, 256, 256), spec_of(op, 64, 28, 128, 128)}) {
+      if (!has(spec, {256, 128, 64}, GemmSchedule::cooperative, {1, 2, 1})) continue;
+      CUACTOR_ASSERT_OK_AND_ASSIGN(plan, ConvPlan::create(spec, kHopper, o));
+      EXPECT_EQ(plan.sku().cluster, (Shape3{1, 1, 1})) << spec.to_string() << " -> " << plan.sku().to_string();
+    }
+    // 64 output channels: the cooperative 256x64 tile where compiled, else 128x64.
     const ConvSpec narrow = spec_of(op, 32, 56, 64, 64);
-    if (has(narrow, {128, 64, 64}, GemmSchedule::warpspecialized)) {
+    if (has(narrow, {256, 64, 64}, GemmSchedule::cooperative)) {
+      CUACTOR_ASSERT_OK_AND_ASSIGN(plan, ConvPlan::create(narrow, kHopper, o));
+      EXPECT_EQ(plan.sku().tile, (Shape3{256, 64, 64})) << plan.sku().to_string();
+      EXPECT_EQ(plan.sku().schedule, GemmSchedule::cooperative) << plan.sku().to_string();
+    } else if (has(narrow, {128, 64, 64}, GemmSchedule::warpspecialized)) {
       CUACTOR_ASSERT_OK_AND_ASSIGN(plan, ConvPlan::create(narrow, kHopper, o));
       EXPECT_EQ(plan.sku().tile.n, 64) << plan.sku().to_string();
     }

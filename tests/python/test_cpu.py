@@ -196,6 +196,10 @@ def test_conv_argument_rules(np):
             cuactor.conv2d(x, w, stride=bad, padding=1, out=y, stream=0)
     with pytest.raises(cuactor.InvalidArgumentError, match=r"stride=\(1, 0\): must be at least 1"):
         cuactor.conv2d(x, w, stride=(1, 0), out=y, stream=0)
+    with pytest.raises(cuactor.InvalidArgumentError, match=r"GemmSku 'fastest': expected 9 ':'-separated fields"):
+        cuactor.conv2d(x, w, padding=1, out=y, stream=0, sku="fastest")
+    with pytest.raises(cuactor.InvalidArgumentError, match=r"GemmSku 'conv_fprop:.*'"):
+        cuactor.conv2d_backward_weight(y, x, 3, padding=1, out=w, stream=0, sku="conv_fprop:sm_90a:x:y:z:1:2:3:4")
     with pytest.raises(cuactor.InvalidArgumentError, match="padding=-1: must be at least 0"):
         cuactor.conv2d(x, w, padding=-1, out=y, stream=0)
     with pytest.raises(cuactor.InvalidArgumentError, match=r"dilation=\[0, 1\]: must be at least 1"):
