@@ -10,12 +10,13 @@ cuactor.grouped_mm and torch._grouped_mm are timed on those tensors with CUDA ev
 of many repetitions). fp8 rows time cuactor.scaled_grouped_mm (per-tensor scales; torch's fp8 grouped
 GEMM takes row-wise scales, a different computation, so it is not compared).
 
-The tensors hold the bit patterns of the C++ benchmark's fill (`fill_random` in
-tools/cuactor/bench_util.hpp): tensor-core power, and so the clock, depends on the data, most of all
-in fp8, so Python and C++ are compared on the same distribution. The "py randn" column times
-cuactor once more on torch.randn data (cast to the dtype) to show how much the data alone moves it. The
-"py prep" column runs the C++ row's SKU from Python as C++ does: a PreparedGroupedGemm made once, run with
-one workspace tensor (the functional call plans and takes a workspace from the allocator per call).
+The tensors are filled as the C++ benchmark fills its buffers (`fill_random` in
+tools/cuactor/bench_util.hpp: one random chunk repeated): the speed depends on the data (tensor-core
+power, and so the clock, most of all in fp8), so Python and C++ are compared on data laid out alike.
+The "py randn" column times cuactor once more on torch.randn data (cast to the dtype) to show how much
+the data alone moves it. The "py prep" column runs the C++ row's SKU from Python as C++ does: a
+PreparedGroupedGemm made once, run with one workspace tensor (the functional call plans and takes a
+workspace from the allocator per call).
 
 Usage: bench/grouped_mm_torch.py [--out DIR] [--cuactor PATH] [--reps N] [--overhead-calls N]
 Needs the cuactor package importable (PYTHONPATH=<build>/python, or `pip install .`).
@@ -65,18 +66,22 @@ def time_gpu(fn, reps, warmup, torch):
 
 
 def cpp_fill(torch, shape, dtype, seed):
-    """A tensor with the bit patterns of the C++ benchmark's fill_random: bf16 / f16 with a random sign and
-    mantissa and magnitude 0.5..2 ((r & 0x80ff) | 0x3f00 on the 16 bits), e4m3 bytes r & 0xb7 (never NaN nor
-    large). Same distribution, not the same values."""
+    """A tensor filled as the C++ benchmark's fill_random fills its buffers: one 32 MiB chunk of random
+    words repeated over the buffer, each word bf16 / f16 with a random sign and mantissa and magnitude
+    0.5..2 ((r & 0x80ff) | 0x3f00 on the 16 bits) or two e4m3 bytes r & 0xb7 (never NaN nor large). The
+    same layout of values, not the same values."""
     g = torch.Generator(device="cuda")
     g.manual_seed(seed)
-    if dtype == torch.float8_e4m3fn:
-        r = torch.randint(0, 256, shape, device="cuda", dtype=torch.uint8, generator=g)
-        return (r & 0xB7).view(torch.float8_e4m3fn)
-    r = torch.randint(0, 1 << 16, shape, device="cuda", dtype=torch.int32, generator=g)
-    bits = (r & 0x80FF) | 0x3F00
-    bits = torch.where(bits >= 1 << 15, bits - (1 << 16), bits)  # as int16, two's complement
-    return bits.to(torch.int16).view(dtype)
+    nbytes = dtype.itemsize
+    for extent in shape:
+        nbytes *= extent
+    words = min(nbytes, 32 << 20) // 2
+    r = torch.randint(0, 1 << 16, (words,), device="cuda", dtype=torch.int32, generator=g)
+    bits = (r & 0xB7B7) if dtype == torch.float8_e4m3fn else (r & 0x80FF) | 0x3F00
+    bits = torch.where(bits >= 1 << 15, bits - (1 << 16), bits).to(torch.int16)  # two's complement
+    chunk = bits.view(torch.uint8)
+    data = chunk.repeat((nbytes + chunk.numel() - 1) // chunk.numel())[:nbytes]
+    return data.view(dtype).reshape(shape)
 
 
 def time_host(fns, calls, torch, block=100):
@@ -157,7 +162,8 @@ def main():
              "row's SKU prepared once in Python, one workspace",
              f"{'shape (groups, rows, N, K)':<28} {'dtype':<5} {'cuactor py':>10} {'py randn':>8} {'py prep':>8} "
              f"{'C++ host':>9} "
-             f"{'C++ dev':>8} {'torch._grouped_mm':>18} {'ratio':>6} {'cuBLAS-loop':>11} {'cuBLAS-grp':>10}  cuactor SKU"]
+             f"{'C++ dev':>8} {'torch._grouped_mm':>18} {'ratio':>6} {'cuBLAS-loop':>11} {'cuBLAS-grp':>10}  "
+             "cuactor SKU"]
     results = []
     for r in rows:
         if "error" in r:
@@ -217,7 +223,8 @@ def main():
                      f"{(f'{tflops(torch_ms):.1f}' if torch_ms else '-'):>18} {ratio:>6} "
                      f"{tflops(r['cublas_loop_ms']):>11.1f} {tflops(r['cublas_grouped_ms']):>10.1f}  "
                      f"{r['sku']}" + (f"  ({note})" if note else ""))
-        results.append(dict(r, cuactor_python_ms=py_ms, cuactor_python_randn_ms=randn_ms, cuactor_python_prepared_ms=prep_ms, torch_ms=torch_ms, note=note))
+        results.append(dict(r, cuactor_python_ms=py_ms, cuactor_python_randn_ms=randn_ms,
+                            cuactor_python_prepared_ms=prep_ms, torch_ms=torch_ms, note=note))
 
     oh = host_overhead(cuactor, torch, args.overhead_calls)
     lines += ["", f"host time per Python call, {oh['shape']} (median of {args.overhead_calls} calls):",
