@@ -51,9 +51,17 @@ def import_cuactor(build):
     return cuactor
 
 
-def time_gpu(fn, reps, warmup, torch):
-    """Median device time of fn() in ms, from CUDA events around each call."""
-    for _ in range(warmup):
+def time_gpu(fn, reps, warmup, torch, warm_ms=50.0):
+    """Median device time of fn() in ms, from CUDA events around each call. The warm-up runs at least
+    `warmup` calls and at least `warm_ms` of GPU work: after the idle moments between rows the clocks
+    take milliseconds to come back up, and a few calls of a small shape would time the ramp."""
+    first, last = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    first.record()
+    fn()
+    last.record()
+    torch.cuda.synchronize()
+    calls = max(warmup, int(warm_ms / max(first.elapsed_time(last), 1e-3)))
+    for _ in range(min(calls, 10000)):
         fn()
     starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
     stops = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]

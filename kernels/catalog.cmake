@@ -222,6 +222,8 @@ foreach(t bf16 f16)
                         TILE 256 128 64)
   cuactor_gemm_instance(FAMILY conv_wgrad ${conv90coop} TYPES ${t} ${t} ${t} ${t} f32 LAYOUTS nhwc nhwc krsc
                         TILE 256 128 64)
+  cuactor_gemm_instance(FAMILY conv_wgrad ${conv90coop} TYPES ${t} ${t} ${t} ${t} f32 LAYOUTS nhwc nhwc krsc
+                        TILE 128 256 64)
 endforeach()
 # Measured on an H100 (bf16, beside cuDNN): a 1x2 cluster multicasting the activation tile to the two
 # CTAs of one row band lifts 256x128 fprop and dgrad by 1.13x on outputs of many waves (1x256x256x512)
