@@ -179,9 +179,14 @@ struct WgradSlice {
   int n0, n, p0, p, h0, h, pad_top, pad_bottom;
 };
 
-/// Output rows of the problem: (H + 2 pad_h - dilation_h (R - 1) - 1) / stride_h + 1.
+/// Positions of a dilated filter of `taps` taps along one padded input extent:
+/// (extent + 2 pad - dilation (taps - 1) - 1) / stride + 1.
+inline int windows(int extent, int pad, int dilation, int taps, int stride) {
+  return (extent + 2 * pad - dilation * (taps - 1) - 1) / stride + 1;
+}
+/// Output rows (P) of the problem.
 inline int output_rows(const cuactor_conv_args& a) {
-  return (a.h + 2 * a.pad_h - a.dilation_h * (a.r - 1) - 1) / a.stride_h + 1;
+  return windows(a.h, a.pad_h, a.dilation_h, a.r, a.stride_h);
 }
 
 /// The slices of split_n x split_p (see cuactor_conv_args), or 0 when the split is not one this
@@ -293,7 +298,7 @@ struct SlicedWgradConv {
   static typename Config::Adapter::Arguments slice_arguments(const cuactor_conv_args& a, const WgradSlice& s,
                                                              float* partial) {
     const int p_total = output_rows(a);
-    const int q = (a.w + 2 * a.pad_w - a.dilation_w * (a.s - 1) - 1) / a.stride_w + 1;
+    const int q = windows(a.w, a.pad_w, a.dilation_w, a.s, a.stride_w);
     const long long dy_offset = (static_cast<long long>(s.n0) * p_total + s.p0) * q * a.k;
     const long long x_offset = (static_cast<long long>(s.n0) * a.h + s.h0) * a.w * a.c;
     // can_implement probes with null operands: no offset applied to those.

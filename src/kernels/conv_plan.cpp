@@ -61,7 +61,6 @@ bool sku_computes(const GemmSku& s, const ConvSpec& spec) {
 /// Kernels the cost models know: one CTA per cluster, or a 1x2 cluster (two CTAs of one row band
 /// sharing the activation tile by multicast).
 bool heuristic_candidate(const GemmSku& s) {
-  if (s.schedule == GemmSchedule::cooperative && s.tile.m < 256) return false;  // under measurement
   return s.cluster.m == 1 && s.cluster.k == 1 && (s.cluster.n == 1 || s.cluster.n == 2);
 }
 
