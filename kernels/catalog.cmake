@@ -224,8 +224,8 @@ foreach(t bf16 f16)
                         TILE 256 128 64)
 endforeach()
 # Measured on an H100 (bf16, beside cuDNN): a 1x2 cluster multicasting the activation tile to the two
-# CTAs of one row band lifts 256x128 fprop and dgrad by 1.13x on outputs of many waves (1x256x256x512)
-# and loses when the grid is a wave or less; 256x64 cooperative tiles lift fprop and dgrad with 64
+# CTAs of one row band lifts 256x128 fprop and dgrad by 1.10-1.13x on grids of two waves or more and
+# loses when the grid is a wave or less; 256x64 cooperative tiles lift fprop and dgrad with 64
 # output channels by 1.11-1.21x over 128x64. (A 2x1 cluster gained nothing, nor did a cooperative
 # 128x256 wgrad tile: 0.30-1.01x of the plan's choice; neither is compiled.)
 foreach(t bf16 f16)

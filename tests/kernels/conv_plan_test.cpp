@@ -309,6 +309,11 @@ TEST(ConvPlanCreate, HeuristicByClassOfShape) {
       EXPECT_EQ(plan.sku().schedule, GemmSchedule::cooperative) << plan.sku().to_string();
       EXPECT_EQ(plan.sku().tile.m, 256) << plan.sku().to_string();
     }
+    // Two waves of a wide dgrad output (C = 256): the cluster pays too.
+    if (op == ConvOperation::dgrad && has(large, {256, 128, 64}, GemmSchedule::cooperative, {1, 2, 1})) {
+      CUACTOR_ASSERT_OK_AND_ASSIGN(plan, ConvPlan::create(spec_of(op, 8, 56, 256, 64), kHopper, o));
+      EXPECT_EQ(plan.sku().cluster, (Shape3{1, 2, 1})) << plan.sku().to_string();
+    }
     // One wave (128 tiles of 256x128), and one tile column (128 channels): no cluster.
     for (const ConvSpec& spec : {spec_of(op, 1, 128, 256, 256), spec_of(op, 64, 28, 128, 128)}) {
       if (!has(spec, {256, 128, 64}, GemmSchedule::cooperative, {1, 2, 1})) continue;
