@@ -303,7 +303,9 @@ DeviceGuard::~DeviceGuard() {
 
 LaunchSource::LaunchSource(std::optional<std::uintptr_t> stream, nb::handle alloc, nb::handle operand) {
   const TorchTypes* torch = torch_types();
-  const bool is_torch = torch != nullptr && PyObject_IsInstance(operand.ptr(), torch->tensor.ptr()) == 1;
+  const int instance = torch != nullptr ? PyObject_IsInstance(operand.ptr(), torch->tensor.ptr()) : 0;
+  if (instance < 0) throw nb::python_error();
+  const bool is_torch = instance == 1;
   if (stream) {
     stream_ = stream_from(*stream);
   } else if (!is_torch || !torch->current_stream.is_valid()) {
