@@ -55,13 +55,13 @@ def time_gpu(fn, reps, warmup, torch, warm_ms=50.0):
     """Median device time of fn() in ms, from CUDA events around each call. The warm-up runs at least
     `warmup` calls and at least `warm_ms` of GPU work: after the idle moments between rows the clocks
     take milliseconds to come back up, and a few calls of a small shape would time the ramp."""
+    fn()  # the first call may plan (host time between the events would inflate the probe)
     first, last = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     first.record()
     fn()
     last.record()
     torch.cuda.synchronize()
-    calls = max(warmup, int(warm_ms / max(first.elapsed_time(last), 1e-3)))
-    for _ in range(min(calls, 10000)):
+    for _ in range(max(warmup, min(int(warm_ms / max(first.elapsed_time(last), 1e-3)), 10000))):
         fn()
     starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
     stops = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
@@ -83,7 +83,7 @@ def cpp_fill(torch, shape, dtype, seed):
     nbytes = dtype.itemsize
     for extent in shape:
         nbytes *= extent
-    words = min(nbytes, 32 << 20) // 2
+    words = max(1, min(nbytes, 32 << 20) // 2)
     r = torch.randint(0, 1 << 16, (words,), device="cuda", dtype=torch.int32, generator=g)
     bits = (r & 0xB7B7) if dtype == torch.float8_e4m3fn else (r & 0x80FF) | 0x3F00
     bits = torch.where(bits >= 1 << 15, bits - (1 << 16), bits).to(torch.int16)  # two's complement
@@ -183,6 +183,7 @@ def main():
             return r["flops"] / (ms * 1e-3) / 1e12 if ms and ms > 0 else 0.0
 
         py_ms = randn_ms = prep_ms = torch_ms = None
+        prep_error = ""
         note = "alternative SKU (C++ only), not the plan's choice" if r.get("alt") else ""
         if not r.get("alt"):
             g, n, k, total = len(r["rows"]), r["n"], r["k"], sum(r["rows"])
@@ -202,12 +203,16 @@ def main():
                     a = cpp_fill(torch, (total, k), dtype, 1)
                     w = cpp_fill(torch, (g, n, k), dtype, 2).transpose(-2, -1)  # experts N x K
                     py_ms = time_gpu(lambda: run(a, w), args.reps, args.warmup, torch)
-                    plan = cuactor.GroupedGemmPlan(r["dtype"], "bf16", "col", 0, total // max(g, 1), sku=r["sku"])
-                    prepared = plan.prepare(a, w, offs, out, sa, sb) if fp8 else plan.prepare(a, w, offs, out)
-                    workspace = torch.empty(max(prepared.workspace_size, 1), device="cuda", dtype=torch.uint8)
-                    stream = torch.cuda.current_stream().cuda_stream
-                    prep_ms = time_gpu(lambda: prepared.run(stream, workspace), args.reps, args.warmup, torch)
-                    del prepared, workspace
+                    try:  # the C++ row's SKU, prepared once
+                        plan = cuactor.GroupedGemmPlan(r["dtype"], "bf16", "col", a.get_device(), total // max(g, 1),
+                                                       sku=r["sku"])
+                        prepared = plan.prepare(a, w, offs, out, sa, sb) if fp8 else plan.prepare(a, w, offs, out)
+                        workspace = torch.empty(max(prepared.workspace_size, 1), device="cuda", dtype=torch.uint8)
+                        stream = torch.cuda.current_stream().cuda_stream
+                        prep_ms = time_gpu(lambda: prepared.run(stream, workspace), args.reps, args.warmup, torch)
+                        del prepared, workspace
+                    except Exception as e:  # keep the row's other columns
+                        prep_error = f"py prep failed: {type(e).__name__}: {e}"
                     if fp8:
                         note = "torch's fp8 grouped GEMM takes row-wise scales: not compared"
                     elif has_grouped_mm:
@@ -222,6 +227,7 @@ def main():
             except Exception as e:  # report, keep the other rows
                 note = f"failed: {type(e).__name__}: {e}"
             torch.cuda.empty_cache()
+        note = "; ".join(part for part in (note, prep_error) if part)
         ratio = f"{torch_ms / py_ms:.2f}x" if torch_ms and py_ms else "-"
         lines.append(f"{r['shape']:<28} {r['dtype']:<5} "
                      f"{(f'{tflops(py_ms):.1f}' if py_ms else '-'):>10} "

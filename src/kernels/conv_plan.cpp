@@ -58,10 +58,11 @@ bool sku_computes(const GemmSku& s, const ConvSpec& spec) {
          (s.schedule == GemmSchedule::warpspecialized || (s.schedule == GemmSchedule::cooperative && s.tile.m >= 128));
 }
 
-/// Kernels the cost models know: one CTA per cluster, or a 1x2 cluster (two CTAs of one row band
-/// sharing the activation tile by multicast).
+/// Kernels the cost models know: one CTA per cluster, or for fprop and dgrad (where it was measured)
+/// a 1x2 cluster, two CTAs of one row band sharing the activation tile by multicast.
 bool heuristic_candidate(const GemmSku& s) {
-  return s.cluster.m == 1 && s.cluster.k == 1 && (s.cluster.n == 1 || s.cluster.n == 2);
+  if (s.cluster == Shape3{1, 1, 1}) return true;
+  return s.cluster == Shape3{1, 2, 1} && (s.family == GemmFamily::conv_fprop || s.family == GemmFamily::conv_dgrad);
 }
 
 /// The implicit GEMM's (M, N) extents, for the tile-wave heuristic.
@@ -97,7 +98,8 @@ double schedule_factor(const GemmSku& sku) {
 /// A cluster multicasts a shared operand tile: measured on an H100 (bf16 fprop and dgrad, 18 shapes)
 /// a 1x2 cluster of 256x128 tiles ran 1.10-1.13x faster on every grid of two waves or more (the L2 is
 /// then the bottleneck) and 0.52-1.02x on grids of one wave or less (the cluster's pairing and
-/// barriers, nothing to save). Grids of kClusterWaves or more gain.
+/// barriers, nothing to save). Grids of kClusterWaves or more gain, counted as the cost models count
+/// waves: rounded up (the measured two-wave grids held 1.5 waves of CTAs).
 constexpr std::int64_t kClusterWaves = 2;
 double cluster_factor(const GemmSku& sku, std::int64_t waves) {
   if (sku.cluster.m * sku.cluster.n * sku.cluster.k == 1) return 1.0;

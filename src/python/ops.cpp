@@ -244,8 +244,7 @@ nb::object grouped_mm_torch(nb::handle a_obj, nb::handle b_obj, nb::handle offs_
   static PyObject* const kDtype = PyUnicode_InternFromString("dtype");
   const TorchTypes* torch = torch_types();
   if (torch == nullptr || !torch->current_stream.is_valid() || !torch->raw_pair.is_valid() || offs_obj.is_none() ||
-      !PyObject_IsInstance(a_obj.ptr(), torch->tensor.ptr()) ||
-      (!out_dtype.is_none() && !PyObject_IsInstance(out_dtype.ptr(), torch->dtype.ptr())))
+      !is_instance(a_obj, torch->tensor) || (!out_dtype.is_none() && !is_instance(out_dtype, torch->dtype)))
     return nb::none();
   GroupedOperands g;
   g.a = import_tensor(a_obj, "a");
@@ -303,15 +302,17 @@ DeviceGuard::~DeviceGuard() {
 
 LaunchSource::LaunchSource(std::optional<std::uintptr_t> stream, nb::handle alloc, nb::handle operand) {
   const TorchTypes* torch = torch_types();
-  const int instance = torch != nullptr ? PyObject_IsInstance(operand.ptr(), torch->tensor.ptr()) : 0;
-  if (instance < 0) throw nb::python_error();
-  const bool is_torch = instance == 1;
+  const bool is_torch = torch != nullptr && is_instance(operand, torch->tensor);
   if (stream) {
     stream_ = stream_from(*stream);
-  } else if (!is_torch || !torch->current_stream.is_valid()) {
+  } else if (!is_torch) {
     raise(errc::invalid_argument,
           "stream=None: for tensors other than torch's, pass the stream to run on as an integer cudaStream_t (CuPy: "
           "cupy.cuda.get_current_stream().ptr; 0 = legacy default stream)");
+  } else if (!torch->current_stream.is_valid()) {
+    raise(errc::unsupported,
+          "stream=None: this PyTorch has no CUDA streams (torch._C._cuda_getCurrentRawStream is "
+          "missing: a CPU-only build?); pass stream= or use a CUDA build of PyTorch");
   }
   alloc_ = !alloc.is_none() || !is_torch || !torch->raw_pair.is_valid() ? alloc : nb::handle(torch->raw_pair);
 }

@@ -136,7 +136,7 @@ bool import_torch(nb::handle obj, TensorArg& t, std::optional<DType> as) {
   static PyObject* const kIsCuda = interned("is_cuda");
   static PyObject* const kIsCpu = interned("is_cpu");
   const TorchTypes* torch = torch_types();
-  if (torch == nullptr || !PyObject_IsInstance(obj.ptr(), torch->tensor.ptr())) return false;
+  if (torch == nullptr || !is_instance(obj, torch->tensor)) return false;
   nb::object dtype = get_attr(obj, kDtype);
   std::optional<DType> imported;
   for (const auto& [h, d] : torch->dtypes)

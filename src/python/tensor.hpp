@@ -54,6 +54,13 @@ struct TensorArg {
 /// cuactor handles (rank 0-4).
 TensorArg import_tensor(nb::handle obj, const char* name, std::optional<DType> as = std::nullopt);
 
+/// isinstance(obj, type); raises the Python error when the check itself fails.
+inline bool is_instance(nb::handle obj, nb::handle type) {
+  const int r = PyObject_IsInstance(obj.ptr(), type.ptr());
+  if (r < 0) throw nb::python_error();
+  return r == 1;
+}
+
 /// PyTorch's types and the callables cuactor uses, looked up once torch is imported (never imported
 /// here); members that this torch lacks stay empty.
 struct TorchTypes {
