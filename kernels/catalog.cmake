@@ -212,29 +212,27 @@ foreach(t bf16 f16)
   cuactor_gemm_instance(FAMILY conv_wgrad ${conv90} TYPES ${t} ${t} ${t} ${t} f32 LAYOUTS nhwc nhwc krsc
                         TILE 64 128 64)
 endforeach()
-# Two consumer warpgroups per tile (cuactor's CooperativeConvKernel): 256x128 tiles for large outputs.
+# Two consumer warpgroups per tile (cuactor's CooperativeConvKernel): 256x128 tiles for large outputs;
+# for fprop and dgrad also in 1x2 clusters (the two CTAs of a row band share the activation tile by
+# multicast) and 256x64 tiles. Measured on an H100 (bf16, beside cuDNN): the 1x2 cluster lifts 256x128
+# fprop and dgrad by 1.10-1.13x on grids of two waves or more and loses when the grid is a wave or
+# less; 256x64 lifts fprop and dgrad with 64 output channels by 1.11-1.21x over 128x64. (A 2x1 cluster
+# gained nothing, nor did a cooperative 128x256 wgrad tile: 0.30-1.01x of the plan's choice; neither
+# is compiled.)
 set(conv90coop ARCH sm_90a TEMPLATE conv_sm90_instance.cu.in CLUSTER 1 1 1 SCHEDULE cooperative
                EPILOGUE linear_combination)
-foreach(t bf16 f16)
-  cuactor_gemm_instance(FAMILY conv_fprop ${conv90coop} TYPES ${t} ${t} ${t} ${t} f32 LAYOUTS nhwc krsc nhwc
-                        TILE 256 128 64)
-  cuactor_gemm_instance(FAMILY conv_dgrad ${conv90coop} TYPES ${t} ${t} ${t} ${t} f32 LAYOUTS nhwc krsc nhwc
-                        TILE 256 128 64)
-  cuactor_gemm_instance(FAMILY conv_wgrad ${conv90coop} TYPES ${t} ${t} ${t} ${t} f32 LAYOUTS nhwc nhwc krsc
-                        TILE 256 128 64)
-endforeach()
-# Measured on an H100 (bf16, beside cuDNN): a 1x2 cluster multicasting the activation tile to the two
-# CTAs of one row band lifts 256x128 fprop and dgrad by 1.10-1.13x on grids of two waves or more and
-# loses when the grid is a wave or less; 256x64 cooperative tiles lift fprop and dgrad with 64
-# output channels by 1.11-1.21x over 128x64. (A 2x1 cluster gained nothing, nor did a cooperative
-# 128x256 wgrad tile: 0.30-1.01x of the plan's choice; neither is compiled.)
+set(conv90coop_pair ARCH sm_90a TEMPLATE conv_sm90_instance.cu.in CLUSTER 1 2 1 SCHEDULE cooperative
+                    EPILOGUE linear_combination)
 foreach(t bf16 f16)
   foreach(op conv_fprop conv_dgrad)
-    cuactor_gemm_instance(FAMILY ${op} ARCH sm_90a TEMPLATE conv_sm90_instance.cu.in CLUSTER 1 2 1
-                          SCHEDULE cooperative EPILOGUE linear_combination TYPES ${t} ${t} ${t} ${t} f32
-                          LAYOUTS nhwc krsc nhwc TILE 256 128 64)
+    cuactor_gemm_instance(FAMILY ${op} ${conv90coop} TYPES ${t} ${t} ${t} ${t} f32 LAYOUTS nhwc krsc nhwc
+                          TILE 256 128 64)
+    cuactor_gemm_instance(FAMILY ${op} ${conv90coop_pair} TYPES ${t} ${t} ${t} ${t} f32 LAYOUTS nhwc krsc nhwc
+                          TILE 256 128 64)
     cuactor_gemm_instance(FAMILY ${op} ${conv90coop} TYPES ${t} ${t} ${t} ${t} f32 LAYOUTS nhwc krsc nhwc
                           TILE 256 64 64)
   endforeach()
+  cuactor_gemm_instance(FAMILY conv_wgrad ${conv90coop} TYPES ${t} ${t} ${t} ${t} f32 LAYOUTS nhwc nhwc krsc
+                        TILE 256 128 64)
 endforeach()
 cuactor_gemm_instance(FAMILY conv_fprop ${conv90} TYPES f32 f32 f32 f32 f32 LAYOUTS nhwc krsc nhwc TILE 128 128 32)

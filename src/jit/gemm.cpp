@@ -97,9 +97,7 @@ Result<InstanceRequest> instance_request(const GemmSku& sku, std::optional<GpuAr
   // The conv template takes CUTLASS's one-warpgroup kernel (warpspecialized) or cuactor's cooperative
   // one (two warpgroups: 128 rows or more); GEMM templates do not know warpspecialized.
   if (kernels::is_conv(sku.family)) {
-    const bool conv_schedule = sku.schedule == kernels::GemmSchedule::warpspecialized ||
-                               (sku.schedule == kernels::GemmSchedule::cooperative && sku.tile.m >= 128);
-    if (!conv_schedule)
+    if (!kernels::conv_schedule_fits(sku))
       return fail(errc::unsupported,
                   fmt::format("SKU {}: convolution takes schedule warpspecialized, or cooperative with tiles of 128 "
                               "rows or more (not {} with {} rows)",

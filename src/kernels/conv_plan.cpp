@@ -54,8 +54,7 @@ bool sku_computes(const GemmSku& s, const ConvSpec& spec) {
   const auto layouts = layouts_of(spec.operation);
   return s.family == family_of(spec.operation) && s.a == spec.element && s.b == spec.element && s.c == spec.output &&
          s.d == spec.output && s.layout_a == layouts[0] && s.layout_b == layouts[1] && s.layout_c == layouts[2] &&
-         s.epilogue == GemmEpilogue::linear_combination &&
-         (s.schedule == GemmSchedule::warpspecialized || (s.schedule == GemmSchedule::cooperative && s.tile.m >= 128));
+         s.epilogue == GemmEpilogue::linear_combination && conv_schedule_fits(s);
 }
 
 /// Kernels the cost models know: one CTA per cluster, or for fprop and dgrad (where it was measured)

@@ -150,6 +150,10 @@ bool is_conv(GemmFamily f) noexcept {
 bool is_stream_k(GemmSchedule s) noexcept {
   return s == GemmSchedule::cooperative_streamk || s == GemmSchedule::cooperative_fp8_fast_accum_streamk;
 }
+bool conv_schedule_fits(const GemmSku& sku) noexcept {
+  return sku.schedule == GemmSchedule::warpspecialized ||
+         (sku.schedule == GemmSchedule::cooperative && sku.tile.m >= 128);
+}
 
 std::string GemmSku::to_string() const {
   return fmt::format("{}:{}:{},{},{},{},{}:{},{},{}:{}x{}x{}:{}x{}x{}:s{}:{}:{}", name(family), arch.name(), name(a),

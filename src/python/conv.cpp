@@ -153,9 +153,8 @@ void conv(kernels::ConvOperation op, nb::handle a_obj, nb::handle b_obj, nb::han
                                 bytes(out, true), 0));
   const DeviceGuard guard(a.device);
   const Launch launch = source.on(a.device);
-  std::optional<Workspace> ws;
-  if (plan.workspace_size() > 0) ws.emplace(plan.workspace_size(), launch.alloc, launch.stream, a.device);
-  check(plan.run(t, ws ? ws->data() : nullptr, ws ? ws->bytes() : 0, launch.stream));
+  const Workspace ws(plan.workspace_size(), launch.alloc, launch.stream, a.device);
+  check(plan.run(t, ws.data(), ws.bytes(), launch.stream));
 }
 
 }  // namespace
@@ -171,14 +170,12 @@ void bind_conv(nb::module_& m) {
   const Binding bindings[] = {
       {"conv2d", kernels::ConvOperation::fprop, "x", "w",
        "Convolution forward on `stream` (a cudaStream_t as an integer; None: torch's current stream for torch tensors) "
-       "with a cached ConvPlan: out (N, P, Q, K) = "
-       "conv(x (N, H, W, C), w (K, R, S, C)); `stride`, `padding` (symmetric) and `dilation` are (height, width) "
-       "pairs. Every tensor is packed in the order of its dimensions (channels contiguous) and on one CUDA device. "
-       "`alloc` gives the plan's workspace, if any, as for mm (default: torch's caching allocator for torch tensors, "
-       "else stream-ordered from the device's pool). `sku` (a GemmSku text) runs exactly that catalog kernel instead "
-       "of "
-       "the heuristic's choice. Raises "
-       "the cuactor.errors class of the failure."},
+       "with a cached ConvPlan: out (N, P, Q, K) = conv(x (N, H, W, C), w (K, R, S, C)); `stride`, `padding` "
+       "(symmetric) and `dilation` are (height, width) pairs. Every tensor is packed in the order of its dimensions "
+       "(channels contiguous) and on one CUDA device. `alloc` gives the plan's workspace, if any, as for mm (default: "
+       "torch's caching allocator for torch tensors, else stream-ordered from the device's pool). `sku` (a GemmSku "
+       "text) runs exactly that catalog kernel instead of the heuristic's choice. Raises the cuactor.errors class of "
+       "the failure."},
       {"conv2d_backward_data", kernels::ConvOperation::dgrad, "dy", "w",
        "Convolution data gradient, as conv2d: out = dx (N, H, W, C) from dy (N, P, Q, K) and w (K, R, S, C); H and W "
        "are out's."},

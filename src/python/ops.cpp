@@ -210,9 +210,8 @@ void mm(nb::handle a_obj, nb::handle b_obj, nb::handle out_obj, std::optional<st
                                 static_cast<std::size_t>(out.extent_bytes())));
   const DeviceGuard guard(a.device);
   const Launch launch = source.on(a.device);
-  std::optional<Workspace> ws;
-  if (plan.workspace_size() > 0) ws.emplace(plan.workspace_size(), launch.alloc, launch.stream, a.device);
-  check(plan.run(o, ws ? ws->data() : nullptr, ws ? ws->bytes() : 0, launch.stream));
+  const Workspace ws(plan.workspace_size(), launch.alloc, launch.stream, a.device);
+  check(plan.run(o, ws.data(), ws.bytes(), launch.stream));
 }
 
 /// Plans (cached), prepares and enqueues validated grouped operands on `stream`.

@@ -40,7 +40,8 @@ class DeviceGuard {
 /// a stream-ordered raw pair (raw_alloc(nbytes, stream) -> address, raw_delete(address): PyTorch's
 /// caching allocator for torch inputs, so a capture draws from the graph's pool) or a callable
 /// alloc(nbytes) returning a tensor; without one, stream-ordered from the device's default pool
-/// (cudaMallocAsync, freed with cudaFreeAsync after the launch: also capturable).
+/// (cudaMallocAsync, freed with cudaFreeAsync after the launch: also capturable). Nothing is
+/// allocated for 0 bytes (data() is null).
 class Workspace {
  public:
   Workspace(std::size_t bytes, nb::handle alloc, cudaStream_t stream, int device);
