@@ -212,16 +212,15 @@ Status run_bench_gemm(const GemmBenchOptions& opt) {
 
 }  // namespace
 
+CLI::App& bench_command(CLI::App& app) {
+  for (CLI::App* sub : app.get_subcommands([](CLI::App* s) { return s->get_name() == "bench"; })) return *sub;
+  CLI::App* bench = app.add_subcommand("bench", "Benchmarks of cuactor's kernels against their anchors, in one run");
+  bench->require_subcommand(1);
+  return *bench;
+}
+
 void add_bench_gemm_command(CLI::App& app) {
-  // `bench` is shared by every benchmark file: whichever registers first creates it.
-  CLI::App* bench = nullptr;
-  for (CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; }))
-    if (sub->get_name() == "bench") bench = sub;
-  if (bench == nullptr) {
-    bench = app.add_subcommand("bench", "Benchmarks of cuactor's kernels against their anchors, in one run");
-    bench->require_subcommand(1);
-  }
-  auto* cmd = bench->add_subcommand(
+  auto* cmd = bench_command(app).add_subcommand(
       "gemm", "Dense GEMM vs cuBLAS (cublasGemmEx / cuBLASLt): squares, decode and LLM projection shapes");
   auto opt = std::make_shared<GemmBenchOptions>();
   cmd->add_option("--reps", opt->reps, "Timed repetitions per side and round (median reported)");

@@ -367,15 +367,8 @@ Status run_bench(const Options& opt) {
 }  // namespace
 
 void add_bench_grouped_command(CLI::App& app) {
-  // `bench` is shared by every benchmark command: join it when another one already added it.
-  CLI::App* bench = nullptr;
-  for (CLI::App* sub : app.get_subcommands([](CLI::App* s) { return s->get_name() == "bench"; })) bench = sub;
-  if (bench == nullptr) {
-    bench = app.add_subcommand("bench", "Benchmarks of cuactor's kernels against their anchors, in one run");
-    bench->require_subcommand(1);
-  }
-  auto* cmd =
-      bench->add_subcommand("grouped", "Grouped GEMM vs a cuBLAS loop and cublasGemmGroupedBatchedEx (MoE shapes)");
+  auto* cmd = bench_command(app).add_subcommand(
+      "grouped", "Grouped GEMM vs a cuBLAS loop and cublasGemmGroupedBatchedEx (MoE shapes)");
   auto opt = std::make_shared<Options>();
   cmd->add_option("--reps", opt->reps, "Timed repetitions (median reported)");
   cmd->add_option("--warmup", opt->warmup, "Untimed warm-up repetitions");

@@ -11,10 +11,15 @@ namespace cuactor::cli {
 void add_info_command(CLI::App& app);
 /// `cuactor demo`: a short checked demonstration of the library's headline work.
 void add_demo_command(CLI::App& app);
+/// The `bench` subcommand every benchmark command joins (made by whichever registers first).
+CLI::App& bench_command(CLI::App& app);
 /// `cuactor bench gemm`: dense GEMM plans vs cuBLAS at 4096^3 and 8192^3 (TFLOP/s and ratio).
 void add_bench_gemm_command(CLI::App& app);
 /// `cuactor bench grouped`: grouped GEMM vs a cuBLAS loop and cublasGemmGroupedBatchedEx (MoE shapes).
 void add_bench_grouped_command(CLI::App& app);
+/// `cuactor bench ep`: the expert-parallel MoE layer over every visible device (bench/ep_torch.py
+/// prints it beside the PyTorch formulation).
+void add_bench_ep_command(CLI::App& app);
 /// `cuactor soak --isolated --faults N [--threads T]`: fault cycles under load on an isolated device.
 void add_soak_command(CLI::App& app);
 /// `cuactor jit warm|list|verify|clear|bench`: offline cache warming, cache inspection, JIT timings.

@@ -1,0 +1,513 @@
+// NCCL communicators ([M2]). Every communicator is non-blocking (config.blocking = 0) so that no
+// call can hang: initialisation polls with a deadline, and a call NCCL reports as still in progress
+// is polled to completion the same way.
+#include "cuactor/parallel/communicator.hpp"
+
+#include <fmt/format.h>
+#include <nccl.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <charconv>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <optional>
+#include <shared_mutex>
+#include <thread>
+#include <unordered_set>
+
+#include "cuactor/core/files.hpp"
+#include "cuactor/core/no_throw.hpp"
+#include "cuactor/gpu/check.hpp"
+#include "cuactor/gpu/device.hpp"
+
+namespace cuactor::parallel {
+namespace {
+
+class NcclCategory final : public std::error_category {
+ public:
+  const char* name() const noexcept override { return "nccl"; }
+  std::string message(int value) const override { return ncclGetErrorString(static_cast<ncclResult_t>(value)); }
+};
+
+Error nccl_error(ncclResult_t r, std::string_view what) {
+  const char* last = ncclGetLastError(nullptr);
+  return Error(std::error_code(static_cast<int>(r), nccl_category()),
+               fmt::format("{}: {}{}{}", what, ncclGetErrorString(r), last && *last ? ": " : "", last ? last : ""));
+}
+
+Status nccl_check(ncclResult_t r, std::string_view what) {
+  if (r == ncclSuccess || r == ncclInProgress) return ok();
+  return fail(nccl_error(r, what));
+}
+
+std::optional<ncclDataType_t> nccl_type(DType t) noexcept {
+  switch (t) {
+    case DType::f64:
+      return ncclFloat64;
+    case DType::f32:
+      return ncclFloat32;
+    case DType::f16:
+      return ncclFloat16;
+    case DType::bf16:
+      return ncclBfloat16;
+    case DType::e4m3:
+      return ncclFloat8e4m3;
+    case DType::e5m2:
+      return ncclFloat8e5m2;
+    case DType::i64:
+      return ncclInt64;
+    case DType::i32:
+      return ncclInt32;
+    case DType::i8:
+      return ncclInt8;
+    case DType::u8:
+      return ncclUint8;
+    default:
+      return std::nullopt;
+  }
+}
+
+// NVLink multicast can put a shared host's GPUs out of service; it stays off unless the user chose.
+void keep_multicast_off() {
+  static std::once_flag once;
+  std::call_once(once, [] { ::setenv("NCCL_NVLS_ENABLE", "0", /*overwrite=*/0); });
+}
+
+ncclConfig_t nonblocking_config() {
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 0;
+  return config;
+}
+
+}  // namespace
+
+const std::error_category& nccl_category() noexcept {
+  static const NcclCategory category;
+  return category;
+}
+
+struct Communicator::State {
+  ncclComm_t comm = nullptr;
+  int rank = 0;
+  int size = 0;
+  int device = 0;
+  std::atomic<bool> failed{false};  // an error was seen or abort() was called: no new calls
+  // Calls and queries hold it shared, abort() exclusively: no thread frees the handle under another's call.
+  std::shared_mutex calls;
+  bool aborted = false;  // guarded by `calls`: the handle is gone
+  // The watcher (only with on_async_error): polls, aborts and reports once.
+  std::function<void(int, const Error&)> on_async_error;
+  std::chrono::milliseconds watch_interval{50};
+  std::jthread watcher;
+
+  Error gone(std::string_view what) const {
+    return Error(errc::context_poisoned,
+                 fmt::format("{}: the communicator (rank {} of {}) failed or was aborted", what, rank, size));
+  }
+
+  // NCCL's asynchronous state (a failing query counts as the state); nullopt once aborted.
+  std::optional<ncclResult_t> async_state() {
+    std::shared_lock lock(calls);
+    if (aborted) return std::nullopt;
+    ncclResult_t state = ncclSuccess;
+    const ncclResult_t r = ncclCommGetAsyncError(comm, &state);
+    return r != ncclSuccess ? r : state;
+  }
+
+  // Polls until NCCL no longer reports the communicator's last call as in progress, up to `deadline`.
+  Status wait_ready(std::chrono::steady_clock::time_point deadline, std::string_view what) {
+    for (;;) {
+      const auto state = async_state();
+      if (!state) return fail(gone(what));
+      if (*state == ncclSuccess) return ok();
+      if (*state != ncclInProgress) {
+        failed.store(true, std::memory_order_release);
+        return fail(nccl_error(*state, fmt::format("{} (rank {} of {}, device {})", what, rank, size, device)));
+      }
+      if (std::chrono::steady_clock::now() > deadline)
+        return fail(errc::timeout, fmt::format("{} (rank {} of {}, device {}): still in progress at the deadline", what,
+                                               rank, size, device));
+      std::this_thread::yield();
+    }
+  }
+
+  // Issues one NCCL call unless the communicator failed (an aborted handle never reaches NCCL again).
+  // NCCL may report the call in progress; it completes in microseconds (the work itself is on the
+  // stream), so the deadline only guards against a communicator that died meanwhile.
+  template <class Call>
+  Status call(std::string_view what, Call&& enqueue) {
+    ncclResult_t r = ncclSuccess;
+    {
+      std::shared_lock lock(calls);
+      if (aborted || failed.load(std::memory_order_acquire)) return fail(gone(what));
+      r = enqueue(comm);
+    }
+    CUACTOR_TRY(nccl_check(r, what));
+    if (r == ncclInProgress) return wait_ready(std::chrono::steady_clock::now() + std::chrono::seconds(30), what);
+    return ok();
+  }
+
+  void abort() noexcept {
+    failed.store(true, std::memory_order_release);
+    std::unique_lock lock(calls);
+    if (aborted || comm == nullptr) return;
+    (void)ncclCommAbort(comm);
+    aborted = true;
+  }
+
+  void start_watcher() {
+    if (!on_async_error) return;
+    watcher = std::jthread([this](std::stop_token stop) {
+      while (!stop.stop_requested()) {
+        const auto state = async_state();
+        if (!state) return;
+        if (*state != ncclSuccess && *state != ncclInProgress) {
+          const Error error =
+              nccl_error(*state, fmt::format("asynchronous error of rank {} of {} (device {})", rank, size, device));
+          abort();
+          (void)result_or_error("communicator error hook", [&]() -> Status {
+            on_async_error(rank, error);
+            return ok();
+          });
+          return;
+        }
+        std::this_thread::sleep_for(watch_interval);
+      }
+    });
+  }
+
+  ~State() {
+    if (watcher.joinable()) {
+      watcher.request_stop();
+      watcher.join();
+    }
+    if (comm == nullptr) return;
+    if (!failed.load(std::memory_order_acquire)) {
+      // Finalise flushes this rank's pending operations; the deadline keeps a dead peer from hanging
+      // the destructor (the communicator is aborted instead).
+      auto device_guard = gpu::ScopedDevice::make(device);
+      const ncclResult_t finalized = device_guard ? ncclCommFinalize(comm) : ncclInvalidUsage;
+      if ((finalized == ncclSuccess || finalized == ncclInProgress) &&
+          wait_ready(std::chrono::steady_clock::now() + std::chrono::seconds(30), "ncclCommFinalize")) {
+        (void)ncclCommDestroy(comm);
+        return;
+      }
+    }
+    abort();
+  }
+};
+
+Communicator::Communicator(std::unique_ptr<State> state) : state_(std::move(state)) {}
+Communicator::Communicator(Communicator&&) noexcept = default;
+Communicator& Communicator::operator=(Communicator&&) noexcept = default;
+Communicator::~Communicator() = default;
+
+int Communicator::rank() const noexcept {
+  return state_->rank;
+}
+int Communicator::size() const noexcept {
+  return state_->size;
+}
+int Communicator::device() const noexcept {
+  return state_->device;
+}
+ncclComm* Communicator::native() const noexcept {
+  return state_->comm;
+}
+
+Status Communicator::check() {
+  State& s = *state_;
+  if (s.failed.load(std::memory_order_acquire)) return fail(s.gone("check"));
+  const auto state = s.async_state();
+  if (!state) return fail(s.gone("check"));
+  if (*state == ncclSuccess || *state == ncclInProgress) return ok();
+  s.abort();
+  return fail(
+      nccl_error(*state, fmt::format("asynchronous error of rank {} of {} (device {})", s.rank, s.size, s.device)));
+}
+
+void Communicator::abort() noexcept {
+  state_->abort();
+}
+
+namespace {
+
+// Creates the states of `ranks` (rank, device) of a group of `size` meeting through `id`, all inside
+// one NCCL group, and waits for all of them up to the deadline.
+Result<std::vector<std::unique_ptr<Communicator::State>>> init_ranks(const UniqueId& id, int size,
+                                                                     std::span<const std::pair<int, int>> ranks,
+                                                                     const CommunicatorOptions& options) {
+  keep_multicast_off();
+  const int device_count = gpu::device_count();
+  for (const auto& [rank, device] : ranks) {
+    if (size < 1) return fail(errc::invalid_argument, fmt::format("communicator size={} must be at least 1", size));
+    if (rank < 0 || rank >= size)
+      return fail(errc::invalid_argument, fmt::format("rank={} must be in [0, size={})", rank, size));
+    if (device < 0 || device >= device_count)
+      return fail(errc::no_device,
+                  fmt::format("device={} for rank {}: {} devices are visible", device, rank, device_count));
+  }
+  ncclUniqueId nccl_id;
+  static_assert(sizeof(nccl_id.internal) == UniqueId::kBytes);
+  std::memcpy(nccl_id.internal, id.bytes().data(), UniqueId::kBytes);
+
+  std::vector<std::unique_ptr<Communicator::State>> states;
+  for (const auto& [rank, device] : ranks) {
+    auto s = std::make_unique<Communicator::State>();
+    s->rank = rank;
+    s->size = size;
+    s->device = device;
+    s->on_async_error = options.on_async_error;
+    s->watch_interval = options.watch_interval;
+    states.push_back(std::move(s));
+  }
+  const auto deadline = std::chrono::steady_clock::now() + options.init_timeout;
+  Status issued = ok();
+  {
+    CUACTOR_TRY(nccl_check(ncclGroupStart(), "ncclGroupStart"));
+    for (auto& s : states) {
+      auto guard = gpu::ScopedDevice::make(s->device);
+      if (!guard) {
+        issued = fail(guard.error());
+        break;
+      }
+      ncclConfig_t config = nonblocking_config();
+      if (Status st =
+              nccl_check(ncclCommInitRankConfig(&s->comm, size, nccl_id, s->rank, &config),
+                         fmt::format("ncclCommInitRankConfig(rank {} of {}, device {})", s->rank, size, s->device));
+          !st) {
+        issued = st;
+        break;
+      }
+    }
+    if (Status st = nccl_check(ncclGroupEnd(), "ncclGroupEnd (communicator init)"); !st && issued) issued = st;
+  }
+  for (auto& s : states) {
+    if (!issued) break;
+    if (s->comm == nullptr) continue;
+    issued = s->wait_ready(
+        deadline, fmt::format("communicator init (waited {} ms for {} ranks)", options.init_timeout.count(), size));
+  }
+  if (!issued) {
+    for (auto& s : states) s->abort();  // the destructors see failed and do not finalise
+    return fail(issued.error());
+  }
+  for (auto& s : states) s->start_watcher();
+  return states;
+}
+
+}  // namespace
+
+Result<std::vector<Communicator>> Communicator::create_local(std::span<const int> devices,
+                                                             const CommunicatorOptions& options) {
+  if (devices.empty()) return fail(errc::invalid_argument, "create_local: devices is empty (need at least one)");
+  std::unordered_set<int> seen;
+  std::vector<std::pair<int, int>> ranks;
+  for (std::size_t i = 0; i < devices.size(); ++i) {
+    if (!seen.insert(devices[i]).second)
+      return fail(errc::invalid_argument,
+                  fmt::format("create_local: device {} appears twice (NCCL needs one rank per device)", devices[i]));
+    ranks.emplace_back(static_cast<int>(i), devices[i]);
+  }
+  auto id = UniqueId::create();
+  if (!id) return fail(id.error());
+  auto states = init_ranks(*id, static_cast<int>(devices.size()), ranks, options);
+  if (!states) return fail(states.error());
+  std::vector<Communicator> out;
+  for (auto& s : *states) out.push_back(Communicator(std::move(s)));
+  return out;
+}
+
+Result<Communicator> Communicator::create_rank(const UniqueId& id, int size, int rank, int device,
+                                               const CommunicatorOptions& options) {
+  const std::pair<int, int> one{rank, device};
+  auto states = init_ranks(id, size, std::span(&one, 1), options);
+  if (!states) return fail(states.error());
+  return Communicator(std::move(states->front()));
+}
+
+namespace {
+
+Result<int> env_int(const char* name, int min) {
+  const char* v = std::getenv(name);
+  if (v == nullptr || *v == '\0')
+    return fail(errc::invalid_argument, fmt::format("environment variable {} is not set", name));
+  int value = 0;
+  const auto [end, ec] = std::from_chars(v, v + std::strlen(v), value);
+  if (ec != std::errc() || *end != '\0' || value < min)
+    return fail(errc::invalid_argument,
+                fmt::format("environment variable {}='{}' is not an integer of at least {}", name, v, min));
+  return value;
+}
+
+}  // namespace
+
+Result<Communicator> Communicator::from_environment(const CommunicatorOptions& options) {
+  auto size = env_int("WORLD_SIZE", 1);
+  if (!size) return fail(size.error());
+  auto rank = env_int("RANK", 0);
+  if (!rank) return fail(rank.error());
+  auto device = env_int("LOCAL_RANK", 0);
+  if (!device) return fail(device.error());
+  if (*rank >= *size)
+    return fail(errc::invalid_argument, fmt::format("RANK={} must be below WORLD_SIZE={}", *rank, *size));
+  std::optional<UniqueId> id;
+  if (const char* hex = std::getenv("CUACTOR_NCCL_ID"); hex != nullptr && *hex != '\0') {
+    auto parsed = UniqueId::parse(hex);
+    if (!parsed) return fail(errc::invalid_argument, fmt::format("CUACTOR_NCCL_ID: {}", parsed.error().message()));
+    id = *parsed;
+  } else if (const char* file = std::getenv("CUACTOR_NCCL_ID_FILE"); file != nullptr && *file != '\0') {
+    if (*rank == 0) {
+      auto made = UniqueId::create();
+      if (!made) return fail(made.error());
+      CUACTOR_TRY(made->write_file(file));
+      id = *made;
+    } else {
+      auto read = UniqueId::read_file(file, options.init_timeout);
+      if (!read) return fail(read.error());
+      id = *read;
+    }
+  } else {
+    return fail(errc::invalid_argument, "neither CUACTOR_NCCL_ID nor CUACTOR_NCCL_ID_FILE is set");
+  }
+  return create_rank(*id, *size, *rank, *device, options);
+}
+
+// ---- unique ids ----
+
+Result<UniqueId> UniqueId::create() {
+  keep_multicast_off();
+  ncclUniqueId nccl_id;
+  CUACTOR_TRY(nccl_check(ncclGetUniqueId(&nccl_id), "ncclGetUniqueId"));
+  UniqueId id;
+  std::memcpy(id.bytes_.data(), nccl_id.internal, kBytes);
+  return id;
+}
+
+std::string UniqueId::to_hex() const {
+  static constexpr char kDigits[] = "0123456789abcdef";
+  std::string out(2 * kBytes, '0');
+  for (std::size_t i = 0; i < kBytes; ++i) {
+    const auto b = static_cast<unsigned char>(bytes_[i]);
+    out[2 * i] = kDigits[b >> 4];
+    out[2 * i + 1] = kDigits[b & 15];
+  }
+  return out;
+}
+
+Result<UniqueId> UniqueId::parse(std::string_view hex) {
+  while (!hex.empty() && (hex.back() == '\n' || hex.back() == '\r')) hex.remove_suffix(1);
+  if (hex.size() != 2 * kBytes)
+    return fail(errc::invalid_argument,
+                fmt::format("an NCCL unique id is {} hex digits, got {} characters", 2 * kBytes, hex.size()));
+  UniqueId id;
+  for (std::size_t i = 0; i < kBytes; ++i) {
+    unsigned value = 0;
+    const auto [end, ec] = std::from_chars(hex.data() + 2 * i, hex.data() + 2 * i + 2, value, 16);
+    if (ec != std::errc() || end != hex.data() + 2 * i + 2)
+      return fail(errc::invalid_argument,
+                  fmt::format("unique id: '{}' at position {} is not a hex digit pair", hex.substr(2 * i, 2), 2 * i));
+    id.bytes_[i] = static_cast<char>(value);
+  }
+  return id;
+}
+
+Status UniqueId::write_file(const std::filesystem::path& path) const {
+  std::error_code ec;
+  if (std::filesystem::symlink_status(path, ec).type() != std::filesystem::file_type::not_found)
+    return fail(
+        errc::invalid_argument,
+        fmt::format("unique id file '{}' already exists (left by an earlier run?): remove it first", path.string()));
+  const std::string text = to_hex() + "\n";
+  std::filesystem::path tmp = path;
+  tmp += fmt::format(".{}.tmp", ::getpid());
+  CUACTOR_TRY(write_new_private_file(tmp, std::as_bytes(std::span(text))));
+  // link() publishes the complete file and, unlike rename(), never replaces one that appeared meanwhile.
+  const int linked = ::link(tmp.c_str(), path.c_str());
+  const int link_errno = errno;
+  ::unlink(tmp.c_str());
+  if (linked != 0)
+    return fail(link_errno == EEXIST ? errc::invalid_argument : errc::io_error,
+                fmt::format("publishing unique id file '{}': {}", path.string(), std::strerror(link_errno)));
+  return ok();
+}
+
+Result<UniqueId> UniqueId::read_file(const std::filesystem::path& path, std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  for (;;) {
+    std::error_code ec;
+    if (std::filesystem::exists(path, ec)) {
+      auto bytes = cuactor::read_file(path, "unique id file", FileTrust::any);
+      if (!bytes) return fail(bytes.error());
+      auto id = parse(std::string_view(reinterpret_cast<const char*>(bytes->data()), bytes->size()));
+      if (!id)
+        return fail(errc::invalid_argument,
+                    fmt::format("unique id file '{}': {}", path.string(), id.error().message()));
+      return id;
+    }
+    if (std::chrono::steady_clock::now() >= deadline)
+      return fail(errc::timeout,
+                  fmt::format("unique id file '{}' did not appear within {} ms", path.string(), timeout.count()));
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+}
+
+// ---- collectives ----
+
+namespace {
+
+Result<ncclDataType_t> checked_type(DType dtype, std::string_view what) {
+  const auto t = nccl_type(dtype);
+  if (!t) return fail(errc::unsupported, fmt::format("{}: NCCL has no type for dtype {}", what, name(dtype)));
+  return *t;
+}
+
+}  // namespace
+
+// Each collective: the dtype, then the communicator's health, then the call (never on an aborted handle).
+Status Communicator::all_gather(const void* send, void* recv, std::size_t count, DType dtype, cudaStream_t stream) {
+  auto t = checked_type(dtype, "ncclAllGather");
+  if (!t) return fail(t.error());
+  return state_->call("ncclAllGather", [&](ncclComm_t c) { return ncclAllGather(send, recv, count, *t, c, stream); });
+}
+
+Status Communicator::reduce_scatter(const void* send, void* recv, std::size_t count, DType dtype, cudaStream_t stream) {
+  auto t = checked_type(dtype, "ncclReduceScatter");
+  if (!t) return fail(t.error());
+  return state_->call("ncclReduceScatter",
+                      [&](ncclComm_t c) { return ncclReduceScatter(send, recv, count, *t, ncclSum, c, stream); });
+}
+
+Status Communicator::all_reduce(const void* send, void* recv, std::size_t count, DType dtype, cudaStream_t stream) {
+  auto t = checked_type(dtype, "ncclAllReduce");
+  if (!t) return fail(t.error());
+  return state_->call("ncclAllReduce",
+                      [&](ncclComm_t c) { return ncclAllReduce(send, recv, count, *t, ncclSum, c, stream); });
+}
+
+Status Communicator::all_to_all(const void* send, void* recv, std::size_t count, DType dtype, cudaStream_t stream) {
+  auto t = checked_type(dtype, "ncclAlltoAll");
+  if (!t) return fail(t.error());
+  return state_->call("ncclAlltoAll", [&](ncclComm_t c) { return ncclAlltoAll(send, recv, count, *t, c, stream); });
+}
+
+Status Communicator::grouped(std::span<Communicator> group, const std::function<Status(Communicator&)>& op) {
+  CUACTOR_TRY(nccl_check(ncclGroupStart(), "ncclGroupStart"));
+  Status first = ok();
+  for (Communicator& c : group) {
+    if (!first) break;
+    first = result_or_error("Communicator::grouped", [&] { return op(c); });
+  }
+  const ncclResult_t ended = ncclGroupEnd();
+  if (!first) return first;
+  CUACTOR_TRY(nccl_check(ended, "ncclGroupEnd"));
+  if (ended == ncclInProgress)
+    for (Communicator& c : group)
+      CUACTOR_TRY(c.state_->wait_ready(std::chrono::steady_clock::now() + std::chrono::seconds(30), "ncclGroupEnd"));
+  return ok();
+}
+
+}  // namespace cuactor::parallel
