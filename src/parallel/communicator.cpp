@@ -84,6 +84,13 @@ ncclConfig_t nonblocking_config() {
 
 }  // namespace
 
+std::string nccl_version() {
+  int code = 0;
+  if (ncclGetVersion(&code) != ncclSuccess) return "unknown";
+  // NCCL >= 2.9 encodes major * 10000 + minor * 100 + patch.
+  return fmt::format("{}.{}.{}", code / 10000, code / 100 % 100, code % 100);
+}
+
 const std::error_category& nccl_category() noexcept {
   static const NcclCategory category;
   return category;

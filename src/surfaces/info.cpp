@@ -13,6 +13,7 @@
 #include "cuactor/gpu/device.hpp"
 #include "cuactor/jit/nvcc.hpp"
 #include "cuactor/kernels/catalog.hpp"
+#include "cuactor/parallel/communicator.hpp"
 #include "cuactor/parallel/topology.hpp"
 #include "cuactor/runtime/device_actor.hpp"
 
@@ -76,6 +77,7 @@ nlohmann::json collect(bool with_stats) {
   }
   j["devices"] = devices;
   j["topology"] = topology_json();
+  j["nccl"] = parallel::nccl_version();
   j["kernel_families"] = nlohmann::json::array();
   for (const auto& f : kernels::catalog_families())
     j["kernel_families"].push_back({{"family", kernels::name(f.family)},

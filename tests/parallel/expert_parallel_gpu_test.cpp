@@ -10,6 +10,7 @@
 #include <cstring>
 #include <numeric>
 #include <random>
+#include <thread>
 #include <vector>
 
 #include "cuactor/gpu/device.hpp"
@@ -197,19 +198,23 @@ class ExpertParallelGpuTest : public test_support::GpuTest {
     }
   }
 
+  static ExpertParallelTensors tensors_of(const Rank& k) {
+    ExpertParallelTensors t;
+    t.x = k.x.data();
+    t.expert_ids = k.ids.data_as<std::int32_t>();
+    t.routing_weights = k.weights.data_as<float>();
+    t.w_gate_up = k.w_gate_up.data();
+    t.w_down = k.w_down.data();
+    t.out = k.out.data();
+    return t;
+  }
+
   Status run_all() {
     std::vector<ExpertParallelTensors> tensors;
     std::vector<void*> workspaces;
     std::vector<cudaStream_t> streams;
     for (Rank& k : ranks_state_) {
-      ExpertParallelTensors t;
-      t.x = k.x.data();
-      t.expert_ids = k.ids.data_as<std::int32_t>();
-      t.routing_weights = k.weights.data_as<float>();
-      t.w_gate_up = k.w_gate_up.data();
-      t.w_down = k.w_down.data();
-      t.out = k.out.data();
-      tensors.push_back(t);
+      tensors.push_back(tensors_of(k));
       workspaces.push_back(k.workspace.data());
       streams.push_back(k.stream.get());
     }
@@ -265,6 +270,25 @@ TEST_F(ExpertParallelGpuTest, EveryRankMatchesTheFp64Layer) {
       ASSERT_EQ(__bfloat162float(got[static_cast<std::size_t>(r) * kTokens * kHidden + static_cast<std::size_t>(h)]),
                 0.0f);
   for (int r = 0; r < ranks_; ++r) EXPECT_EQ(routing_errors(r), 0);
+}
+
+TEST_F(ExpertParallelGpuTest, OneThreadPerRankMatchesTheFp64Layer) {
+  // The form a process per GPU takes: each rank calls run() on its own communicator, concurrently.
+  const Routing routing = make_routing(ranks_, 25);
+  set_routing(routing);
+  std::vector<Status> results(static_cast<std::size_t>(ranks_), Status{});
+  {
+    std::vector<std::jthread> threads;
+    for (int r = 0; r < ranks_; ++r)
+      threads.emplace_back([&, r] {
+        const auto i = static_cast<std::size_t>(r);
+        Rank& k = ranks_state_[i];
+        results[i] =
+            layers_[i].run(comms_[i], tensors_of(k), k.workspace.data(), layers_[i].workspace_size(), k.stream.get());
+      });
+  }
+  for (const Status& st : results) ASSERT_TRUE(st.has_value()) << st.error().to_string();
+  EXPECT_LT(relative_error(outputs(), reference(x_, routing, w_gate_up_, w_down_, ranks_)), kTolerance);
 }
 
 TEST_F(ExpertParallelGpuTest, InvalidExpertIdsAreCountedAndSkipped) {

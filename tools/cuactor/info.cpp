@@ -19,6 +19,7 @@ void print_text(const nlohmann::json& j) {
             << (j["driver_cuda_version"].is_null() ? "not loaded" : j["driver_cuda_version"].get<std::string>())
             << "\n";
   std::cout << "  CUDA runtime: " << j["runtime_cuda_version"].get<std::string>() << "\n";
+  std::cout << "  NCCL:         " << j.value("nccl", std::string("unknown")) << "\n";
   const auto& devs = j["devices"];
   if (devs.empty()) {
     std::cout << "  devices:      none (no CUDA GPU visible; CPU-only features and unit tests still work)\n";

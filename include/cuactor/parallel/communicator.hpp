@@ -32,6 +32,9 @@ namespace cuactor::parallel {
 /// Category whose values are NCCL's `ncclResult_t` (name "nccl").
 const std::error_category& nccl_category() noexcept;
 
+/// The version of the NCCL library in use ("2.28.9"), as ncclGetVersion reports it.
+std::string nccl_version();
+
 /// The id the ranks of one communicator share (NCCL's 128-byte unique id): made by one rank, read by
 /// the others from wherever the launcher put it.
 class UniqueId {
