@@ -6,6 +6,7 @@
 #include <future>
 
 #include "cuactor/core/log.hpp"
+#include "cuactor/core/no_throw.hpp"
 #include "cuactor/core/nvtx.hpp"
 #include "cuactor/gpu/check.hpp"
 #include "cuactor/gpu/device.hpp"
@@ -339,6 +340,11 @@ void ActorLoop::poison(const Error& cause, std::vector<std::shared_ptr<OpRecord>
     context_dead_ = true;
     if (inc_) inc_->mark_lost();
   }
+  if (options_.on_poisoned)
+    (void)result_or_error("on_poisoned hook", [&]() -> Status {
+      options_.on_poisoned(ordinal_, poisoned);
+      return ok();
+    });
   const Status recovered = supervisor_.recover(options_.recover_in_process ? this : nullptr);
   if (!recovered) {
     open_circuit(recovered.error());

@@ -33,13 +33,17 @@ constexpr int requests = 16;  // request 0 faults; requests >= max_in_flight can
 /// Runs the scenario in the child and writes "key=value" lines to `out_path`.
 void child_scenario(const std::string& out_path, bool recover) {
   std::ofstream out(out_path);
-  std::atomic<int> escalations{0}, escalation_code{0};
+  std::atomic<int> escalations{0}, escalation_code{0}, poisoned_hooks{0}, poisoned_hook_code{0};
   ActorOptions o;
   o.max_in_flight = max_in_flight;
   o.recover_in_process = recover;
   o.on_escalation = [&](int, const Error& e) {
     escalation_code.store(e.code().value());
     escalations.fetch_add(1);
+  };
+  o.on_poisoned = [&](int device, const Error& e) {
+    poisoned_hook_code.store(device == 0 ? e.code().value() : -1);
+    poisoned_hooks.fetch_add(1);
   };
   auto created = DeviceActor::create(0, o);
   if (!created) {
@@ -98,6 +102,7 @@ void child_scenario(const std::string& out_path, bool recover) {
   out << "generation=" << s.generation << "\npoisonings=" << s.poisonings << "\ncircuit=" << to_string(s.circuit)
       << "\nin_flight=" << s.in_flight << "\nqueue_depth=" << s.queue_depth << "\n";
   out << "escalations=" << escalations.load() << "\nescalation_code=" << escalation_code.load() << "\n";
+  out << "poisoned_hooks=" << poisoned_hooks.load() << "\npoisoned_hook_code=" << poisoned_hook_code.load() << "\n";
   // A request after the incident: works on the rebuilt context, or circuit_open.
   std::error_code after_ec;
   auto [ec_a, ref] = actor.allocate<int>(16, asio::use_future).get();
@@ -182,6 +187,8 @@ void check_common(std::map<std::string, std::string>& kv) {
   }
   EXPECT_EQ(kv["old_ref_stale"], "1");
   EXPECT_EQ(kv["poisonings"], "1");
+  EXPECT_EQ(kv["poisoned_hooks"], "1") << "on_poisoned fires once per poisoning";
+  EXPECT_EQ(kv["poisoned_hook_code"], poisoned);
   EXPECT_EQ(kv["generation"], "2");  // bumped once at the poisoning
   EXPECT_EQ(kv["in_flight"], "0");
   EXPECT_EQ(kv["queue_depth"], "0");

@@ -109,7 +109,9 @@ class Communicator {
   /// NCCL's asynchronous error state: ok while healthy; otherwise the error (and the communicator is
   /// aborted, so later calls fail instead of hanging).
   Status check();
-  /// Aborts the communicator: pending and future operations fail. Idempotent.
+  /// Aborts the communicator: pending and future operations fail. Idempotent. Call it from the
+  /// device actor's runtime::ActorOptions::on_poisoned for the communicators of that device: a
+  /// poisoned context is reset, and NCCL's resources on it go with it.
   void abort() noexcept;
 
   /// Every rank's `count` elements of `send`, concatenated in rank order into `recv` (size * count).

@@ -101,7 +101,12 @@ struct ActorOptions {
   BreakerOptions breaker;
   bool recover_in_process = true;  ///< Attempt reset + canary after a poisoning; false opens the circuit.
   EscalationHook on_escalation;    ///< Fired once each time the circuit opens.
-  int stream_priority = 0;         ///< Priority of the actor's stream (see gpu::Stream::create).
+  /// Fired once at each poisoning of an in-process context, on the actor's thread, after the
+  /// in-flight requests were failed and before the context is reset: abort here what else uses the
+  /// device's context in this process, e.g. its NCCL communicators (parallel::Communicator::abort),
+  /// whose resources die with the reset. Must not block on the actor; exceptions are swallowed.
+  EscalationHook on_poisoned;
+  int stream_priority = 0;  ///< Priority of the actor's stream (see gpu::Stream::create).
 
   // Isolated mode ([R10]); the breaker above counts worker losses there and `on_escalation` fires
   // when it trips. Host closures (submit, execute) answer `unsupported` in that mode.
