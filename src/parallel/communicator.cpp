@@ -7,6 +7,7 @@
 #include <nccl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <charconv>
@@ -14,7 +15,6 @@
 #include <cstring>
 #include <mutex>
 #include <optional>
-#include <shared_mutex>
 #include <thread>
 #include <unordered_set>
 
@@ -70,6 +70,13 @@ std::optional<ncclDataType_t> nccl_type(DType t) noexcept {
   }
 }
 
+Status check_device(int device, std::string_view who) {
+  const int count = gpu::device_count();
+  if (device < 0 || device >= count)
+    return fail(errc::no_device, fmt::format("{}: device={}: {} devices are visible", who, device, count));
+  return ok();
+}
+
 // NVLink multicast can put a shared host's GPUs out of service; it stays off unless the user chose.
 void keep_multicast_off() {
   static std::once_flag once;
@@ -102,8 +109,10 @@ struct Communicator::State {
   int size = 0;
   int device = 0;
   std::atomic<bool> failed{false};  // an error was seen or abort() was called: no new calls
-  // Calls and queries hold it shared, abort() exclusively: no thread frees the handle under another's call.
-  std::shared_mutex calls;
+  // Every NCCL call on the handle holds it: NCCL forbids concurrent calls on one communicator (even
+  // ncclCommGetAsyncError completes group jobs), and abort() must not free the handle under a call.
+  // Recursive: grouped() holds it from ncclGroupStart to ncclGroupEnd around the calls it issues.
+  std::recursive_mutex calls;
   bool aborted = false;  // guarded by `calls`: the handle is gone
   // The watcher (only with on_async_error): polls, aborts and reports once.
   std::function<void(int, const Error&)> on_async_error;
@@ -117,7 +126,10 @@ struct Communicator::State {
 
   // NCCL's asynchronous state (a failing query counts as the state); nullopt once aborted.
   std::optional<ncclResult_t> async_state() {
-    std::shared_lock lock(calls);
+    std::lock_guard lock(calls);
+    return async_state_locked();
+  }
+  std::optional<ncclResult_t> async_state_locked() {
     if (aborted) return std::nullopt;
     ncclResult_t state = ncclSuccess;
     const ncclResult_t r = ncclCommGetAsyncError(comm, &state);
@@ -148,7 +160,7 @@ struct Communicator::State {
   Status call(std::string_view what, Call&& enqueue) {
     ncclResult_t r = ncclSuccess;
     {
-      std::shared_lock lock(calls);
+      std::lock_guard lock(calls);
       if (aborted || failed.load(std::memory_order_acquire)) return fail(gone(what));
       r = enqueue(comm);
     }
@@ -159,7 +171,7 @@ struct Communicator::State {
 
   void abort() noexcept {
     failed.store(true, std::memory_order_release);
-    std::unique_lock lock(calls);
+    std::lock_guard lock(calls);
     if (aborted || comm == nullptr) return;
     (void)ncclCommAbort(comm);
     aborted = true;
@@ -169,7 +181,9 @@ struct Communicator::State {
     if (!on_async_error) return;
     watcher = std::jthread([this](std::stop_token stop) {
       while (!stop.stop_requested()) {
-        const auto state = async_state();
+        std::optional<ncclResult_t> state = ncclSuccess;
+        if (std::unique_lock lock(calls, std::try_to_lock); lock.owns_lock())  // busy: poll next round
+          state = async_state_locked();
         if (!state) return;
         if (*state != ncclSuccess && *state != ncclInProgress) {
           const Error error =
@@ -189,7 +203,10 @@ struct Communicator::State {
   ~State() {
     if (watcher.joinable()) {
       watcher.request_stop();
-      watcher.join();
+      if (watcher.get_id() == std::this_thread::get_id())
+        watcher.detach();  // destroyed from on_async_error: the watcher returns right after the hook
+      else
+        watcher.join();
     }
     if (comm == nullptr) return;
     if (!failed.load(std::memory_order_acquire)) {
@@ -248,14 +265,11 @@ Result<std::vector<std::unique_ptr<Communicator::State>>> init_ranks(const Uniqu
                                                                      std::span<const std::pair<int, int>> ranks,
                                                                      const CommunicatorOptions& options) {
   keep_multicast_off();
-  const int device_count = gpu::device_count();
   for (const auto& [rank, device] : ranks) {
     if (size < 1) return fail(errc::invalid_argument, fmt::format("communicator size={} must be at least 1", size));
     if (rank < 0 || rank >= size)
       return fail(errc::invalid_argument, fmt::format("rank={} must be in [0, size={})", rank, size));
-    if (device < 0 || device >= device_count)
-      return fail(errc::no_device,
-                  fmt::format("device={} for rank {}: {} devices are visible", device, rank, device_count));
+    CUACTOR_TRY(check_device(device, fmt::format("rank {}", rank)));
   }
   ncclUniqueId nccl_id;
   static_assert(sizeof(nccl_id.internal) == UniqueId::kBytes);
@@ -319,6 +333,8 @@ Result<std::vector<Communicator>> Communicator::create_local(std::span<const int
                   fmt::format("create_local: device {} appears twice (NCCL needs one rank per device)", devices[i]));
     ranks.emplace_back(static_cast<int>(i), devices[i]);
   }
+  // Before the id: creating it starts NCCL's bootstrap listener, which waits for ranks that would never come.
+  for (const int device : devices) CUACTOR_TRY(check_device(device, "create_local"));
   auto id = UniqueId::create();
   if (!id) return fail(id.error());
   auto states = init_ranks(*id, static_cast<int>(devices.size()), ranks, options);
@@ -368,6 +384,7 @@ Result<Communicator> Communicator::from_environment(const CommunicatorOptions& o
     id = *parsed;
   } else if (const char* file = std::getenv("CUACTOR_NCCL_ID_FILE"); file != nullptr && *file != '\0') {
     if (*rank == 0) {
+      CUACTOR_TRY(check_device(*device, "LOCAL_RANK"));  // before the id starts NCCL's bootstrap listener
       auto made = UniqueId::create();
       if (!made) return fail(made.error());
       CUACTOR_TRY(made->write_file(file));
@@ -502,18 +519,34 @@ Status Communicator::all_to_all(const void* send, void* recv, std::size_t count,
 }
 
 Status Communicator::grouped(std::span<Communicator> group, const std::function<Status(Communicator&)>& op) {
+  // Issued collectives cannot be taken back, so every member must be healthy before anything is issued,
+  // and no abort() may free a member between ncclGroupStart and ncclGroupEnd: the members' locks are
+  // held across the group (in address order, so two groups over the same members cannot deadlock).
+  std::vector<State*> members;
+  for (Communicator& c : group) members.push_back(c.state_.get());
+  std::sort(members.begin(), members.end());
+  std::vector<std::unique_lock<std::recursive_mutex>> locks;
+  for (State* m : members) {
+    locks.emplace_back(m->calls);
+    if (m->aborted || m->failed.load(std::memory_order_acquire)) return fail(m->gone("Communicator::grouped"));
+  }
   CUACTOR_TRY(nccl_check(ncclGroupStart(), "ncclGroupStart"));
   Status first = ok();
   for (Communicator& c : group) {
-    if (!first) break;
     first = result_or_error("Communicator::grouped", [&] { return op(c); });
+    if (!first) break;
   }
   const ncclResult_t ended = ncclGroupEnd();
-  if (!first) return first;
-  CUACTOR_TRY(nccl_check(ended, "ncclGroupEnd"));
+  locks.clear();
+  if (first) first = nccl_check(ended, "ncclGroupEnd");
+  if (!first) {
+    // Some members' calls may be out while others' are not: their peers would wait forever.
+    for (State* m : members) m->abort();
+    return first;
+  }
   if (ended == ncclInProgress)
-    for (Communicator& c : group)
-      CUACTOR_TRY(c.state_->wait_ready(std::chrono::steady_clock::now() + std::chrono::seconds(30), "ncclGroupEnd"));
+    for (State* m : members)
+      CUACTOR_TRY(m->wait_ready(std::chrono::steady_clock::now() + std::chrono::seconds(30), "ncclGroupEnd"));
   return ok();
 }
 

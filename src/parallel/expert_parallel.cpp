@@ -27,6 +27,12 @@ bool aligned16(const void* p) {
   return reinterpret_cast<std::uintptr_t>(p) % 16 == 0;
 }
 
+// The fields every rank of one layer shares (NCCL's counts follow from them).
+bool same_layer(const ExpertParallelSpec& a, const ExpertParallelSpec& b) {
+  return a.dtype == b.dtype && a.hidden == b.hidden && a.ffn == b.ffn && a.experts == b.experts &&
+         a.top_k == b.top_k && a.tokens_per_rank == b.tokens_per_rank && a.ranks == b.ranks;
+}
+
 }  // namespace
 
 struct ExpertParallelMoe::Buffers {
@@ -229,7 +235,10 @@ Status ExpertParallelMoe::run(Communicator& comm, const ExpertParallelTensors& t
   const Buffers b = buffers(workspace, t);
   // One NCCL group: the three gathers go out together.
   CUACTOR_TRY(Communicator::grouped(std::span(&comm, 1), [&](Communicator& c) { return dispatch(c, t, b, stream); }));
-  CUACTOR_TRY(compute(t, b, stream));
+  if (Status computed = compute(t, b, stream); !computed) {
+    comm.abort();  // the peers' reduce-scatter would wait for this rank forever
+    return computed;
+  }
   return combine(comm, t, b, stream);
 }
 
@@ -245,6 +254,11 @@ Status ExpertParallelMoe::run_local(std::span<const ExpertParallelMoe> layers, s
                     layers.size(), tensors.size(), workspaces.size(), streams.size()));
   std::vector<Buffers> buffers;
   for (std::size_t i = 0; i < n; ++i) {
+    if (!same_layer(layers[i].spec_, layers[0].spec_))
+      return fail(errc::invalid_argument,
+                  fmt::format("expert parallel: rank {}'s layer differs from rank 0's in dtype, sizes or ranks (every "
+                              "rank must plan the same layer)",
+                              i));
     if (comms[i].rank() != static_cast<int>(i))
       return fail(errc::invalid_argument,
                   fmt::format("expert parallel: communicator {} is rank {} (must be rank {})", i, comms[i].rank(), i));
@@ -263,8 +277,11 @@ Status ExpertParallelMoe::run_local(std::span<const ExpertParallelMoe> layers, s
                       Communicator& c) { return l.dispatch(c, t, b, s); }));
   for (std::size_t i = 0; i < n; ++i) {
     auto device = gpu::ScopedDevice::make(comms[i].device());
-    if (!device) return fail(device.error());
-    CUACTOR_TRY(layers[i].compute(tensors[i], buffers[i], streams[i]));
+    Status computed = device ? layers[i].compute(tensors[i], buffers[i], streams[i]) : Status(fail(device.error()));
+    if (!computed) {
+      for (Communicator& c : comms) c.abort();  // the dispatch is out on every rank: nothing may wait for the rest
+      return computed;
+    }
   }
   return each([](const ExpertParallelMoe& l, const ExpertParallelTensors& t, const Buffers& b, cudaStream_t s,
                  Communicator& c) { return l.combine(c, t, b, s); });

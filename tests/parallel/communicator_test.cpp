@@ -276,6 +276,24 @@ TEST_F(CommunicatorGpuTest, AbortedCommunicatorFailsTypedInsteadOfHanging) {
                "ncclAllReduce");
 }
 
+TEST_F(CommunicatorGpuTest, AGroupThatFailsPartWayAbortsEveryMember) {
+  LocalGroup g = make_group();
+  ASSERT_FALSE(g.comms.empty());
+  auto failing = Communicator::grouped(g.comms, [](Communicator& c) -> Status {
+    return fail(errc::invalid_argument, "rank " + std::to_string(c.rank()) + " refuses");
+  });
+  expect_error(failing, errc::invalid_argument, "rank 0 refuses");
+  for (Communicator& c : g.comms) expect_error(c.check(), errc::context_poisoned, "failed or was aborted");
+  // A group with an aborted member issues nothing.
+  int calls = 0;
+  auto refused = Communicator::grouped(g.comms, [&](Communicator&) -> Status {
+    ++calls;
+    return ok();
+  });
+  expect_error(refused, errc::context_poisoned, "Communicator::grouped");
+  EXPECT_EQ(calls, 0);
+}
+
 TEST_F(CommunicatorGpuTest, RankFromEnvironmentPublishesItsIdFile) {
   const auto dir = fresh_dir();
   ScopedEnv env({{"WORLD_SIZE", "1"},

@@ -205,7 +205,11 @@ Result<EpRow> bench_shape(const EpShape& shape, std::vector<parallel::Communicat
   CUACTOR_TRY(captured);
   CUACTOR_TRY(ended);
   auto replay = wall_ms(state, opt.warmup, opt.reps, [&]() -> Status {
-    for (std::size_t r = 0; r < execs.size(); ++r) CUACTOR_TRY(execs[r].launch(state[r].stream.get()));
+    for (std::size_t r = 0; r < execs.size(); ++r) {
+      auto device = gpu::ScopedDevice::make(static_cast<int>(r));
+      if (!device) return fail(device.error());
+      CUACTOR_TRY(execs[r].launch(state[r].stream.get()));
+    }
     return ok();
   });
   if (!replay) return fail(replay.error());

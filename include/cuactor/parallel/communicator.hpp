@@ -125,7 +125,9 @@ class Communicator {
 
   /// Calls `op` on every communicator of `group` (ranks driven by this thread) inside one NCCL group,
   /// which one thread driving several ranks needs (each rank's call would otherwise wait for the
-  /// others'). The group is closed even when an `op` fails; the first error is returned.
+  /// others'). Every member must be healthy first (else `context_poisoned`, nothing issued). When an
+  /// `op` or the group fails, every member is aborted (some calls may be out, and their peers would
+  /// wait for the rest forever) and the first error is returned.
   static Status grouped(std::span<Communicator> group, const std::function<Status(Communicator&)>& op);
 
   struct State;  // defined in communicator.cpp

@@ -11,8 +11,10 @@
 ///      adds the ranks' sums and returns every token to the rank it came from.
 /// No step reads a count on the host, so the whole forward is capturable: one captured graph serves
 /// every routing. One rank runs no communication at all. The price of fixed sizes is memory: the
-/// expert buffers are sized for the worst routing (every gathered token choosing min(k, E/R) local
-/// experts), and a token none of whose experts lives on a rank still crosses to it.
+/// expert buffers are sized for the worst routing (every slot of every gathered token local: R T k
+/// rows, since a token may repeat an expert), and a token none of whose experts lives on a rank still
+/// crosses to it. A failure after the dispatch was issued aborts the communicator(s), so that no peer
+/// waits forever for this rank's part.
 #pragma once
 
 #include <cuda_runtime_api.h>
