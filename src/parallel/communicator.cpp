@@ -70,12 +70,15 @@ std::optional<ncclDataType_t> nccl_type(DType t) noexcept {
   }
 }
 
+// gpu::check_ordinal, its message prefixed with who asked.
 Status check_device(int device, std::string_view who) {
-  const int count = gpu::device_count();
-  if (device < 0 || device >= count)
-    return fail(errc::no_device, fmt::format("{}: device={}: {} devices are visible", who, device, count));
+  if (Status st = gpu::check_ordinal(device); !st)
+    return fail(Error(st.error().code(), fmt::format("{}: {}", who, st.error().message())));
   return ok();
 }
+
+// How long a call NCCL reports in progress may take to be enqueued (the work itself is on the stream).
+constexpr std::chrono::seconds kSettleDeadline{30};
 
 // NVLink multicast can put a shared host's GPUs out of service; it stays off unless the user chose.
 void keep_multicast_off() {
@@ -119,6 +122,10 @@ struct Communicator::State {
   std::chrono::milliseconds watch_interval{50};
   std::jthread watcher;
 
+  Error async_failure(ncclResult_t state) const {
+    return nccl_error(state, fmt::format("asynchronous error of rank {} of {} (device {})", rank, size, device));
+  }
+
   Error gone(std::string_view what) const {
     return Error(errc::context_poisoned,
                  fmt::format("{}: the communicator (rank {} of {}) failed or was aborted", what, rank, size));
@@ -137,6 +144,7 @@ struct Communicator::State {
   }
 
   // Polls until NCCL no longer reports the communicator's last call as in progress, up to `deadline`.
+  Status settle(std::string_view what) { return wait_ready(std::chrono::steady_clock::now() + kSettleDeadline, what); }
   Status wait_ready(std::chrono::steady_clock::time_point deadline, std::string_view what) {
     for (;;) {
       const auto state = async_state();
@@ -161,11 +169,11 @@ struct Communicator::State {
     ncclResult_t r = ncclSuccess;
     {
       std::lock_guard lock(calls);
-      if (aborted || failed.load(std::memory_order_acquire)) return fail(gone(what));
+      if (failed.load(std::memory_order_acquire)) return fail(gone(what));  // abort() sets it first
       r = enqueue(comm);
     }
     CUACTOR_TRY(nccl_check(r, what));
-    if (r == ncclInProgress) return wait_ready(std::chrono::steady_clock::now() + std::chrono::seconds(30), what);
+    if (r == ncclInProgress) return settle(what);
     return ok();
   }
 
@@ -186,8 +194,7 @@ struct Communicator::State {
           state = async_state_locked();
         if (!state) return;
         if (*state != ncclSuccess && *state != ncclInProgress) {
-          const Error error =
-              nccl_error(*state, fmt::format("asynchronous error of rank {} of {} (device {})", rank, size, device));
+          const Error error = async_failure(*state);
           abort();
           (void)result_or_error("communicator error hook", [&]() -> Status {
             on_async_error(rank, error);
@@ -214,8 +221,7 @@ struct Communicator::State {
       // the destructor (the communicator is aborted instead).
       auto device_guard = gpu::ScopedDevice::make(device);
       const ncclResult_t finalized = device_guard ? ncclCommFinalize(comm) : ncclInvalidUsage;
-      if ((finalized == ncclSuccess || finalized == ncclInProgress) &&
-          wait_ready(std::chrono::steady_clock::now() + std::chrono::seconds(30), "ncclCommFinalize")) {
+      if ((finalized == ncclSuccess || finalized == ncclInProgress) && settle("ncclCommFinalize")) {
         (void)ncclCommDestroy(comm);
         return;
       }
@@ -249,8 +255,7 @@ Status Communicator::check() {
   if (!state) return fail(s.gone("check"));
   if (*state == ncclSuccess || *state == ncclInProgress) return ok();
   s.abort();
-  return fail(
-      nccl_error(*state, fmt::format("asynchronous error of rank {} of {} (device {})", s.rank, s.size, s.device)));
+  return fail(s.async_failure(*state));
 }
 
 void Communicator::abort() noexcept {
@@ -481,41 +486,34 @@ Result<UniqueId> UniqueId::read_file(const std::filesystem::path& path, std::chr
 
 // ---- collectives ----
 
-namespace {
-
-Result<ncclDataType_t> checked_type(DType dtype, std::string_view what) {
+// Each collective: the dtype, then the communicator's health, then the call (never on an aborted handle).
+template <class Enqueue>
+Status Communicator::collective(std::string_view what, DType dtype, Enqueue&& enqueue) {
   const auto t = nccl_type(dtype);
   if (!t) return fail(errc::unsupported, fmt::format("{}: NCCL has no type for dtype {}", what, name(dtype)));
-  return *t;
+  return state_->call(what, [&](ncclComm_t c) { return enqueue(*t, c); });
 }
 
-}  // namespace
-
-// Each collective: the dtype, then the communicator's health, then the call (never on an aborted handle).
 Status Communicator::all_gather(const void* send, void* recv, std::size_t count, DType dtype, cudaStream_t stream) {
-  auto t = checked_type(dtype, "ncclAllGather");
-  if (!t) return fail(t.error());
-  return state_->call("ncclAllGather", [&](ncclComm_t c) { return ncclAllGather(send, recv, count, *t, c, stream); });
+  return collective("ncclAllGather", dtype,
+                    [&](ncclDataType_t t, ncclComm_t c) { return ncclAllGather(send, recv, count, t, c, stream); });
 }
 
 Status Communicator::reduce_scatter(const void* send, void* recv, std::size_t count, DType dtype, cudaStream_t stream) {
-  auto t = checked_type(dtype, "ncclReduceScatter");
-  if (!t) return fail(t.error());
-  return state_->call("ncclReduceScatter",
-                      [&](ncclComm_t c) { return ncclReduceScatter(send, recv, count, *t, ncclSum, c, stream); });
+  return collective("ncclReduceScatter", dtype, [&](ncclDataType_t t, ncclComm_t c) {
+    return ncclReduceScatter(send, recv, count, t, ncclSum, c, stream);
+  });
 }
 
 Status Communicator::all_reduce(const void* send, void* recv, std::size_t count, DType dtype, cudaStream_t stream) {
-  auto t = checked_type(dtype, "ncclAllReduce");
-  if (!t) return fail(t.error());
-  return state_->call("ncclAllReduce",
-                      [&](ncclComm_t c) { return ncclAllReduce(send, recv, count, *t, ncclSum, c, stream); });
+  return collective("ncclAllReduce", dtype, [&](ncclDataType_t t, ncclComm_t c) {
+    return ncclAllReduce(send, recv, count, t, ncclSum, c, stream);
+  });
 }
 
 Status Communicator::all_to_all(const void* send, void* recv, std::size_t count, DType dtype, cudaStream_t stream) {
-  auto t = checked_type(dtype, "ncclAlltoAll");
-  if (!t) return fail(t.error());
-  return state_->call("ncclAlltoAll", [&](ncclComm_t c) { return ncclAlltoAll(send, recv, count, *t, c, stream); });
+  return collective("ncclAlltoAll", dtype,
+                    [&](ncclDataType_t t, ncclComm_t c) { return ncclAlltoAll(send, recv, count, t, c, stream); });
 }
 
 Status Communicator::grouped(std::span<Communicator> group, const std::function<Status(Communicator&)>& op) {
@@ -528,7 +526,7 @@ Status Communicator::grouped(std::span<Communicator> group, const std::function<
   std::vector<std::unique_lock<std::recursive_mutex>> locks;
   for (State* m : members) {
     locks.emplace_back(m->calls);
-    if (m->aborted || m->failed.load(std::memory_order_acquire)) return fail(m->gone("Communicator::grouped"));
+    if (m->failed.load(std::memory_order_acquire)) return fail(m->gone("Communicator::grouped"));
   }
   CUACTOR_TRY(nccl_check(ncclGroupStart(), "ncclGroupStart"));
   Status first = ok();
@@ -545,8 +543,7 @@ Status Communicator::grouped(std::span<Communicator> group, const std::function<
     return first;
   }
   if (ended == ncclInProgress)
-    for (State* m : members)
-      CUACTOR_TRY(m->wait_ready(std::chrono::steady_clock::now() + std::chrono::seconds(30), "ncclGroupEnd"));
+    for (State* m : members) CUACTOR_TRY(m->settle("ncclGroupEnd"));
   return ok();
 }
 

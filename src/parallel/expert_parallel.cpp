@@ -10,27 +10,22 @@
 #include "cuactor/core/nvtx.hpp"
 #include "cuactor/gpu/check.hpp"
 #include "cuactor/gpu/device.hpp"
+#include "kernels/gemm_geometry.hpp"
+#include "kernels/grouped_layout.hpp"
 #include "parallel/expert_routing.hpp"
 
 namespace cuactor::parallel {
 namespace {
 
-constexpr std::size_t kAlign = 256;
+using kernels::detail::aligned16;
+constexpr std::size_t kAlign = kernels::detail::kWorkspaceAlignment;
 // Local experts per rank the routing histogram keeps in shared memory (4 bytes each).
 constexpr int kMaxLocalExperts = 8192;
 
-std::size_t align_up(std::size_t v) {
-  return (v + kAlign - 1) / kAlign * kAlign;
-}
-
-bool aligned16(const void* p) {
-  return reinterpret_cast<std::uintptr_t>(p) % 16 == 0;
-}
-
 // The fields every rank of one layer shares (NCCL's counts follow from them).
 bool same_layer(const ExpertParallelSpec& a, const ExpertParallelSpec& b) {
-  return a.dtype == b.dtype && a.hidden == b.hidden && a.ffn == b.ffn && a.experts == b.experts &&
-         a.top_k == b.top_k && a.tokens_per_rank == b.tokens_per_rank && a.ranks == b.ranks;
+  return a.dtype == b.dtype && a.hidden == b.hidden && a.ffn == b.ffn && a.experts == b.experts && a.top_k == b.top_k &&
+         a.tokens_per_rank == b.tokens_per_rank && a.ranks == b.ranks;
 }
 
 }  // namespace
@@ -60,7 +55,7 @@ ExpertParallelMoe::ExpertParallelMoe(ExpertParallelSpec spec, kernels::MoeExpert
   std::size_t at = 0;
   auto take = [&at](std::size_t bytes) {
     const std::size_t offset = at;
-    at = align_up(at + bytes);
+    at = kernels::detail::align_up(at + bytes, kAlign);
     return offset;
   };
   gathered_x_ = take(remote ? gathered * hidden * elem : 0);

@@ -144,7 +144,8 @@ TEST(CommunicatorRules, RejectsBadGroupsBeforeTouchingNccl) {
   auto id = UniqueId::parse(hex_of('0'));
   expect_error(Communicator::create_rank(*id, 0, 0, 0), errc::invalid_argument, "size=0");
   expect_error(Communicator::create_rank(*id, 2, 2, 0), errc::invalid_argument, "rank=2 must be in [0, size=2)");
-  expect_error(Communicator::create_rank(*id, 1, 0, 4096), errc::no_device, "device=4096");
+  expect_error(Communicator::create_rank(*id, 1, 0, 4096), errc::no_device,
+               "rank 0: device ordinal 4096 does not exist");
 }
 
 TEST(CommunicatorRules, NcclCategoryNamesItsCodes) {

@@ -134,6 +134,8 @@ class Communicator {
 
  private:
   explicit Communicator(std::unique_ptr<State> state);
+  template <class Enqueue>
+  Status collective(std::string_view what, DType dtype, Enqueue&& enqueue);
   std::unique_ptr<State> state_;
 };
 
