@@ -88,6 +88,15 @@ case $case in
     expect_rc 2; expect_in err "deadline-ms=5 >= 100"
     run "$cli" soak --isolated --faults many
     expect_failure; expect_in err "faults" ;;
+  bench_ep_bad_options)  # bench ep's options are checked before any device is touched (runs without a GPU)
+    run "$cli" bench ep --reps 0
+    expect_rc 2; expect_in err "reps=0 must be >= 1"
+    run "$cli" bench ep --warmup -1
+    expect_rc 2; expect_in err "warmup=-1 >= 0"
+    run "$cli" bench ep --ranks -2
+    expect_rc 2; expect_in err "ranks=-2 >= 0"
+    run "$cli" bench ep --reps many
+    expect_failure; expect_in err "reps" ;;
   tune_bad_input)  # tune's shapes, types and files are checked before anything is compiled or timed
     run "$cli" tune gemm
     expect_failure; expect_in err "nothing to tune"

@@ -291,6 +291,12 @@ void add_bench_ep_command(CLI::App& app) {
   cmd->add_option("--only", opt->only, "Only the shapes whose name contains this text");
   cmd->add_flag("--json", opt->json, "Print one JSON array instead of the table (for bench/ep_torch.py)");
   cmd->callback([opt] {
+    // Checked before any device is touched (and without one).
+    if (opt->reps < 1 || opt->warmup < 0 || opt->ranks < 0) {
+      std::cerr << fmt::format("cuactor bench ep: --reps={} must be >= 1, --warmup={} >= 0, --ranks={} >= 0\n",
+                               opt->reps, opt->warmup, opt->ranks);
+      std::exit(2);
+    }
     if (gpu::device_count() == 0) {
       if (opt->json) {
         print_json_error(Error(errc::no_device, "cuactor bench ep: no CUDA GPU is visible; nothing to measure"));
