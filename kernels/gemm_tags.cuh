@@ -121,5 +121,11 @@ struct clamp {};
 /// x, recording max |x| in device memory.
 template <class X>
 struct amax {};
+/// x, stored to the aux matrix.
+template <class X>
+struct aux {};
+/// x, summed over each row into a vector.
+template <class X>
+struct rowsum {};
 
 }  // namespace cuactor::kernels::tags

@@ -17,7 +17,7 @@ extern "C" {
 #endif
 
 /** Version of this ABI; a loader rejects an instance built against another one. */
-#define CUACTOR_KERNEL_ABI_VERSION 2u
+#define CUACTOR_KERNEL_ABI_VERSION 3u
 
 /** Status codes returned by the entry points (0 is success). */
 enum cuactor_kernel_status {
@@ -72,11 +72,13 @@ typedef struct cuactor_epilogue_args {
   const void* col_scale;  /**< colscale: f32, one value per output column. */
   const void* row_bias;   /**< rowbias: element C, one value per output row. */
   const void* col_bias;   /**< colbias: element C, one value per output column. */
-  float* amax;            /**< amax: f32 in device memory, max-reduced atomically (zeroed by the caller). */
+  float* amax;            /**< amax: f32 in device memory, max-reduced atomically (zeroed by the launch). */
   float clamp_lo;         /**< clamp: lower bound. */
   float clamp_hi;         /**< clamp: upper bound. */
   const float* alpha_ptr; /**< Dense trees: device alpha read instead of `alpha` when set. */
   const float* beta_ptr;  /**< Dense trees: device beta read instead of `beta` when set. */
+  void* aux;              /**< aux (dense): element C, laid out like D (ldd, batch_stride_d). */
+  float* row_sum;         /**< rowsum (dense): f32, m values per batch, sums added atomically (zeroed by the launch). */
 } cuactor_epilogue_args;
 
 /** Arguments of a dense (optionally batched) GEMM: D = alpha * scale_a * scale_b * A B + beta * C.

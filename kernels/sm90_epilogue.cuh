@@ -22,6 +22,23 @@
 #include "kernels/gemm_tags.cuh"
 #include "kernels/instance_abi.h"
 
+namespace cuactor::kernels::sm90 {
+
+/// A CuTe (M|N, K|N, L) stride with the leading dimension `ld` in the dynamic one of the first two
+/// modes (the other is the static unit stride) and `batch_stride` in the third.
+template <class Stride>
+Stride make_stride(int64_t ld, int64_t batch_stride) {
+  Stride s{};
+  if constexpr (cute::is_static_v<std::remove_cvref_t<decltype(cute::get<0>(s))>>)
+    cute::get<1>(s) = ld;
+  else
+    cute::get<0>(s) = ld;
+  cute::get<2>(s) = batch_stride;
+  return s;
+}
+
+}  // namespace cuactor::kernels::sm90
+
 namespace cuactor::kernels::sm90::evt {
 
 namespace fusion = cutlass::epilogue::fusion;
@@ -32,13 +49,15 @@ template <class Epilogue>
 inline constexpr bool kIsPreset =
     std::is_same_v<Epilogue, tags::linear_combination> || std::is_same_v<Epilogue, tags::scaled_linear_combination>;
 
-/// What the leaves of a tree read: C's element type (C and the bias vectors), the CTA tile (per-column
-/// vectors are staged per tile in shared memory), and whether vectors and alpha/beta are per group
-/// (grouped GEMM: a device array of one vector pointer per group, scalars indexed by group).
-template <class ElementC_, class TileShape_, bool PerGroup_>
+/// What the leaves of a tree read: C's element type (C, the bias vectors and the aux matrix), the CTA
+/// tile (per-column vectors are staged per tile in shared memory), D's CuTe stride (the aux matrix
+/// shares it), and whether vectors and alpha/beta are per group (grouped GEMM: a device array of one
+/// vector pointer per group, scalars indexed by group).
+template <class ElementC_, class TileShape_, class StrideD_, bool PerGroup_>
 struct Context {
   using ElementC = ElementC_;
   using TileShape = TileShape_;
+  using StrideD = StrideD_;
   static constexpr bool kPerGroup = PerGroup_;
 };
 
@@ -49,6 +68,9 @@ struct Operands {
   float beta = 0.0f;
   const float* alpha_ptr = nullptr;
   const float* beta_ptr = nullptr;
+  int64_t m = 0;               ///< Rows per batch (dense): the batch stride of the row sums.
+  int64_t ldd = 0;             ///< D's leading dimension (dense), shared by the aux matrix.
+  int64_t batch_stride_d = 0;  ///< D's batch stride (dense), shared by the aux matrix.
 };
 
 /// Node<Tag, Ctx>::type is the CUTLASS visitor of a tag; Node<Tag, Ctx>::args(o) its arguments.
@@ -170,6 +192,34 @@ struct Node<tags::amax<X>, Ctx> {
                                                            cutlass::atomic_maximum, float, float, kRound>,
                                typename Node<X, Ctx>::type>;
   static typename type::Arguments args(const Operands& o) { return {Node<X, Ctx>::args(o), {o.e->amax, 0.0f, {}}}; }
+};
+
+/// Passes x through and stores it, converted to C's element type, into the aux matrix (D's shape and
+/// strides). The no-shared-memory store (stage count 0) writes predicated vectors straight from
+/// registers, so it adds no shared memory and works for every tile and epilogue subtile.
+template <class X, class Ctx>
+struct Node<tags::aux<X>, Ctx> {
+  static_assert(!Ctx::kPerGroup, "aux outputs are dense-only (grouped GEMM rejects them at plan time)");
+  using Store = fusion::Sm90AuxStore<0, typename Ctx::TileShape, typename Ctx::ElementC, kRound, typename Ctx::StrideD,
+                                     void, void>;
+  using type = fusion::Sm90EVT<Store, typename Node<X, Ctx>::type>;
+  static typename type::Arguments args(const Operands& o) {
+    return {
+        Node<X, Ctx>::args(o),
+        {static_cast<typename Ctx::ElementC*>(o.e->aux), make_stride<typename Ctx::StrideD>(o.ldd, o.batch_stride_d)}};
+  }
+};
+/// Passes x through and sums it over each row: warp shuffles, then one f32 atomic add per row and
+/// CTA into row_sum[batch * m + row], which the launch zeroes first (CUTLASS's workspace fill).
+template <class X, class Ctx>
+struct Node<tags::rowsum<X>, Ctx> {
+  static_assert(!Ctx::kPerGroup, "row sums are dense-only (grouped GEMM rejects them at plan time)");
+  using Reduce = fusion::Sm90ColReduction<cutlass::plus, cutlass::plus, cutlass::atomic_add, 0, typename Ctx::TileShape,
+                                          float, float, kRound, cute::Stride<cute::_1, cute::_0, int64_t>>;
+  using type = fusion::Sm90EVT<Reduce, typename Node<X, Ctx>::type>;
+  static typename type::Arguments args(const Operands& o) {
+    return {Node<X, Ctx>::args(o), {o.e->row_sum, 0.0f, {cute::_1{}, cute::_0{}, o.m}}};
+  }
 };
 
 /// A whole tree: its root converted to D's element type.

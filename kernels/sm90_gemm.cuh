@@ -79,32 +79,19 @@ using ScaledLinearCombination = cutlass::epilogue::fusion::Sm90EVT<
         cutlass::epilogue::fusion::Sm90AccFetch>>;
 
 /// The fusion operation of an epilogue tag: a preset, or an epilogue tree (sm90_epilogue.cuh).
-template <class Epilogue, class ElementD, class ElementC, class ElementCompute, class TileShape>
+template <class Epilogue, class ElementD, class ElementC, class ElementCompute, class TileShape, class StrideD>
 struct Fusion {
-  using Tree = evt::Root<Epilogue, ElementD, evt::Context<ElementC, TileShape, false>>;
+  using Tree = evt::Root<Epilogue, ElementD, evt::Context<ElementC, TileShape, StrideD, false>>;
   using type = typename Tree::type;
 };
-template <class ElementD, class ElementC, class ElementCompute, class TileShape>
-struct Fusion<tags::linear_combination, ElementD, ElementC, ElementCompute, TileShape> {
+template <class ElementD, class ElementC, class ElementCompute, class TileShape, class StrideD>
+struct Fusion<tags::linear_combination, ElementD, ElementC, ElementCompute, TileShape, StrideD> {
   using type = cutlass::epilogue::fusion::LinearCombination<ElementD, ElementCompute, ElementC, ElementCompute>;
 };
-template <class ElementD, class ElementC, class ElementCompute, class TileShape>
-struct Fusion<tags::scaled_linear_combination, ElementD, ElementC, ElementCompute, TileShape> {
+template <class ElementD, class ElementC, class ElementCompute, class TileShape, class StrideD>
+struct Fusion<tags::scaled_linear_combination, ElementD, ElementC, ElementCompute, TileShape, StrideD> {
   using type = ScaledLinearCombination<ElementD, ElementC, ElementCompute>;
 };
-
-/// A CuTe (M|N, K|N, L) stride with the leading dimension `ld` in the dynamic one of the first two
-/// modes (the other is the static unit stride) and `batch_stride` in the third.
-template <class Stride>
-Stride make_stride(int64_t ld, int64_t batch_stride) {
-  Stride s{};
-  if constexpr (cute::is_static_v<std::remove_cvref_t<decltype(cute::get<0>(s))>>)
-    cute::get<1>(s) = ld;
-  else
-    cute::get<0>(s) = ld;
-  cute::get<2>(s) = batch_stride;
-  return s;
-}
 
 /// One dense GEMM configuration: D (M x N) = epilogue(A (M x K) * B (K x N), C), fp32 accumulation.
 template <class A, class B, class C, class D, class Acc, class LayoutA, class LayoutB, class LayoutC, int TileM,
@@ -125,13 +112,14 @@ struct DenseGemm : AdapterEntries<DenseGemm<A, B, C, D, Acc, LayoutA, LayoutB, L
 
   using TileShape = cute::Shape<cute::Int<TileM>, cute::Int<TileN>, cute::Int<TileK>>;
   using ClusterShape = cute::Shape<cute::Int<ClusterM>, cute::Int<ClusterN>, cute::Int<ClusterK>>;
+  using StrideD = cutlass::detail::TagToStrideC_t<typename LayoutC::type>;  // also the aux matrix's
 
   using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
       cutlass::epilogue::collective::EpilogueTileAuto, ElementAccumulator, ElementCompute, ElementC,
       typename LayoutC::type, kAlignmentC, ElementD, typename LayoutC::type, kAlignmentD,
       typename Schedules<Schedule>::epilogue,
-      typename Fusion<Epilogue, ElementD, ElementC, ElementCompute, TileShape>::type>::CollectiveOp;
+      typename Fusion<Epilogue, ElementD, ElementC, ElementCompute, TileShape, StrideD>::type>::CollectiveOp;
 
   using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, ElementA, typename LayoutA::type, kAlignmentA, ElementB,
@@ -144,6 +132,7 @@ struct DenseGemm : AdapterEntries<DenseGemm<A, B, C, D, Acc, LayoutA, LayoutB, L
       cutlass::gemm::kernel::GemmUniversal<cute::Shape<int, int, int, int>, CollectiveMainloop, CollectiveEpilogue,
                                            typename Schedules<Schedule>::tile_scheduler>;
   using Gemm = cutlass::gemm::device::GemmUniversalAdapter<GemmKernel>;
+  static_assert(std::is_same_v<StrideD, typename GemmKernel::StrideD>);
 
   /// CUTLASS arguments from the ABI's.
   static typename Gemm::Arguments make_arguments(const cuactor_dense_args& a) {
@@ -166,8 +155,8 @@ struct DenseGemm : AdapterEntries<DenseGemm<A, B, C, D, Acc, LayoutA, LayoutB, L
       args.epilogue.thread.alpha = a.alpha;
       args.epilogue.thread.beta = a.beta;
     } else {
-      args.epilogue.thread = Fusion<Epilogue, ElementD, ElementC, ElementCompute, TileShape>::Tree::args(
-          {&a.epilogue, a.alpha, a.beta, a.epilogue.alpha_ptr, a.epilogue.beta_ptr});
+      args.epilogue.thread = Fusion<Epilogue, ElementD, ElementC, ElementCompute, TileShape, StrideD>::Tree::args(
+          {&a.epilogue, a.alpha, a.beta, a.epilogue.alpha_ptr, a.epilogue.beta_ptr, a.m, a.ldd, a.batch_stride_d});
     }
     if (a.max_swizzle > 0) args.scheduler.max_swizzle_size = a.max_swizzle;
     args.scheduler.raster_order = static_cast<decltype(args.scheduler.raster_order)>(a.raster_order);

@@ -73,7 +73,7 @@ struct GroupedGemm : AdapterEntries<GroupedGemm<TagA, TagB, TagC, TagD, TagAcc, 
                                               cutlass::epilogue::PtrArrayTmaWarpSpecializedCooperative>;
 
   /// An epilogue tree's vectors are per group (one pointer each) and alpha is per group when set.
-  using Tree = evt::Root<Epilogue, ElementD, evt::Context<ElementD, TileShape, true>>;
+  using Tree = evt::Root<Epilogue, ElementD, evt::Context<ElementD, TileShape, void, true>>;
   using FusionOp = typename std::conditional_t<evt::kIsPreset<Epilogue>,
                                                std::type_identity<cutlass::epilogue::fusion::LinearCombination<
                                                    ElementD, ElementAccumulator, ElementD, ElementAccumulator>>,
@@ -126,7 +126,7 @@ struct GroupedGemm : AdapterEntries<GroupedGemm<TagA, TagB, TagC, TagD, TagAcc, 
         fusion.dAlpha = {cute::_0{}, cute::_0{}, 1};
       }
     } else {
-      args.epilogue.thread = Tree::args({&a.epilogue, a.alpha, a.beta, a.alpha_per_group, nullptr});
+      args.epilogue.thread = Tree::args({&a.epilogue, a.alpha, a.beta, a.alpha_per_group, nullptr, 0, 0, 0});
     }
     args.epilogue.ptr_C = reinterpret_cast<const ElementD**>(const_cast<const void**>(a.ptr_c));
     args.epilogue.dC = reinterpret_cast<StrideC*>(const_cast<std::int64_t*>(a.ld_c));

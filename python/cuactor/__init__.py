@@ -93,7 +93,7 @@ def _prepare_out(torch: Any, a: Any, shape: tuple[int, ...], out: Any, out_dtype
 
 def mm(a: Any, b: Any, out: Any = None, out_dtype: Any = None, *, epilogue: str | None = None, c: Any = None,
        row_scale: Any = None, col_scale: Any = None, row_bias: Any = None, col_bias: Any = None, amax: Any = None,
-       alpha: float = 1.0, beta: float = 0.0, clamp: tuple[float, float] | None = None,
+       aux: Any = None, row_sum: Any = None, alpha: float = 1.0, beta: float = 0.0, clamp: tuple[float, float] | None = None,
        stream: int | None = None) -> Any:
     """``out = epilogue(a @ b)`` with a CUTLASS GEMM: (M, K) x (K, N) -> (M, N), or batched
     (B, M, K) x (B, K, N) -> (B, M, N).
@@ -106,10 +106,14 @@ def mm(a: Any, b: Any, out: Any = None, out_dtype: Any = None, *, epilogue: str 
     ``epilogue`` fuses elementwise work into the GEMM (sm_90a): a tree token over the accumulator
     ``acc`` and the operands ``c``, ``alpha``, ``beta``, ``rowscale``, ``colscale``, ``rowbias``,
     ``colbias`` with ``add``, ``mul``, ``fma``, ``relu``, ``gelu``, ``gelutanh``, ``silu``,
-    ``sigmoid``, ``clamp`` and ``amax``, e.g. ``"silu(add(acc,colbias))"`` for a Linear layer with
-    bias and SiLU. Vectors are contiguous 1-D tensors: scales float32, biases out's dtype (rows: M
-    values, columns: N; shared by every batch); ``amax`` is one float32 that receives max |x| of its
-    node's input (zero it first); ``clamp`` is (lo, hi). Trees outside the catalog are compiled by
+    ``sigmoid``, ``clamp``, and the side outputs ``amax``, ``aux`` and ``rowsum``, e.g.
+    ``"silu(add(acc,colbias))"`` for a Linear layer with bias and SiLU, or
+    ``"gelu(aux(add(acc,colbias)))"`` to keep the pre-activation for a backward pass. Vectors are
+    contiguous 1-D tensors: scales float32, biases out's dtype (rows: M values, columns: N; shared by
+    every batch). Side outputs pass their input through and are overwritten by each call: ``amax``
+    (one float32) receives max |x|, ``aux`` (out's shape, strides and dtype) x itself, ``row_sum``
+    (float32, contiguous, (M,) or batched (B, M)) the sum of x over each row, added atomically across
+    thread blocks (the last bits vary run to run). ``clamp`` is (lo, hi). Trees outside the catalog are compiled by
     the JIT on first use (about a minute, then cached on disk).
 
     Raises:
@@ -124,8 +128,8 @@ def mm(a: Any, b: Any, out: Any = None, out_dtype: Any = None, *, epilogue: str 
     shape = (*tuple(a.shape[:-1]), int(b.shape[-1]))
     out = _prepare_out(torch, a, tuple(int(s) for s in shape), out, out_dtype, getattr(a, "dtype", None))
     lo, hi = clamp if clamp is not None else (-3.4028234663852886e38, 3.4028234663852886e38)
-    _core.mm(a, b, out, stream, None, epilogue, c, row_scale, col_scale, row_bias, col_bias, amax, float(alpha),
-             float(beta), float(lo), float(hi))
+    _core.mm(a, b, out, stream, None, epilogue, c, row_scale, col_scale, row_bias, col_bias, amax, aux, row_sum,
+             float(alpha), float(beta), float(lo), float(hi))
     return out
 
 

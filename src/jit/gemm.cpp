@@ -114,6 +114,9 @@ Result<InstanceRequest> instance_request(const GemmSku& sku, std::optional<GpuAr
     return fail(errc::unsupported, fmt::format("SKU {}: epilogue trees are rendered for sm_90a dense and grouped "
                                                "kernels only (CUTLASS's Sm90EVT visitors)",
                                                sku.to_string()));
+  if (const auto node = kernels::dense_only_output(sku.epilogue); node && sku.family != kernels::GemmFamily::dense)
+    return fail(errc::unsupported, fmt::format("SKU {}: the epilogue output {} is written by dense kernels only",
+                                               sku.to_string(), name(*node)));
   const GpuArch compile_for = target.value_or(sku.arch);
   if (compile_for.sm() < sku.arch.sm())
     return fail(errc::unsupported, fmt::format("SKU {} needs {} or later and cannot be compiled for {}",
@@ -127,8 +130,9 @@ Result<InstanceRequest> instance_request(const GemmSku& sku, std::optional<GpuAr
   r.values = placeholders_for(sku);
   r.symbol = sku.symbol_name();
   r.arch = compile_for;
-  // An amax node's workspace is zeroed by CUTLASS through the driver API (cutlass/workspace.h).
-  if (!sku.epilogue.is_preset() && sku.epilogue.uses(kernels::EpilogueNode::amax)) r.options.push_back("-lcuda");
+  // amax and rowsum outputs are zeroed by CUTLASS through the driver API (cutlass/workspace.h).
+  if (sku.epilogue.uses(kernels::EpilogueNode::amax) || sku.epilogue.uses(kernels::EpilogueNode::row_sum))
+    r.options.push_back("-lcuda");
   return r;
 }
 

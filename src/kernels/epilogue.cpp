@@ -15,7 +15,7 @@ struct NodeInfo {
   std::string_view token;
   int arity;
 };
-constexpr std::array<NodeInfo, 18> kNodes{{
+constexpr std::array<NodeInfo, 20> kNodes{{
     {EpilogueNode::acc, "acc", 0},
     {EpilogueNode::c, "c", 0},
     {EpilogueNode::alpha, "alpha", 0},
@@ -34,7 +34,11 @@ constexpr std::array<NodeInfo, 18> kNodes{{
     {EpilogueNode::sigmoid, "sigmoid", 1},
     {EpilogueNode::clamp, "clamp", 1},
     {EpilogueNode::amax, "amax", 1},
+    {EpilogueNode::aux, "aux", 1},
+    {EpilogueNode::row_sum, "rowsum", 1},
 }};
+/// Side outputs: each writes through one pointer of EpilogueOperands, so a tree holds at most one of each.
+constexpr std::array<EpilogueNode, 3> kSideOutputs{EpilogueNode::amax, EpilogueNode::aux, EpilogueNode::row_sum};
 constexpr std::array<std::pair<std::string_view, GemmEpilogue>, 2> kPresets{{
     {"linear_combination", GemmEpilogue::linear_combination},
     {"scaled_linear_combination", GemmEpilogue::scaled_linear_combination},
@@ -96,7 +100,7 @@ Status EpilogueSpec::check() const {
   const std::span<const EpilogueNode> list = nodes();
   // Walking the prefix sequence: `open` counts the children still owed to the nodes seen so far.
   std::size_t open = 1;
-  int amax_count = 0;
+  std::array<int, kSideOutputs.size()> outputs{};
   bool reads_acc = false;
   for (std::size_t pos = 0; pos < list.size(); ++pos) {
     const NodeInfo* i = info(list[pos]);
@@ -107,7 +111,7 @@ Status EpilogueSpec::check() const {
                   fmt::format("epilogue tree: node {} ('{}') follows a complete tree", pos, i->token));
     open = open - 1 + static_cast<std::size_t>(i->arity);
     reads_acc = reads_acc || i->node == EpilogueNode::acc;
-    amax_count += i->node == EpilogueNode::amax ? 1 : 0;
+    for (std::size_t o = 0; o < kSideOutputs.size(); ++o) outputs[o] += i->node == kSideOutputs[o] ? 1 : 0;
   }
   if (open != 0)
     return fail(errc::invalid_argument,
@@ -115,9 +119,11 @@ Status EpilogueSpec::check() const {
                             symbol_key(), open));
   if (!reads_acc)
     return fail(errc::invalid_argument, fmt::format("epilogue tree '{}' never reads the accumulator 'acc'", token()));
-  if (amax_count > 1)
-    return fail(errc::invalid_argument,
-                fmt::format("epilogue tree '{}' has {} amax nodes; one amax output is supported", token(), amax_count));
+  for (std::size_t o = 0; o < kSideOutputs.size(); ++o)
+    if (outputs[o] > 1)
+      return fail(errc::invalid_argument,
+                  fmt::format("epilogue tree '{}' has {} {} nodes; one {} output is supported", token(), outputs[o],
+                              name(kSideOutputs[o]), name(kSideOutputs[o])));
   return {};
 }
 
@@ -211,6 +217,13 @@ std::string EpilogueSpec::cxx_type() const {
   return out;
 }
 
+std::optional<EpilogueNode> dense_only_output(const EpilogueSpec& spec) noexcept {
+  if (spec.is_preset()) return std::nullopt;
+  for (EpilogueNode n : kSideOutputs)
+    if (spec.uses(n)) return n;
+  return std::nullopt;
+}
+
 std::string name(const EpilogueSpec& e) {
   return e.token();
 }
@@ -231,7 +244,9 @@ Status check_epilogue_operands(const EpilogueSpec& spec, const EpilogueOperands&
                         {EpilogueNode::col_scale, o.col_scale, 16},
                         {EpilogueNode::row_bias, o.row_bias, 16},
                         {EpilogueNode::col_bias, o.col_bias, 16},
-                        {EpilogueNode::amax, o.amax, 4}};
+                        {EpilogueNode::amax, o.amax, 4},
+                        {EpilogueNode::aux, o.aux, 16},
+                        {EpilogueNode::row_sum, o.row_sum, 16}};
   for (const Slot& s : slots) {
     const bool used = !spec.is_preset() && spec.uses(s.node);
     if (used && s.ptr == nullptr)

@@ -159,6 +159,8 @@ cuactor_dense_args make_args(const GemmProblem& p, const GemmOperands& o, const 
   a.epilogue.row_bias = o.epilogue.row_bias;
   a.epilogue.col_bias = o.epilogue.col_bias;
   a.epilogue.amax = o.epilogue.amax;
+  a.epilogue.aux = o.epilogue.aux;
+  a.epilogue.row_sum = o.epilogue.row_sum;
   a.epilogue.clamp_lo = o.epilogue.clamp_lo;
   a.epilogue.clamp_hi = o.epilogue.clamp_hi;
   a.device = opts.device;
@@ -372,7 +374,16 @@ Status GemmPlan::validate(const GemmOperands& o) const {
       return fail(errc::invalid_argument,
                   fmt::format("GEMM {}: pointer {} is not 4-byte aligned", what, fmt::ptr(ptr)));
   }
-  return check_epilogue_operands(p.epilogue, o.epilogue, "GEMM");
+  CUACTOR_TRY(check_epilogue_operands(p.epilogue, o.epilogue, "GEMM"));
+  if (o.epilogue.aux != nullptr) {  // laid out like D, in C's dtype
+    CUACTOR_TRY(check_operand("aux", o.epilogue.aux, p.c, p.m, p.n, p.layout_c, ldd, p.batch,
+                              stride_or_packed(p.m, p.n, p.layout_c, ldd, o.batch_stride_d)));
+    if (o.epilogue.aux == o.d)
+      return fail(errc::invalid_argument,
+                  fmt::format("GEMM epilogue '{}': aux and D are the same matrix; they hold different values",
+                              name(p.epilogue)));
+  }
+  return ok();
 }
 
 Status check_gemm_buffer_sizes(const GemmProblem& p, const GemmOperands& o, std::size_t a_bytes, std::size_t b_bytes,

@@ -309,9 +309,9 @@ Status check_spec(const GroupedGemmSpec& spec) {
   CUACTOR_TRY(check_dtypes(spec));
   if (!spec.epilogue.is_preset()) {
     CUACTOR_TRY(spec.epilogue.check());
-    if (spec.epilogue.uses(EpilogueNode::amax))
-      return fail(errc::unsupported, fmt::format("grouped GEMM epilogue '{}': amax is supported for dense GEMM only",
-                                                 spec.epilogue.token()));
+    if (const auto node = dense_only_output(spec.epilogue))
+      return fail(errc::unsupported, fmt::format("grouped GEMM epilogue '{}': {} is supported for dense GEMM only",
+                                                 spec.epilogue.token(), name(*node)));
     if (spec.arch != GpuArch{9, 0, true})
       return fail(errc::unsupported, fmt::format("grouped GEMM epilogue tree '{}' needs an sm_90a device, not {}",
                                                  spec.epilogue.token(), spec.arch.name()));

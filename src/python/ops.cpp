@@ -111,8 +111,8 @@ const void* epilogue_vector(nb::handle obj, const char* what, std::int64_t lengt
 /// batch; the epilogue is the default linear combination or a tree token ([K8]) with its operands.
 void mm(nb::handle a_obj, nb::handle b_obj, nb::handle out_obj, std::optional<std::uintptr_t> stream,
         nb::handle alloc_obj, std::optional<std::string> epilogue, nb::handle c_obj, nb::handle row_scale,
-        nb::handle col_scale, nb::handle row_bias, nb::handle col_bias, nb::handle amax, float alpha, float beta,
-        float clamp_lo, float clamp_hi) {
+        nb::handle col_scale, nb::handle row_bias, nb::handle col_bias, nb::handle amax, nb::handle aux_obj,
+        nb::handle row_sum, float alpha, float beta, float clamp_lo, float clamp_hi) {
   const LaunchSource source(stream, alloc_obj, a_obj);
   const TensorArg a = import_tensor(a_obj, "a"), b = import_tensor(b_obj, "b"), out = import_tensor(out_obj, "out");
   for (const TensorArg* t : {&a, &b, &out}) require_cuda(*t);
@@ -175,6 +175,25 @@ void mm(nb::handle a_obj, nb::handle b_obj, nb::handle out_obj, std::optional<st
     e.row_bias = epilogue_vector(row_bias, "row_bias", m, out.dtype, a.device);
     e.col_bias = epilogue_vector(col_bias, "col_bias", n, out.dtype, a.device);
     e.amax = static_cast<float*>(const_cast<void*>(epilogue_vector(amax, "amax", 1, DType::f32, a.device)));
+    if (!row_sum.is_none()) {  // one float32 per row: (M,) for rank-2 operands, (batch, M) for rank 3
+      const TensorArg v = a.ndim == 3 ? contiguous_operand(row_sum, "row_sum", {batch, m}, a.device)
+                                      : contiguous_operand(row_sum, "row_sum", {m}, a.device);
+      require_dtype(v, DType::f32, "row sums are float32");
+      e.row_sum = static_cast<float*>(const_cast<void*>(v.data));
+    }
+    if (!aux_obj.is_none()) {  // the kernel writes aux with out's strides, so it must share them
+      const TensorArg aux = import_tensor(aux_obj, "aux");
+      require_cuda(aux);
+      require_same_device(aux, a.device);
+      require_dtype(aux, out.dtype, "aux takes out's dtype");
+      require_rank(aux, out.ndim, "mm's aux (out's rank)");
+      for (std::size_t i = 0; i < static_cast<std::size_t>(out.ndim); ++i)
+        if (aux.shape[i] != out.shape[i] || (aux.shape[i] > 1 && aux.strides[i] != out.strides[i]))
+          raise(errc::invalid_argument,
+                fmt::format("{}: must have out's shape and strides ({}), which the kernel writes it with",
+                            aux.describe(), out.describe()));
+      e.aux = aux.data;
+    }
     e.clamp_lo = clamp_lo;
     e.clamp_hi = clamp_hi;
     if (!c_obj.is_none()) {
@@ -193,10 +212,10 @@ void mm(nb::handle a_obj, nb::handle b_obj, nb::handle out_obj, std::optional<st
       if (batch > 1) o.batch_stride_c = src.strides[0];
     }
   } else {
-    for (nb::handle h : {c_obj, row_scale, col_scale, row_bias, col_bias, amax})
+    for (nb::handle h : {c_obj, row_scale, col_scale, row_bias, col_bias, amax, aux_obj, row_sum})
       if (!h.is_none())
         raise(errc::invalid_argument,
-              "mm: c, row_scale, col_scale, row_bias, col_bias and amax are operands of an "
+              "mm: c, row_scale, col_scale, row_bias, col_bias, amax, aux and row_sum are operands of an "
               "epilogue tree; pass epilogue= too");
   }
   const DeviceFacts& facts = device_facts(a.device);
@@ -531,13 +550,15 @@ void bind_ops(nb::module_& m) {
         nb::arg("alloc").none() = nb::none(), nb::arg("epilogue").none() = nb::none(), nb::arg("c").none() = nb::none(),
         nb::arg("row_scale").none() = nb::none(), nb::arg("col_scale").none() = nb::none(),
         nb::arg("row_bias").none() = nb::none(), nb::arg("col_bias").none() = nb::none(),
-        nb::arg("amax").none() = nb::none(), nb::arg("alpha") = 1.0f, nb::arg("beta") = 0.0f,
-        nb::arg("clamp_lo") = -3.4028234663852886e38f, nb::arg("clamp_hi") = 3.4028234663852886e38f,
+        nb::arg("amax").none() = nb::none(), nb::arg("aux").none() = nb::none(), nb::arg("row_sum").none() = nb::none(),
+        nb::arg("alpha") = 1.0f, nb::arg("beta") = 0.0f, nb::arg("clamp_lo") = -3.4028234663852886e38f,
+        nb::arg("clamp_hi") = 3.4028234663852886e38f,
         "out = epilogue(a @ b) on `stream` (a cudaStream_t as an integer; None: torch's current stream for torch "
         "tensors) with a GemmPlan: rank 2 (M, K) x (K, N) -> "
         "(M, N), or rank 3 with a common batch. `epilogue` is a tree token such as 'silu(add(acc,colbias))' whose "
         "operands are c (out's shape and dtype), row_scale / col_scale (float32, M / N values), row_bias / col_bias "
-        "(out's dtype, M / N values), amax (one float32, max-reduced), alpha, beta and the clamp bounds; trees the "
+        "(out's dtype, M / N values), the outputs amax (one float32: max |x|), aux (out's shape, strides and dtype) "
+        "and row_sum (float32, batch * M row sums), alpha, beta and the clamp bounds; trees the "
         "catalog lacks are compiled by the JIT on first use. `alloc` gives the plan's workspace, if any: alloc(nbytes) "
         "returning "
         "a device tensor, or a pair (raw_alloc(nbytes, stream) -> int, raw_delete(ptr)) (default: torch's caching "

@@ -2,6 +2,7 @@
 // rejections ([E2]), and one real CUTLASS sm_90a compile into the disk cache ([J5]).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <fstream>
 #include <iterator>
@@ -113,6 +114,22 @@ TEST(JitGemm, RejectsWhatNoTemplateExpresses) {
   ASSERT_FALSE(grouped.has_value());
   EXPECT_EQ(grouped.error(), errc::unsupported);
   EXPECT_NE(grouped.error().message().find("stream-K"), std::string::npos) << grouped.error().message();
+
+  // Side outputs (amax, aux, rowsum) write through one pointer: dense kernels render them, grouped ones cannot.
+  s = jit_only_sku();
+  auto tree = kernels::EpilogueSpec::parse("rowsum(gelu(aux(acc)))");
+  ASSERT_TRUE(tree.has_value()) << tree.error().message();
+  s.epilogue = *tree;
+  auto dense = instance_request(s);
+  ASSERT_TRUE(dense.has_value()) << dense.error().message();
+  EXPECT_NE(std::find(dense->options.begin(), dense->options.end(), "-lcuda"), dense->options.end())
+      << "the row sums are zeroed through the driver API";
+  s.family = kernels::GemmFamily::grouped;
+  grouped = instance_request(s);
+  ASSERT_FALSE(grouped.has_value());
+  EXPECT_EQ(grouped.error(), errc::unsupported);
+  EXPECT_NE(grouped.error().message().find("aux is written by dense kernels only"), std::string::npos)
+      << grouped.error().message();
 }
 
 TEST(JitGemm, ConvSkusRenderTheConvTemplate) {

@@ -31,7 +31,8 @@ TEST(EpilogueSpec, TokensRoundTrip) {
   for (std::string_view token :
        {"linear_combination", "scaled_linear_combination", "acc", "relu(acc)", "silu(add(acc,colbias))",
         "gelu(fma(alpha,acc,rowbias))", "gelutanh(add(mul(alpha,acc),mul(beta,c)))",
-        "add(mul(mul(acc,rowscale),colscale),colbias)", "amax(clamp(sigmoid(acc)))", "mul(acc,rowscale)"}) {
+        "add(mul(mul(acc,rowscale),colscale),colbias)", "amax(clamp(sigmoid(acc)))", "mul(acc,rowscale)",
+        "rowsum(gelu(aux(add(acc,colbias))))", "amax(aux(rowsum(acc)))"}) {
     SCOPED_TRACE(token);
     EXPECT_EQ(parsed(token).token(), token);
   }
@@ -74,6 +75,8 @@ TEST(EpilogueSpec, RejectsMalformedTokensNamingTheRule) {
       {"acc acc", "trailing text"},
       {"relu(colbias)", "never reads the accumulator"},
       {"amax(amax(acc))", "2 amax nodes"},
+      {"gelu(aux(add(aux(acc),colbias)))", "2 aux nodes; one aux output"},
+      {"rowsum(relu(rowsum(acc)))", "2 rowsum nodes; one rowsum output"},
       {"Relu(acc)", "expected a node name"},
       {"linear_combination(acc)", "'linear' is not an epilogue node"},
   };
@@ -216,6 +219,51 @@ TEST(EpiloguePlan, ValidatesCAndClampOfTrees) {
   o.epilogue.clamp_lo = 1.0f;
   o.epilogue.clamp_hi = -1.0f;
   expect_error(plan->validate(o), errc::invalid_argument, "clamp bounds");
+}
+
+TEST(EpiloguePlan, ValidatesSideOutputs) {
+  auto plan = fake_plan(tree_problem("rowsum(gelu(aux(add(acc,colbias))))"));
+  ASSERT_TRUE(plan.has_value()) << plan.error().message();
+  GemmOperands o = operands();
+  o.epilogue.col_bias = fake(0x30000);
+  expect_error(plan->validate(o), errc::invalid_argument, "reads aux but its pointer is null");
+  o.epilogue.aux = fake_mut(0x70008);
+  expect_error(plan->validate(o), errc::invalid_argument, "aux at");
+  o.epilogue.aux = fake_mut();  // D's address
+  expect_error(plan->validate(o), errc::invalid_argument, "reads rowsum but its pointer is null");
+  o.epilogue.row_sum = static_cast<float*>(fake_mut(0x80004));
+  expect_error(plan->validate(o), errc::invalid_argument, "rowsum at");
+  o.epilogue.row_sum = static_cast<float*>(fake_mut(0x80000));
+  expect_error(plan->validate(o), errc::invalid_argument, "aux and D are the same matrix");
+  o.epilogue.aux = fake_mut(0x70000);
+  EXPECT_TRUE(plan->validate(o).has_value());
+  // aux shares D's leading dimension and batch stride: the kernel receives D's.
+  o.ldd = 516;
+  expect_error(plan->validate(o), errc::invalid_argument, "ldD=516 is not a multiple of 8");
+  o.ldd = 520;
+  EXPECT_TRUE(plan->validate(o).has_value());
+  ASSERT_TRUE(plan->run(o, nullptr, 0, nullptr).has_value());
+  EXPECT_EQ(FakeKernel::last.epilogue.aux, o.epilogue.aux);
+  EXPECT_EQ(FakeKernel::last.epilogue.row_sum, o.epilogue.row_sum);
+  EXPECT_EQ(FakeKernel::last.ldd, 520);
+  // A tree without side outputs takes none.
+  auto plain = fake_plan(tree_problem("gelu(add(acc,colbias))"));
+  ASSERT_TRUE(plain.has_value()) << plain.error().message();
+  GemmOperands p = operands();
+  p.epilogue.col_bias = fake(0x30000);
+  p.epilogue.aux = fake_mut(0x70000);
+  expect_error(plain->validate(p), errc::invalid_argument, "aux is set but the epilogue");
+  p.epilogue.aux = nullptr;
+  p.epilogue.row_sum = static_cast<float*>(fake_mut(0x80000));
+  expect_error(plain->validate(p), errc::invalid_argument, "rowsum is set but the epilogue");
+}
+
+TEST(EpilogueSpec, NamesTheSideOutputsOnlyDenseGemmWrites) {
+  EXPECT_EQ(dense_only_output(parsed("silu(add(acc,colbias))")), std::nullopt);
+  EXPECT_EQ(dense_only_output(EpilogueSpec()), std::nullopt);
+  EXPECT_EQ(dense_only_output(parsed("gelu(aux(acc))")), EpilogueNode::aux);
+  EXPECT_EQ(dense_only_output(parsed("rowsum(acc)")), EpilogueNode::row_sum);
+  EXPECT_EQ(dense_only_output(parsed("amax(acc)")), EpilogueNode::amax);
 }
 
 TEST(EpiloguePlan, RunPassesTreeOperandsThroughTheAbi) {

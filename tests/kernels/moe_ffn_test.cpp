@@ -39,10 +39,14 @@ DeviceSizedGroups moe_groups() {
   return g;
 }
 
-TEST(GroupedEpilogue, RejectsAmaxAndNonHopperDevices) {
+TEST(GroupedEpilogue, RejectsDenseOnlyOutputsAndNonHopperDevices) {
   using namespace epi;
   expect_error(GroupedGemmPlan::create(tree_spec(apply(EpilogueNode::amax, acc()))), errc::unsupported,
                "amax is supported for dense GEMM only");
+  expect_error(GroupedGemmPlan::create(tree_spec(apply(EpilogueNode::gelu, apply(EpilogueNode::aux, acc())))),
+               errc::unsupported, "aux is supported for dense GEMM only");
+  expect_error(GroupedGemmPlan::create(tree_spec(apply(EpilogueNode::row_sum, acc()))), errc::unsupported,
+               "rowsum is supported for dense GEMM only");
   GroupedGemmSpec ampere = tree_spec(mul(acc(), row_scale()));
   ampere.arch = GpuArch{8, 0, false};
   expect_error(GroupedGemmPlan::create(ampere), errc::unsupported, "needs an sm_90a device");

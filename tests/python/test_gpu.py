@@ -588,6 +588,30 @@ def test_mm_epilogue_tree_through_the_jit_under_cuda_graph(conv_torch):
     assert torch.equal(out, eager)
 
 
+def test_mm_side_outputs_keep_the_pre_activation_and_row_sums(conv_torch):
+    torch = conv_torch
+    a = torch.randn(3, 130, 128, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(3, 128, 264, device="cuda", dtype=torch.bfloat16)
+    bias = torch.randn(264, device="cuda", dtype=torch.bfloat16)
+    out = torch.full((3, 130, 264), float("nan"), device="cuda", dtype=torch.bfloat16)
+    aux = torch.full_like(out, float("nan"))
+    sums = torch.full((3, 130), float("nan"), device="cuda", dtype=torch.float32)
+    cuactor.mm(a, b, out, epilogue="rowsum(gelu(aux(add(acc,colbias))))", col_bias=bias, aux=aux, row_sum=sums)
+    pre = a.double() @ b.double() + bias.double()
+    act = torch.nn.functional.gelu(pre)
+    assert rel_err(torch, aux, pre) < TOL["bfloat16"]
+    assert rel_err(torch, out, act) < TOL["bfloat16"]
+    assert rel_err(torch, sums, act.sum(dim=2)) < TOL["bfloat16"]
+    with pytest.raises(cuactor.errors.InvalidArgumentError, match="must have out's shape and strides"):
+        cuactor.mm(a, b, out, epilogue="rowsum(gelu(aux(add(acc,colbias))))", col_bias=bias,
+                   aux=torch.empty(3, 264, 130, device="cuda", dtype=torch.bfloat16).transpose(1, 2), row_sum=sums)
+    with pytest.raises(cuactor.errors.InvalidArgumentError, match="row_sum"):
+        cuactor.mm(a, b, out, epilogue="rowsum(gelu(aux(add(acc,colbias))))", col_bias=bias, aux=aux,
+                   row_sum=torch.empty(390, device="cuda", dtype=torch.float32))
+    with pytest.raises(cuactor.errors.InvalidArgumentError, match="aux and D are the same matrix"):
+        cuactor.mm(a, b, out, epilogue="rowsum(gelu(aux(add(acc,colbias))))", col_bias=bias, aux=out, row_sum=sums)
+
+
 def test_mm_epilogue_rejects_bad_operands(conv_torch):
     torch = conv_torch
     a = torch.randn(64, 64, device="cuda", dtype=torch.bfloat16)

@@ -1,6 +1,6 @@
 /// @file
 /// Test support: an fp64 host evaluation of an epilogue tree (EpilogueSpec) at one output element,
-/// the reference the GPU tests of dense and grouped epilogue trees compare with.
+/// and its side outputs there, the reference the GPU tests of dense and grouped epilogue trees compare with.
 #pragma once
 
 #include <algorithm>
@@ -19,12 +19,20 @@ struct EpilogueLeaves {
   double clamp_lo = -3.4e38, clamp_hi = 3.4e38;
 };
 
+/// What the side-output nodes see at one element: amax max-accumulates |x| across elements; aux and
+/// row_sum_term are this element's values of the aux and rowsum nodes' inputs.
+struct EpilogueSideOutputs {
+  double amax = 0;
+  double aux = 0;
+  double row_sum_term = 0;
+};
+
 namespace detail {
 inline double eval_epilogue(std::span<const kernels::EpilogueNode> nodes, std::size_t& pos, const EpilogueLeaves& v,
-                            double& amax) {
+                            EpilogueSideOutputs& out) {
   using N = kernels::EpilogueNode;
   const N n = nodes[pos++];
-  auto next = [&] { return eval_epilogue(nodes, pos, v, amax); };
+  auto next = [&] { return eval_epilogue(nodes, pos, v, out); };
   switch (n) {
     case N::acc:
       return v.acc;
@@ -81,18 +89,22 @@ inline double eval_epilogue(std::span<const kernels::EpilogueNode> nodes, std::s
     }
     case N::amax: {
       const double x = next();
-      amax = std::max(amax, std::fabs(x));
+      out.amax = std::max(out.amax, std::fabs(x));
       return x;
     }
+    case N::aux:
+      return out.aux = next();
+    case N::row_sum:
+      return out.row_sum_term = next();
   }
   return std::nan("");
 }
 }  // namespace detail
 
-/// The tree's value at one element; max |x| of an amax node's input is max-accumulated into `amax`.
-inline double evaluate_epilogue(const kernels::EpilogueSpec& spec, const EpilogueLeaves& v, double& amax) {
+/// The tree's value at one element; the side outputs' inputs there go to `out` (amax accumulates).
+inline double evaluate_epilogue(const kernels::EpilogueSpec& spec, const EpilogueLeaves& v, EpilogueSideOutputs& out) {
   std::size_t pos = 0;
-  return detail::eval_epilogue(spec.nodes(), pos, v, amax);
+  return detail::eval_epilogue(spec.nodes(), pos, v, out);
 }
 
 }  // namespace cuactor::test_support

@@ -11,6 +11,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <initializer_list>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -27,7 +28,8 @@ enum class GemmEpilogue {
 };
 
 /// One node of an epilogue tree. Leaves read values, compute nodes combine their children
-/// (elementwise, in f32), `amax` passes its child through and records max |value| of it.
+/// (elementwise, in f32); the side outputs `amax`, `aux` and `rowsum` pass their child through and
+/// record it (max |x|, the matrix itself, per-row sums).
 enum class EpilogueNode : std::uint8_t {
   acc,        ///< The accumulator (A * B).
   c,          ///< The source matrix C (element C's dtype).
@@ -47,6 +49,8 @@ enum class EpilogueNode : std::uint8_t {
   sigmoid,    ///< 1 / (1 + exp(-x)).
   clamp,      ///< min(max(x, lo), hi) with run-time bounds.
   amax,       ///< Passes x through; atomically max-reduces |x| into an f32 in device memory (fp8 scaling).
+  aux,        ///< Passes x through and stores it, in C's dtype, to an aux matrix laid out like D (a pre-activation).
+  row_sum,    ///< Passes x through and sums it over each output row into f32 (M values per batch).
 };
 
 /// Token of a node as it appears in epilogue tokens ("acc", "rowscale", "gelutanh", ...): letters and
@@ -68,7 +72,8 @@ class EpilogueSpec {
 
   /// Parses a token: a preset name or a tree in prefix form, e.g. "relu(fma(alpha,acc,colbias))".
   /// `invalid_argument` naming the position and the rule for unknown nodes, wrong arity, trailing
-  /// text, trees without the accumulator, more than one amax, or more than kMaxNodes nodes.
+  /// text, trees without the accumulator, more than one amax, aux or rowsum node (each has one output),
+  /// or more than kMaxNodes nodes.
   static Result<EpilogueSpec> parse(std::string_view token);
   /// The tree of `nodes` in prefix order (checked like parse()).
   static Result<EpilogueSpec> from_prefix(std::vector<EpilogueNode> nodes);
@@ -107,6 +112,10 @@ class EpilogueSpec {
   bool overflow_ = false;
 };
 
+/// The first side output of `spec` that only dense GEMM writes (amax, aux, rowsum: one pointer each,
+/// where a grouped GEMM would need one per group), or nullopt when there is none.
+std::optional<EpilogueNode> dense_only_output(const EpilogueSpec& spec) noexcept;
+
 /// Token of a spec (its canonical text).
 std::string name(const EpilogueSpec& e);
 /// Token of a preset ("linear_combination", "scaled_linear_combination").
@@ -115,20 +124,27 @@ std::string_view name(GemmEpilogue e) noexcept;
 std::size_t hash_value(const EpilogueSpec& e) noexcept;
 
 /// Run-time operands of an epilogue tree: device pointers of the vectors it reads (null for those it
-/// does not read), the amax output and clamp bounds. Dense GEMM: one vector shared by every batch.
+/// does not read), its side outputs and clamp bounds. Dense GEMM: one input vector shared by every
+/// batch. The side outputs are written by the launch itself (amax and row_sum are zeroed by it first),
+/// so a captured graph recomputes them on every replay.
 struct EpilogueOperands {
-  const float* row_scale = nullptr;          ///< rowscale: M floats.
-  const float* col_scale = nullptr;          ///< colscale: N floats.
-  const void* row_bias = nullptr;            ///< rowbias: M values of C's dtype.
-  const void* col_bias = nullptr;            ///< colbias: N values of C's dtype.
-  float* amax = nullptr;                     ///< amax: one float, max-reduced (the caller zeroes it first).
+  const float* row_scale = nullptr;  ///< rowscale: M floats.
+  const float* col_scale = nullptr;  ///< colscale: N floats.
+  const void* row_bias = nullptr;    ///< rowbias: M values of C's dtype.
+  const void* col_bias = nullptr;    ///< colbias: N values of C's dtype.
+  float* amax = nullptr;             ///< amax: one float, overwritten with max |x| over the whole output.
+  void* aux = nullptr;               ///< aux: a matrix of C's dtype with D's shape, ld and batch stride.
+  /// rowsum: M floats per batch (batch b at row_sum + b * M), overwritten with the sum of x over each
+  /// row. CTAs of one row add their partial sums atomically, so the order, and the last bits, vary run to run.
+  float* row_sum = nullptr;
   float clamp_lo = -3.4028234663852886e38f;  ///< clamp: lower bound.
   float clamp_hi = 3.4028234663852886e38f;   ///< clamp: upper bound.
 };
 
 /// Checks `operands` against `spec` for the GEMM `who` ("GEMM", "grouped GEMM"): every vector or
 /// output the tree uses is set and 16-byte aligned (amax: 4-byte), nothing it does not use is set,
-/// and clamp bounds are ordered numbers. `invalid_argument` naming the operand and the rule.
+/// and clamp bounds are ordered numbers. `invalid_argument` naming the operand and the rule. The aux
+/// matrix's geometry is checked by the GEMM's own operand rules.
 [[nodiscard]] Status check_epilogue_operands(const EpilogueSpec& spec, const EpilogueOperands& operands,
                                              std::string_view who);
 
