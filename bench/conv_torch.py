@@ -11,8 +11,8 @@ cuactor's result is first compared with torch's (relative Frobenius error), then
 CUDA events, interleaved (one cuactor sample, one cuDNN sample, ...), after a warm-up; each sample is
 preceded by a GPU sleep so that the host's launch time is not counted; the median is reported.
 TFLOP/s = 2*N*P*Q*K*C*R*S / time for all three operations; ratio = cuactor TFLOP/s / cuDNN TFLOP/s
-(> 1: cuactor faster). A cuactor UnsupportedError (strided dgrad has no sm_90a kernel) is printed
-in its row.
+(> 1: cuactor faster). Strided dgrad runs on the sm_80 (CUTLASS 2.x) kernels. A cuactor
+UnsupportedError is printed in its row.
 
 `--alt OP=SKU` also runs cuactor with that catalog kernel for OP's rows (its result checked too), timed
 in the same interleaved loop, and prints it under the row: for tuning the heuristic by class.

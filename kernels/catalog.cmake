@@ -236,3 +236,13 @@ foreach(t bf16 f16)
                         TILE 256 128 64)
 endforeach()
 cuactor_gemm_instance(FAMILY conv_fprop ${conv90} TYPES f32 f32 f32 f32 f32 LAYOUTS nhwc krsc nhwc TILE 128 128 32)
+
+# sm_80 (CUTLASS 2.x implicit GEMM; also runs on Hopper): strided dgrad, which the sm_90a kernels do
+# not compute (CUTLASS's strided-dgrad kernel visits each output phase's filter taps), 128x128x64 with
+# 3 stages (96 KiB of shared memory: Ampere and Ada too). Fprop and wgrad for sm_80 devices come
+# through the JIT (cuactor jit warm --conv conv_fprop:sm_80:...).
+foreach(t bf16 f16)
+  cuactor_gemm_instance(FAMILY conv_dgrad ARCH sm_80 TEMPLATE conv_sm80_instance.cu.in TYPES ${t} ${t} ${t} ${t} f32
+                        LAYOUTS nhwc krsc nhwc TILE 128 128 64 CLUSTER 1 1 1 STAGES 3 SCHEDULE multistage
+                        EPILOGUE linear_combination)
+endforeach()

@@ -341,8 +341,9 @@ def conv2d_backward_data(dy: Any, w: Any, input_hw: int | tuple[int, int], *, st
 
     Raises:
         InvalidArgumentError: shapes, dtypes, devices, layouts or stride / padding / dilation break a rule.
-        UnsupportedError: a stride above 1 (strided dgrad has no sm_90a kernel), f32, or what
-            :func:`conv2d` cannot compute either.
+        UnsupportedError: a stride above 1 with a dilation above 1 (no strided-dgrad kernel takes
+            one), f32, or what :func:`conv2d` cannot compute either. Strided dgrad runs on the sm_80
+            (CUTLASS 2.x) kernels, on Hopper too.
     """
     dy_shape = _shape4("dy", dy, "N x P x Q x K")
     _, r, s, c = _shape4("w", w, "K x R x S x C")

@@ -37,11 +37,14 @@ Result<std::string> template_for(const GemmSku& sku) {
       {GemmFamily::conv_fprop, GpuArch{9, 0, true}, "conv_sm90_instance.cu.in"},
       {GemmFamily::conv_dgrad, GpuArch{9, 0, true}, "conv_sm90_instance.cu.in"},
       {GemmFamily::conv_wgrad, GpuArch{9, 0, true}, "conv_sm90_instance.cu.in"},
+      {GemmFamily::conv_fprop, GpuArch{8, 0, false}, "conv_sm80_instance.cu.in"},
+      {GemmFamily::conv_dgrad, GpuArch{8, 0, false}, "conv_sm80_instance.cu.in"},
+      {GemmFamily::conv_wgrad, GpuArch{8, 0, false}, "conv_sm80_instance.cu.in"},
   };
   for (const Entry& e : kTemplates)
     if (e.family == sku.family && e.arch == sku.arch) return std::string(e.file);
   return fail(errc::unsupported, fmt::format("no instantiation template for {} GEMM on {} (templates: dense and "
-                                             "grouped for sm_90a and sm_80, conv_fprop/dgrad/wgrad for sm_90a)",
+                                             "grouped, conv_fprop/dgrad/wgrad for sm_90a and sm_80)",
                                              kernels::name(sku.family), sku.arch.name()));
 }
 
@@ -100,8 +103,9 @@ Result<InstanceRequest> instance_request(const GemmSku& sku, std::optional<GpuAr
     if (!kernels::conv_schedule_fits(sku))
       return fail(errc::unsupported,
                   fmt::format("SKU {}: convolution takes schedule warpspecialized, or cooperative with tiles of 128 "
-                              "rows or more (not {} with {} rows)",
-                              sku.to_string(), name(sku.schedule), sku.tile.m));
+                              "rows or more, on sm_90a, and multistage with 2 or more stages on sm_80 (not {} with "
+                              "{} rows and {} stages)",
+                              sku.to_string(), name(sku.schedule), sku.tile.m, sku.stages));
   } else if (sku.schedule == kernels::GemmSchedule::warpspecialized) {
     return fail(errc::unsupported,
                 fmt::format("SKU {}: schedule warpspecialized is for convolution families only", sku.to_string()));

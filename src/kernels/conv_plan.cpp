@@ -31,6 +31,7 @@ constexpr std::array<std::pair<std::string_view, ConvOperation>, 3> kOperations{
 
 // TMA im2col limits of CUTLASS's sm_90a conv collective for 2-D problems (its can_implement):
 // window corners in [-128, 127], filter offsets (R - 1) * dilation below 255.
+constexpr GpuArch kSm90a{9, 0, true};
 constexpr std::int64_t kMinCorner = -128;
 constexpr std::int64_t kMaxCorner = 127;
 constexpr std::int64_t kMaxFilterOffset = 255;
@@ -288,18 +289,22 @@ Status check_options(const ConvPlanOptions& options) {
   return ok();
 }
 
-/// What no sm_90a conv kernel computes, whatever the catalog holds.
+bool is_strided(const ConvSpec& s) noexcept {
+  return s.stride_h != 1 || s.stride_w != 1;
+}
+
+/// What no conv kernel computes, whatever the catalog holds.
 Status check_supported(const ConvSpec& s, GpuArch arch) {
   if (s.groups != 1)
     return fail(errc::unsupported,
-                fmt::format("ConvSpec groups={}: grouped convolution has no kernel (CUTLASS's sm_90a conv collective "
-                            "computes groups=1 only)",
+                fmt::format("ConvSpec groups={}: grouped convolution has no kernel (cuactor's conv kernels compute "
+                            "groups=1 only)",
                             s.groups));
-  if (s.operation == ConvOperation::dgrad && (s.stride_h != 1 || s.stride_w != 1))
+  if (s.operation == ConvOperation::dgrad && is_strided(s) && (s.dilation_h != 1 || s.dilation_w != 1))
     return fail(errc::unsupported,
-                fmt::format("ConvSpec dgrad with stride {}x{}: strided dgrad has no kernel (the sm_90a implicit GEMM "
-                            "computes dgrad with unit stride only; this build has no sm_80 fallback)",
-                            s.stride_h, s.stride_w));
+                fmt::format("ConvSpec dgrad with stride {}x{} and dilation {}x{}: strided dgrad has no kernel for "
+                            "dilation above 1 (CUTLASS's strided-dgrad kernel takes dilation 1)",
+                            s.stride_h, s.stride_w, s.dilation_h, s.dilation_w));
   if (is_low_precision_float(s.element) || is_low_precision_float(s.output))
     return fail(errc::unsupported,
                 fmt::format("ConvSpec {}->{}: fp8 convolution has no kernel (no cuactor conv instance is validated "
@@ -309,8 +314,30 @@ Status check_supported(const ConvSpec& s, GpuArch arch) {
   if (!is_16_or_32(s.element) || !is_16_or_32(s.output))
     return fail(errc::unsupported, fmt::format("ConvSpec {}->{}: convolution takes bf16, f16 or f32 tensors",
                                                name(s.element), name(s.output)));
-  // TMA im2col (2-D): the corners of the first and last window, -pad and pad - (R - 1) * dilation per
-  // axis, must lie in [-128, 127], and the filter offsets (R - 1) * dilation below 255.
+  if (arch.sm() < 80)
+    return fail(errc::unsupported,
+                fmt::format("convolution kernels need sm_80 or later (sm_90a implicit GEMM on Hopper, CUTLASS 2.x "
+                            "implicit GEMM elsewhere); a {} device has none",
+                            arch.name()));
+  return ok();
+}
+
+/// What the kernels of `sku`'s architecture compute. sm_90a (TMA im2col): unit-stride dgrad only, and
+/// the corners of the first and last window, -pad and pad - (R - 1) * dilation per axis, in [-128,
+/// 127] with filter offsets (R - 1) * dilation below 255. sm_80 (CUTLASS 2.x): 16-bit tensors, no
+/// wgrad split.
+Status check_sku_computes(const GemmSku& sku, const ConvSpec& s) {
+  if (!sku.arch.arch_specific) {
+    if (s.element != DType::bf16 && s.element != DType::f16)
+      return fail(errc::unsupported, fmt::format("convolution kernel {}: sm_80 convolution takes bf16 or f16, not {}",
+                                                 sku.to_string(), name(s.element)));
+    return ok();
+  }
+  if (s.operation == ConvOperation::dgrad && is_strided(s))
+    return fail(errc::unsupported,
+                fmt::format("convolution kernel {}: the sm_90a implicit GEMM computes dgrad with unit stride only, "
+                            "not {}x{} (strided dgrad runs on the sm_80 kernels)",
+                            sku.to_string(), s.stride_h, s.stride_w));
   const std::int64_t offset_h = (s.r - 1) * s.dilation_h, offset_w = (s.s - 1) * s.dilation_w;
   for (const auto& [axis, pad, offset] : {std::tuple{"h", s.pad_h, offset_h}, std::tuple{"w", s.pad_w, offset_w}}) {
     if (pad > -kMinCorner)
@@ -327,11 +354,6 @@ Status check_supported(const ConvSpec& s, GpuArch arch) {
                               "im2col corner limit)",
                               axis, pad, offset, pad - offset, kMinCorner, kMaxCorner));
   }
-  if (!can_run(GpuArch{9, 0, true}, arch))
-    return fail(errc::unsupported,
-                fmt::format("convolution kernels are sm_90a (Hopper) only; a {} device has none (no sm_80 "
-                            "implicit-GEMM fallback in this build)",
-                            arch.name()));
   return ok();
 }
 
@@ -483,7 +505,8 @@ std::size_t hash_value(const ConvSpec& s) noexcept {
   return h;
 }
 
-GemmSku ConvPlan::sku_for(const ConvSpec& spec, GpuArch arch, Shape3 tile, Shape3 cluster, GemmSchedule schedule) {
+GemmSku ConvPlan::sku_for(const ConvSpec& spec, GpuArch arch, Shape3 tile, Shape3 cluster, GemmSchedule schedule,
+                          int stages) {
   const auto layouts = layouts_of(spec.operation);
   GemmSku sku;
   sku.family = family_of(spec.operation);
@@ -496,7 +519,7 @@ GemmSku ConvPlan::sku_for(const ConvSpec& spec, GpuArch arch, Shape3 tile, Shape
   sku.layout_c = layouts[2];
   sku.tile = tile;
   sku.cluster = cluster;
-  sku.stages = 0;
+  sku.stages = stages;
   sku.schedule = schedule;
   sku.epilogue = GemmEpilogue::linear_combination;
   return sku;
@@ -516,6 +539,7 @@ Result<ConvPlan> ConvPlan::create(const ConvSpec& spec, GpuArch device_arch, con
     if (!runs_on(want, device_arch))
       return fail(errc::unsupported, fmt::format("ConvPlan override {}: {} kernels cannot run on a {} device",
                                                  want.to_string(), want.arch.name(), device_arch.name()));
+    CUACTOR_TRY(check_sku_computes(want, spec));
     chosen = find_in_catalog(want);
     if (chosen == nullptr)
       return fail(errc::unsupported,
@@ -523,22 +547,36 @@ Result<ConvPlan> ConvPlan::create(const ConvSpec& spec, GpuArch device_arch, con
                               "instantiate it: cuactor jit warm --conv)",
                               want.to_string()));
   } else {
+    // sm_90a kernels first wherever one computes the spec; sm_80 ones for the rest (strided dgrad,
+    // devices before Hopper). Costs compare kernels of one architecture.
     double best_cost = 0;
+    std::optional<Error> refusal;  // why a kernel that matches the spec's types cannot compute it
     for (const CatalogEntry& e : catalog()) {
       if (!sku_computes(e.sku, spec) || !runs_on(e.sku, device_arch) || !heuristic_candidate(e.sku)) continue;
-      const double cost = spec.operation == ConvOperation::wgrad
-                              ? best_wgrad_split(e.sku, spec, options.sm_count).micros
-                              : estimated_cost(e.sku, spec, options.sm_count);
-      if (chosen == nullptr || cost < best_cost) {
+      if (Status fits = check_sku_computes(e.sku, spec); !fits) {
+        if (!refusal) refusal = fits.error();
+        continue;
+      }
+      const bool split_wgrad = spec.operation == ConvOperation::wgrad && e.sku.arch.arch_specific;
+      const double cost = split_wgrad ? best_wgrad_split(e.sku, spec, options.sm_count).micros
+                                      : estimated_cost(e.sku, spec, options.sm_count);
+      const bool better_arch = chosen != nullptr && e.sku.arch.arch_specific && !chosen->sku.arch.arch_specific;
+      const bool same_arch = chosen != nullptr && e.sku.arch == chosen->sku.arch;
+      if (chosen == nullptr || better_arch || (same_arch && cost < best_cost)) {
         chosen = &e;
         best_cost = cost;
       }
     }
+    // Without a kernel to ask (a build without this family), the sm_90a rules still explain a refusal.
+    if (chosen == nullptr && !refusal && can_run(kSm90a, device_arch))
+      if (Status fits = check_sku_computes(sku_for(spec, kSm90a, {128, 128, 64}), spec); !fits) refusal = fits.error();
+    if (chosen == nullptr && refusal) return fail(*refusal);
     if (chosen == nullptr)
       return fail(errc::unsupported,
-                  fmt::format("no convolution kernel in this build's catalog computes {} on {} (catalog: fprop "
-                              "bf16/f16/f32, dgrad and wgrad bf16/f16, output type = input type; CUACTOR_KERNEL_ARCHS "
-                              "selects the compiled families; the JIT can instantiate others)",
+                  fmt::format("no convolution kernel in this build's catalog computes {} on {} (catalog: sm_90a "
+                              "fprop bf16/f16/f32, dgrad and wgrad bf16/f16, sm_80 dgrad bf16/f16, output type = "
+                              "input type; CUACTOR_KERNEL_ARCHS selects the compiled families; the JIT can "
+                              "instantiate others)",
                               spec.to_string(), device_arch.name()));
   }
   return finish(spec, device_arch, chosen->sku, *chosen->instance, nullptr,
@@ -557,6 +595,7 @@ Result<ConvPlan> ConvPlan::with_instance(const ConvSpec& spec, GpuArch device_ar
   if (!runs_on(sku, device_arch))
     return fail(errc::unsupported, fmt::format("convolution kernel {}: {} kernels cannot run on a {} device",
                                                sku.to_string(), sku.arch.name(), device_arch.name()));
+  CUACTOR_TRY(check_sku_computes(sku, spec));
   return finish(spec, device_arch, sku, instance, std::move(owner), source, options);
 }
 
@@ -568,7 +607,11 @@ Result<ConvPlan> ConvPlan::finish(const ConvSpec& spec, GpuArch arch, const Gemm
   if (options.split_override) {
     split = *options.split_override;
     CUACTOR_TRY(check_split(spec, split));
-  } else if (spec.operation == ConvOperation::wgrad) {
+    if (!sku.arch.arch_specific && split.slices() > 1)
+      return fail(errc::unsupported,
+                  fmt::format("convolution kernel {}: sm_80 kernels do not split wgrad (split {}x{})", sku.to_string(),
+                              split.images, split.rows));
+  } else if (spec.operation == ConvOperation::wgrad && sku.arch.arch_specific) {
     split = best_wgrad_split(sku, spec, options.sm_count).split;
   }
   // can_implement and workspace_size read the problem only; a set SM count keeps the instance from

@@ -154,8 +154,27 @@ TEST(JitGemm, ConvSkusRenderTheConvTemplate) {
   CUACTOR_ASSERT_OK_AND_ASSIGN(cooperative_back, sku_of_identity(cooperative_request.identity()));
   EXPECT_EQ(cooperative_back, cooperative);
 
-  // Schedules belong to their templates; conv has no sm_80 template and one epilogue.
-  GemmSku wrong = sku;
+  // sm_80 convolution (CUTLASS 2.x): its own template, the multistage mainloop with its stage count.
+  const auto sm80 =
+      kernels::ConvPlan::sku_for(kernels::ConvSpec{.operation = kernels::ConvOperation::dgrad}, GpuArch{8, 0, false},
+                                 {128, 128, 64}, {1, 1, 1}, kernels::GemmSchedule::multistage, 3);
+  CUACTOR_ASSERT_OK_AND_ASSIGN(sm80_request, instance_request(sm80));
+  EXPECT_EQ(sm80_request.template_name, "conv_sm80_instance.cu.in");
+  CUACTOR_ASSERT_OK_AND_ASSIGN(sm80_rendered,
+                               render_template_file(kernels_dir() / sm80_request.template_name, sm80_request.values));
+  EXPECT_NE(sm80_rendered.find("sm80::ImplicitGemmConv"), std::string::npos);
+  EXPECT_NE(sm80_rendered.find("tags::conv_dgrad"), std::string::npos);
+  CUACTOR_ASSERT_OK_AND_ASSIGN(sm80_back, sku_of_identity(sm80_request.identity()));
+  EXPECT_EQ(sm80_back, sm80);
+
+  // Schedules belong to their templates (sm_80: multistage with 2 or more stages); one epilogue.
+  GemmSku wrong = sm80;
+  wrong.stages = 1;
+  EXPECT_EQ(instance_request(wrong).error(), errc::unsupported);
+  wrong = sm80;
+  wrong.schedule = kernels::GemmSchedule::warpspecialized;
+  EXPECT_EQ(instance_request(wrong).error(), errc::unsupported);
+  wrong = sku;
   wrong.schedule = kernels::GemmSchedule::pingpong;
   EXPECT_EQ(instance_request(wrong).error(), errc::unsupported);
   wrong = cooperative;
@@ -165,7 +184,7 @@ TEST(JitGemm, ConvSkusRenderTheConvTemplate) {
   wrong.schedule = kernels::GemmSchedule::warpspecialized;
   EXPECT_EQ(instance_request(wrong).error(), errc::unsupported);
   wrong = sku;
-  wrong.arch = GpuArch{8, 0, false};
+  wrong.arch = GpuArch{8, 0, false};  // warpspecialized is an sm_90a schedule
   EXPECT_EQ(instance_request(wrong).error(), errc::unsupported);
   wrong = sku;
   wrong.epilogue = kernels::GemmEpilogue::scaled_linear_combination;

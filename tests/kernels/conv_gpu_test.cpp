@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <filesystem>
 #include <initializer_list>
 #include <optional>
 #include <random>
@@ -22,6 +23,8 @@
 #include "cuactor/gpu/graph.hpp"
 #include "cuactor/gpu/memory.hpp"
 #include "cuactor/gpu/stream.hpp"
+#include "cuactor/jit/engine.hpp"
+#include "cuactor/jit/gemm.hpp"
 #include "cuactor/kernels/catalog.hpp"
 #include "cuactor/kernels/conv_plan.hpp"
 #include "support/conv_reference.hpp"
@@ -34,7 +37,9 @@ namespace {
 
 using conv_test::base_spec;
 using conv_test::conv_entries;
+using conv_test::kAmpere;
 using conv_test::kHopper;
+using conv_test::kOperations;
 using conv_test::operation_of;
 
 // ---- GPU helpers: host tensors, errors against the fp64 reference (support/conv_reference.hpp), cases ----
@@ -120,8 +125,13 @@ ConvSpec spec_of(const GemmSku& sku, const Case& cs) {
 
 /// Shapes with tails: odd H and W, channels that are not multiples of the tile (24, 40, 136),
 /// 1x1 / 3x3 / 7x7 / 3x7 filters, padding 0 to 3, N = 1 and 3, several tiles in M and N; stride 2
-/// for fprop and wgrad (dgrad has no strided kernel), dilation 2, alpha/beta with a source.
-std::vector<Case> cases_for(ConvOperation op, DType element) {
+/// (for dgrad on the sm_80 kernels only, with strides 2 and 3, a 1x1 filter whose stride leaves dx
+/// pixels no tap reaches, and no dilation, which strided dgrad lacks), dilation 2, alpha/beta with a
+/// source.
+std::vector<Case> cases_for(const GemmSku& sku) {
+  const ConvOperation op = operation_of(sku.family);
+  const DType element = sku.a;
+  const bool strided_dgrad = op == ConvOperation::dgrad && !sku.arch.arch_specific;
   const Case small{.n = 1, .h = 7, .w = 9, .c = 24, .k = 40, .filter = {3, 3}, .pad = {1, 1}};
   const Case batched{.n = 3, .h = 13, .w = 11, .c = 24, .k = 40, .filter = {3, 3}, .pad = {1, 1}};
   std::vector<Case> cases = {
@@ -136,6 +146,15 @@ std::vector<Case> cases_for(ConvOperation op, DType element) {
       scaled(batched, Source::separate),
       scaled(small, Source::aliased),
   };
+  if (strided_dgrad) {
+    std::erase_if(cases, [](const Case& c) { return c.dilation.h != 1 || c.dilation.w != 1; });
+    cases.push_back({.n = 3, .h = 13, .w = 11, .c = 64, .k = 72, .filter = {3, 3}, .pad = {1, 1}, .stride = {2, 2}});
+    cases.push_back({.n = 1, .h = 13, .w = 11, .c = 24, .k = 40, .stride = {2, 2}});
+    cases.push_back({.n = 2, .h = 10, .w = 9, .c = 32, .k = 24, .filter = {3, 3}, .stride = {3, 2}});
+    cases.push_back(
+        scaled({.n = 2, .h = 15, .w = 16, .c = 136, .k = 40, .filter = {3, 3}, .pad = {1, 1}, .stride = {2, 2}},
+               Source::separate));
+  }
   if (op != ConvOperation::dgrad) {
     cases.push_back({.n = 3, .h = 13, .w = 11, .c = 64, .k = 72, .filter = {3, 3}, .pad = {1, 1}, .stride = {2, 2}});
     cases.push_back({.n = 1, .h = 13, .w = 11, .c = 24, .k = 40, .stride = {2, 2}});
@@ -159,18 +178,24 @@ constexpr std::size_t kGuard = 256;
 class ConvGpu : public test_support::GpuTest {
  protected:
   void SetUp() override {
-    GpuTest::SetUp();
+    set_up_device();
     if (IsSkipped() || HasFatalFailure()) return;
-    auto props = gpu::device_properties(0);
-    ASSERT_TRUE(props.has_value()) << props.error().to_string();
-    props_ = *props;
     if (conv_entries(props_.arch).empty()) {
       bool sm90a_catalog = false;
       for (const CatalogEntry& e : catalog()) sm90a_catalog |= e.sku.arch == kHopper;
       if (sm90a_catalog && props_.arch == kHopper) FAIL() << "the catalog has sm_90a kernels but no convolution";
       GTEST_SKIP() << "no convolution kernel in this build's catalog runs on " << props_.arch.name()
-                   << " (sm_90a only; CUACTOR_KERNEL_ARCHS selects the compiled families)";
+                   << " (CUACTOR_KERNEL_ARCHS selects the compiled families)";
     }
+  }
+
+  /// The device's properties, a stream and its memory pool (no catalog needed).
+  void set_up_device() {
+    GpuTest::SetUp();
+    if (IsSkipped() || HasFatalFailure()) return;
+    auto props = gpu::device_properties(0);
+    ASSERT_TRUE(props.has_value()) << props.error().to_string();
+    props_ = *props;
     auto stream = gpu::Stream::create(0);
     ASSERT_TRUE(stream.has_value()) << stream.error().to_string();
     stream_ = std::move(*stream);
@@ -260,6 +285,7 @@ class ConvGpu : public test_support::GpuTest {
     o.sku_override = sku;
     o.sm_count = props_.multiprocessors;
     o.device = props_.ordinal;
+    if (jit_) return ConvPlan::with_instance(spec, props_.arch, sku, *jit_->abi, jit_->jit, PlanSource::overridden, o);
     return ConvPlan::create(spec, props_.arch, o);
   }
 
@@ -303,7 +329,7 @@ class ConvGpu : public test_support::GpuTest {
     if (entries.empty()) GTEST_SKIP() << "no " << name(family_of(op)) << " kernel runs on " << props_.arch.name();
     std::mt19937_64 rng(20261122);
     for (const CatalogEntry* e : entries)
-      for (const Case& cs : cases_for(op, e->sku.a)) {
+      for (const Case& cs : cases_for(e->sku)) {
         check_case(e->sku, cs, rng);
         if (HasFatalFailure()) return;
       }
@@ -312,6 +338,8 @@ class ConvGpu : public test_support::GpuTest {
   gpu::DeviceProperties props_;
   gpu::Stream stream_;
   gpu::MemPool pool_;
+  /// A JIT-compiled instance that plan_for() runs instead of the catalog's.
+  std::optional<jit::ResolvedInstance> jit_;
 };
 
 TEST_F(ConvGpu, FpropMatchesFp64Reference) {
@@ -411,6 +439,44 @@ TEST_F(ConvGpu, CapturedGraphEqualsEager) {
       CUACTOR_ASSERT_OK_AND_ASSIGN(replayed, download(p));
       EXPECT_TRUE(replayed == eager) << "graph replay " << replay << " differs from the eager run";
       CUACTOR_ASSERT_OK(gpu::memset_async(p.dout.data(), 0xff, p.dout.size(), s));
+    }
+  }
+}
+
+// The sm_80 (CUTLASS 2.x) kernels of every operation, compiled by the JIT (the catalog holds only
+// the strided-dgrad ones): the path of devices before Hopper, run here on whatever device this is.
+class ConvJitGpu : public ConvGpu {
+ protected:
+  void SetUp() override { set_up_device(); }
+};
+
+TEST_F(ConvJitGpu, Sm80KernelsOfEveryOperationMatchFp64Reference) {
+  if (!runs_on(ConvPlan::sku_for(ConvSpec{}, kAmpere, {128, 128, 64}, {1, 1, 1}, GemmSchedule::multistage, 3),
+               props_.arch))
+    GTEST_SKIP() << "sm_80 kernels need sm_80 or later, not " << props_.arch.name();
+  jit::JitOptions options;
+  options.disk.directory = std::filesystem::temp_directory_path() / "cuactor-jit-gpu-test-cache";
+  options.workers = 3;
+  CUACTOR_ASSERT_OK_AND_ASSIGN(engine, jit::JitEngine::create(options));
+  jit::GemmJit gemm(engine);
+  std::vector<GemmSku> skus;
+  for (ConvOperation op : kOperations) {
+    ConvSpec spec;
+    spec.operation = op;
+    skus.push_back(ConvPlan::sku_for(spec, kAmpere, {128, 128, 64}, {1, 1, 1}, GemmSchedule::multistage, 3));
+  }
+  std::vector<jit::JitFuture<jit::ResolvedInstance>> futures;
+  // Compiled in parallel, as SASS for this device (an sm_80 SKU's code is portable to later GPUs).
+  const GpuArch device{props_.arch.major, props_.arch.minor, false};
+  for (const GemmSku& sku : skus) futures.push_back(gemm.resolve(sku, device));
+  std::mt19937_64 rng(20261124);
+  for (std::size_t i = 0; i < skus.size(); ++i) {
+    const auto& resolved = futures[i].get();
+    ASSERT_TRUE(resolved.has_value()) << skus[i].to_string() << ": " << resolved.error().to_string();
+    jit_ = **resolved;
+    for (const Case& cs : cases_for(skus[i])) {
+      check_case(skus[i], cs, rng);
+      if (HasFatalFailure()) return;
     }
   }
 }

@@ -221,15 +221,21 @@ TEST(ConvSku, CatalogEntriesAreWhatSkuForAsks) {
   if (entries.empty()) GTEST_SKIP() << "no sm_90a convolution kernels in this build's catalog";
   for (const CatalogEntry* e : entries) {
     SCOPED_TRACE(e->sku.to_string());
-    EXPECT_EQ(e->sku.arch, kHopper);
-    EXPECT_TRUE(e->sku.schedule == GemmSchedule::warpspecialized || e->sku.schedule == GemmSchedule::cooperative);
+    if (e->sku.arch == kHopper) {
+      EXPECT_TRUE(e->sku.schedule == GemmSchedule::warpspecialized || e->sku.schedule == GemmSchedule::cooperative);
+    } else {  // CUTLASS 2.x: strided dgrad (and, through the JIT, devices before Hopper)
+      EXPECT_EQ(e->sku.arch, kAmpere);
+      EXPECT_EQ(e->sku.schedule, GemmSchedule::multistage);
+      EXPECT_GE(e->sku.stages, 2);
+    }
     EXPECT_EQ(e->sku.epilogue, GemmEpilogue::linear_combination);
     EXPECT_EQ(e->sku.accumulator, DType::f32);
     EXPECT_EQ(e->sku.a, e->sku.d) << "catalog convolutions write their element type";
     // The catalog (kernels/catalog.cmake tokens) and the JIT's sku_for agree on the identity.
     ConvSpec spec = base_spec(operation_of(e->sku.family), e->sku.a);
     spec.output = e->sku.d;
-    EXPECT_EQ(ConvPlan::sku_for(spec, e->sku.arch, e->sku.tile, e->sku.cluster, e->sku.schedule), e->sku);
+    EXPECT_EQ(ConvPlan::sku_for(spec, e->sku.arch, e->sku.tile, e->sku.cluster, e->sku.schedule, e->sku.stages),
+              e->sku);
     CUACTOR_ASSERT_OK_AND_ASSIGN(parsed, GemmSku::parse(e->sku.to_string()));
     EXPECT_EQ(parsed, e->sku);
   }
@@ -463,11 +469,13 @@ TEST(ConvPlanRejects, WhatNoKernelComputes) {
   spec.groups = 2;
   expect_rejected(spec, errc::unsupported, "groups=2");
   spec = base_spec(ConvOperation::dgrad);
+  spec.h = spec.w = 9;
   spec.stride_h = 2;
-  expect_rejected(spec, errc::unsupported, "stride");
-  spec = base_spec(ConvOperation::dgrad);
+  spec.dilation_w = 2;
+  expect_rejected(spec, errc::unsupported, "no kernel for dilation above 1");
+  spec = base_spec(ConvOperation::dgrad, DType::f32);
   spec.stride_w = 2;
-  expect_rejected(spec, errc::unsupported, "stride");
+  expect_rejected(spec, errc::unsupported, "");
   spec = base_spec(ConvOperation::fprop, DType::e4m3);
   spec.output = DType::bf16;
   expect_rejected(spec, errc::unsupported, "e4m3");
@@ -520,8 +528,57 @@ TEST(ConvPlanRejects, TmaIm2colCornersAtPlanTime) {
 }
 
 TEST(ConvPlanRejects, ArchitecturesWithoutConvolutionKernels) {
+  // Before Ampere nothing runs; on Ampere and Ada the sm_80 kernels do (the catalog holds strided
+  // dgrad; fprop and wgrad come through the JIT), and sm_90a kernels cannot.
+  expect_rejected(base_spec(), errc::unsupported, "sm_80 or later", GpuArch{7, 5, false});
   expect_rejected(base_spec(), errc::unsupported, "sm_80", kAmpere);
   expect_error(ConvPlan::create(base_spec(ConvOperation::wgrad), GpuArch{8, 9, false}), errc::unsupported, "sm_89");
+}
+
+// sm_80 kernels compute wgrad in one piece: the plan does not split it, and an override that would is refused.
+TEST(ConvPlanCreate, Sm80WgradIsNotSplit) {
+  ConvSpec spec = base_spec(ConvOperation::wgrad);
+  spec.n = 32;
+  spec.h = spec.w = 56;
+  const GemmSku sm80 = ConvPlan::sku_for(spec, kAmpere, {128, 128, 64}, {1, 1, 1}, GemmSchedule::multistage, 3);
+  CUACTOR_ASSERT_OK_AND_ASSIGN(
+      plan, ConvPlan::with_instance(spec, kHopper, sm80, fake_instance(), nullptr, PlanSource::overridden));
+  EXPECT_EQ(plan.split(), (ConvSplit{1, 1}));
+  ConvPlanOptions o;
+  o.split_override = ConvSplit{4, 1};
+  expect_error(ConvPlan::with_instance(spec, kHopper, sm80, fake_instance(), nullptr, PlanSource::overridden, o),
+               errc::unsupported, "sm_80 kernels do not split wgrad (split 4x1)");
+  spec.element = spec.output = DType::f32;
+  expect_error(
+      ConvPlan::with_instance(spec, kHopper,
+                              ConvPlan::sku_for(spec, kAmpere, {128, 128, 32}, {1, 1, 1}, GemmSchedule::multistage, 3),
+                              fake_instance(), nullptr, PlanSource::overridden),
+      errc::unsupported, "sm_80 convolution takes bf16 or f16, not f32");
+}
+
+// Strided dgrad: the sm_90a implicit GEMM computes unit strides only, so the plan takes the sm_80
+// (CUTLASS 2.x strided-dgrad) kernel, on Hopper too; sm_90a kernels keep every other dgrad.
+TEST(ConvPlanCreate, StridedDgradTakesTheSm80Kernel) {
+  ConvSpec strided = base_spec(ConvOperation::dgrad);
+  strided.stride_h = strided.stride_w = 2;
+  expect_error(ConvPlan::with_instance(strided, kHopper, ConvPlan::sku_for(strided, kHopper, kTile), fake_instance(),
+                                       nullptr, PlanSource::overridden),
+               errc::unsupported, "unit stride only, not 2x2 (strided dgrad runs on the sm_80 kernels)");
+  const GemmSku sm80 = ConvPlan::sku_for(strided, kAmpere, {128, 128, 64}, {1, 1, 1}, GemmSchedule::multistage, 3);
+  if (find_in_catalog(sm80) == nullptr) {
+    expect_error(ConvPlan::create(strided, kHopper), errc::unsupported, "strided dgrad runs on the sm_80 kernels");
+    GTEST_SKIP() << "no sm_80 dgrad kernel in this build's catalog (CUACTOR_KERNEL_ARCHS)";
+  }
+  for (GpuArch arch : {kHopper, kAmpere}) {
+    CUACTOR_ASSERT_OK_AND_ASSIGN(plan, ConvPlan::create(strided, arch));
+    EXPECT_EQ(plan.sku(), sm80) << arch.name();
+    EXPECT_EQ(plan.workspace_size(), 0u);
+  }
+  ConvSpec unit = base_spec(ConvOperation::dgrad);
+  CUACTOR_ASSERT_OK_AND_ASSIGN(hopper, ConvPlan::create(unit, kHopper));
+  EXPECT_EQ(hopper.sku().arch, kHopper) << hopper.sku().to_string();
+  CUACTOR_ASSERT_OK_AND_ASSIGN(ampere, ConvPlan::create(unit, kAmpere));
+  EXPECT_EQ(ampere.sku(), sm80);
 }
 
 // ---- Tensors, buffer sizes and kernel arguments, through a fake instance (no device) ----

@@ -149,9 +149,10 @@ class ConvPlan {
   /// Chooses a catalog kernel for `spec` on a device whose best target is `device_arch`.
   /// `invalid_argument` for malformed specs (non-positive extents, negative padding, an empty
   /// output, channel counts that break 16-byte alignment, tensors past int32 extents), `unsupported`
-  /// for what no kernel computes (groups > 1, strided dgrad, fp8, a dtype pair or architecture
-  /// without a kernel, TMA im2col limits on padding and filter extent), each naming the value and
-  /// the rule.
+  /// for what no kernel computes (groups > 1, strided dgrad with dilation, fp8, a dtype pair or
+  /// architecture without a kernel, the sm_90a kernels' TMA im2col limits on padding and filter
+  /// extent), each naming the value and the rule. sm_90a kernels are chosen wherever one computes
+  /// the spec; sm_80 (CUTLASS 2.x) ones compute strided dgrad and serve devices before Hopper.
   static Result<ConvPlan> create(const ConvSpec& spec, GpuArch device_arch, const ConvPlanOptions& options = {});
 
   /// A plan running `instance` (of SKU `sku`: a catalog instance, or one compiled at run time whose
@@ -161,11 +162,12 @@ class ConvPlan {
                                         PlanSource source, const ConvPlanOptions& options = {});
 
   /// The SKU a spec needs on an architecture with the given tile: what the JIT compiles for a
-  /// configuration the catalog lacks (fp32 accumulation, linear combination). `schedule` is
+  /// configuration the catalog lacks (fp32 accumulation, linear combination). On sm_90a `schedule` is
   /// warpspecialized (CUTLASS's kernel: one consumer warpgroup, tiles up to 128x128) or cooperative
-  /// (cuactor's: two consumer warpgroups share a tile of 128 or more rows).
+  /// (cuactor's: two consumer warpgroups share a tile of 128 or more rows) and `stages` 0; on sm_80
+  /// it is multistage with `stages` >= 2 (CUTLASS 2.x).
   static GemmSku sku_for(const ConvSpec& spec, GpuArch arch, Shape3 tile, Shape3 cluster = {1, 1, 1},
-                         GemmSchedule schedule = GemmSchedule::warpspecialized);
+                         GemmSchedule schedule = GemmSchedule::warpspecialized, int stages = 0);
 
   [[nodiscard]] const GemmSku& sku() const noexcept { return sku_; }
   [[nodiscard]] const ConvSpec& spec() const noexcept { return spec_; }
