@@ -205,14 +205,15 @@ Result<WarmReport> GemmJit::warm(const GemmSku& sku, std::optional<GpuArch> targ
   return engine_->warm(*request);
 }
 
-std::vector<SkuWarmResult> warm_all(GemmJit& jit, std::span<const GemmSku> skus) {
+std::vector<SkuWarmResult> warm_all(GemmJit& jit, std::span<const GemmSku> skus, std::optional<GpuArch> target) {
   std::vector<SkuWarmResult> results;
   results.reserve(skus.size());
   for (const auto& sku : skus) results.push_back({sku, fail(errc::cancelled, "not warmed")});
   std::vector<std::thread> threads;
   threads.reserve(skus.size());
   for (auto& r : results)
-    threads.emplace_back([&jit, &r] { r.report = result_or_error("jit warm", [&] { return jit.warm(r.sku); }); });
+    threads.emplace_back(
+        [&jit, &r, target] { r.report = result_or_error("jit warm", [&] { return jit.warm(r.sku, target); }); });
   for (auto& t : threads) t.join();
   return results;
 }

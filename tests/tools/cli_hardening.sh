@@ -88,6 +88,12 @@ case $case in
     expect_rc 2; expect_in err "deadline-ms=5 >= 100"
     run "$cli" soak --isolated --faults many
     expect_failure; expect_in err "faults" ;;
+  warm_bad_target)  # --target is checked, and a SKU is never compiled for a GPU older than its own
+    sku=conv_dgrad:sm_80:bf16,bf16,bf16,bf16,f32:nhwc,krsc,nhwc:128x128x64:1x1x1:s3:multistage:linear_combination
+    run "$cli" jit --cache-dir cache warm --conv "$sku" --target banana
+    expect_failure; expect_in err "--target 'banana' is not an architecture"
+    run "$cli" jit --cache-dir cache warm --conv "$sku" --target sm_75
+    expect_failure; expect_in err "cannot be compiled for sm_75" ;;
   bench_ep_bad_options)  # bench ep's options are checked before any device is touched (runs without a GPU)
     run "$cli" bench ep --reps 0
     expect_rc 2; expect_in err "reps=0 must be >= 1"

@@ -43,6 +43,7 @@ struct JitCliOptions {
   std::vector<std::string> conv_skus;
   std::vector<std::string> nvrtc_files;
   std::string arch = "sm_90a";
+  std::string target;  // warm: the GPU --gemm / --conv SKUs are compiled for (empty: each SKU's own)
   std::vector<std::string> names;
   std::vector<std::string> nvrtc_options;
   unsigned reps = 50;
@@ -73,9 +74,10 @@ std::shared_ptr<jit::JitEngine> make_engine(bool progress) {
   return value_or_die(jit::JitEngine::create(std::move(o)));
 }
 
-GpuArch arch_or_die(const std::string& s) {
+GpuArch arch_or_die(const std::string& s, std::string_view option = "--arch") {
   auto a = parse_arch(s);
-  if (!a) die(Error(errc::invalid_argument, fmt::format("--arch '{}' is not an architecture like sm_90a or sm_80", s)));
+  if (!a)
+    die(Error(errc::invalid_argument, fmt::format("{} '{}' is not an architecture like sm_90a or sm_80", option, s)));
   return *a;
 }
 
@@ -123,7 +125,9 @@ void run_warm() {
   for (const auto& file : o.nvrtc_files) print_warm(file, value_or_die(engine->warm(nvrtc_request_from_file(file))));
   jit::GemmJit gemm(engine);
   bool failed = false;
-  const auto results = jit::warm_all(gemm, skus);
+  std::optional<GpuArch> target;
+  if (!o.target.empty()) target = arch_or_die(o.target, "--target");
+  const auto results = jit::warm_all(gemm, skus, target);
   for (std::size_t i = 0; i < results.size(); ++i) {
     if (!results[i].report) {
       std::cerr << "cuactor jit warm " << texts[i] << ": " << results[i].report.error().to_string() << "\n";
@@ -307,6 +311,9 @@ void add_jit_command(CLI::App& app) {
                    "linear_combination");
   warm->add_option("--nvrtc", o.nvrtc_files, "CUDA source file compiled with NVRTC to cubin");
   warm->add_option("--arch", o.arch, "Target of --nvrtc sources (sm_90a, sm_80, ...)");
+  warm->add_option("--target", o.target,
+                   "GPU the --gemm / --conv SKUs are compiled for, e.g. sm_90 for an sm_80 SKU run on Hopper "
+                   "(default: each SKU's own architecture)");
   warm->add_option("--name", o.names, "Kernel name expression whose lowered name is recorded (templated kernels)");
   warm->add_option("--option", o.nvrtc_options, "Extra NVRTC option");
   add_common(warm);

@@ -89,7 +89,10 @@ struct SkuWarmResult {
 
 /// Fills the disk cache for every SKU at once: one thread per SKU, while the library caps how many
 /// nvcc processes run together (by cores and free memory, ~3.3 GB per CUTLASS compile), so the others
-/// wait for a compile slot. Returns one result per SKU, in order; never throws.
-std::vector<SkuWarmResult> warm_all(GemmJit& jit, std::span<const kernels::GemmSku> skus);
+/// wait for a compile slot. `target` is the GPU the code is compiled for (default: each SKU's own
+/// architecture; an sm_80 SKU compiled for sm_90 runs on Hopper). Returns one result per SKU, in
+/// order; never throws.
+std::vector<SkuWarmResult> warm_all(GemmJit& jit, std::span<const kernels::GemmSku> skus,
+                                    std::optional<GpuArch> target = std::nullopt);
 
 }  // namespace cuactor::jit
