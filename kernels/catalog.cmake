@@ -239,8 +239,8 @@ cuactor_gemm_instance(FAMILY conv_fprop ${conv90} TYPES f32 f32 f32 f32 f32 LAYO
 
 # sm_80 (CUTLASS 2.x implicit GEMM; also runs on Hopper): strided dgrad, which the sm_90a kernels do
 # not compute (CUTLASS's strided-dgrad kernel visits each output phase's filter taps), 128x128x64 with
-# 3 stages (96 KiB of shared memory: Ampere and Ada too). Fprop and wgrad for sm_80 devices come
-# through the JIT (cuactor jit warm --conv conv_fprop:sm_80:...).
+# 3 stages (96 KiB of shared memory: Ampere and Ada too). The template also instantiates fprop and
+# wgrad, through the JIT only (ConvPlan::with_instance; cuactor jit warm --conv ... --target).
 foreach(t bf16 f16)
   cuactor_gemm_instance(FAMILY conv_dgrad ARCH sm_80 TEMPLATE conv_sm80_instance.cu.in TYPES ${t} ${t} ${t} ${t} f32
                         LAYOUTS nhwc krsc nhwc TILE 128 128 64 CLUSTER 1 1 1 STAGES 3 SCHEDULE multistage

@@ -4,10 +4,11 @@
  * behind `args`. Tensors are packed: activations N x H x W x C and filters K x R x S x C with the
  * channels contiguous.
  *
- * Wgrad instances split their reduction (over N x P x Q) into slices that one launch computes side
- * by side, each writing fp32 partial sums to the workspace, and a second kernel adds the slices and
- * applies alpha and beta: a filter gradient has few output tiles (K x R S C), often fewer than the
- * device has multiprocessors, and CUTLASS's sm_90a conv kernel has no split-K of its own. */
+ * sm_90a wgrad instances split their reduction (over N x P x Q) into slices that one launch
+ * computes side by side, each writing fp32 partial sums to the workspace, and a second kernel adds
+ * the slices and applies alpha and beta: a filter gradient has few output tiles (K x R S C), often
+ * fewer than the device has multiprocessors, and CUTLASS's sm_90a conv kernel has no split-K of its
+ * own. sm_80 instances (CUTLASS 2.x) are never split and refuse split_n or split_p above 1. */
 #ifndef CUACTOR_KERNELS_CONV_INSTANCE_ABI_H
 #define CUACTOR_KERNELS_CONV_INSTANCE_ABI_H
 

@@ -32,6 +32,7 @@ constexpr std::array<std::pair<std::string_view, ConvOperation>, 3> kOperations{
 // TMA im2col limits of CUTLASS's sm_90a conv collective for 2-D problems (its can_implement):
 // window corners in [-128, 127], filter offsets (R - 1) * dilation below 255.
 constexpr GpuArch kSm90a{9, 0, true};
+constexpr std::int64_t kMaxSm80Filter = 32;  // CUTLASS 2.x optimized fprop / dgrad iterators: one mask bit per tap
 constexpr std::int64_t kMinCorner = -128;
 constexpr std::int64_t kMaxCorner = 127;
 constexpr std::int64_t kMaxFilterOffset = 255;
@@ -305,6 +306,10 @@ Status check_supported(const ConvSpec& s, GpuArch arch) {
                 fmt::format("ConvSpec dgrad with stride {}x{} and dilation {}x{}: strided dgrad has no kernel for "
                             "dilation above 1 (CUTLASS's strided-dgrad kernel takes dilation 1)",
                             s.stride_h, s.stride_w, s.dilation_h, s.dilation_w));
+  if (s.operation == ConvOperation::dgrad && is_strided(s) && s.element != DType::bf16 && s.element != DType::f16)
+    return fail(errc::unsupported,
+                fmt::format("ConvSpec dgrad {} with stride {}x{}: strided dgrad has kernels for bf16 and f16 only",
+                            name(s.element), s.stride_h, s.stride_w));
   if (is_low_precision_float(s.element) || is_low_precision_float(s.output))
     return fail(errc::unsupported,
                 fmt::format("ConvSpec {}->{}: fp8 convolution has no kernel (no cuactor conv instance is validated "
@@ -324,13 +329,23 @@ Status check_supported(const ConvSpec& s, GpuArch arch) {
 
 /// What the kernels of `sku`'s architecture compute. sm_90a (TMA im2col): unit-stride dgrad only, and
 /// the corners of the first and last window, -pad and pad - (R - 1) * dilation per axis, in [-128,
-/// 127] with filter offsets (R - 1) * dilation below 255. sm_80 (CUTLASS 2.x): 16-bit tensors, no
-/// wgrad split.
+/// 127] with filter offsets (R - 1) * dilation below 255. sm_80 (CUTLASS 2.x, optimized iterators):
+/// 16-bit tensors, filters of at most 32 x 32 for fprop and dgrad, dgrad (always the strided-dgrad
+/// kernel) with dilation 1, no wgrad split (finish()).
 Status check_sku_computes(const GemmSku& sku, const ConvSpec& s) {
   if (!sku.arch.arch_specific) {
     if (s.element != DType::bf16 && s.element != DType::f16)
       return fail(errc::unsupported, fmt::format("convolution kernel {}: sm_80 convolution takes bf16 or f16, not {}",
                                                  sku.to_string(), name(s.element)));
+    if (s.operation != ConvOperation::wgrad && (s.r > kMaxSm80Filter || s.s > kMaxSm80Filter))
+      return fail(errc::unsupported,
+                  fmt::format("convolution kernel {}: sm_80 {} takes filters of at most {}x{}, not {}x{}",
+                              sku.to_string(), name(s.operation), kMaxSm80Filter, kMaxSm80Filter, s.r, s.s));
+    if (s.operation == ConvOperation::dgrad && (s.dilation_h != 1 || s.dilation_w != 1))
+      return fail(errc::unsupported,
+                  fmt::format("convolution kernel {}: sm_80 dgrad (CUTLASS's strided-dgrad kernel) takes dilation 1, "
+                              "not {}x{}",
+                              sku.to_string(), s.dilation_h, s.dilation_w));
     return ok();
   }
   if (s.operation == ConvOperation::dgrad && is_strided(s))
@@ -419,7 +434,8 @@ Status check_pointer(const char* what, const void* p) {
   if (p == nullptr) return fail(errc::invalid_argument, fmt::format("convolution tensor {}: pointer is null", what));
   if (reinterpret_cast<std::uintptr_t>(p) % 16 != 0)
     return fail(errc::invalid_argument,
-                fmt::format("convolution tensor {}: pointer {} is not 16-byte aligned (TMA)", what, fmt::ptr(p)));
+                fmt::format("convolution tensor {}: pointer {} is not 16-byte aligned (16-byte vector and TMA loads)",
+                            what, fmt::ptr(p)));
   return ok();
 }
 
@@ -572,12 +588,13 @@ Result<ConvPlan> ConvPlan::create(const ConvSpec& spec, GpuArch device_arch, con
       if (Status fits = check_sku_computes(sku_for(spec, kSm90a, {128, 128, 64}), spec); !fits) refusal = fits.error();
     if (chosen == nullptr && refusal) return fail(*refusal);
     if (chosen == nullptr)
-      return fail(errc::unsupported,
-                  fmt::format("no convolution kernel in this build's catalog computes {} on {} (catalog: sm_90a "
-                              "fprop bf16/f16/f32, dgrad and wgrad bf16/f16, sm_80 dgrad bf16/f16, output type = "
-                              "input type; CUACTOR_KERNEL_ARCHS selects the compiled families; the JIT can "
-                              "instantiate others)",
-                              spec.to_string(), device_arch.name()));
+      return fail(
+          errc::unsupported,
+          fmt::format("no convolution kernel in this build's catalog computes {} on a {} device (catalog: sm_90a "
+                      "fprop bf16/f16/f32, dgrad and wgrad bf16/f16, sm_80 dgrad bf16/f16, output type = "
+                      "input type; CUACTOR_KERNEL_ARCHS selects the compiled families; the JIT can "
+                      "instantiate others)",
+                      spec.to_string(), device_arch.name()));
   }
   return finish(spec, device_arch, chosen->sku, *chosen->instance, nullptr,
                 options.sku_override ? PlanSource::overridden : PlanSource::heuristic, options);
@@ -621,9 +638,10 @@ Result<ConvPlan> ConvPlan::finish(const ConvSpec& spec, GpuArch arch, const Gemm
   const auto args = make_args(spec, ConvTensors{}, probe, split);
   if (const int s = instance.can_implement(&args); s != CUACTOR_KERNEL_OK)
     return fail(errc::unsupported,
-                fmt::format("convolution kernel {} rejects {} (status {}; CUTLASS's can_implement: TMA alignment, "
-                            "im2col corners or extents)",
-                            sku.to_string(), spec.to_string(), s));
+                fmt::format("convolution kernel {} rejects {} (status {}; CUTLASS's can_implement: {})",
+                            sku.to_string(), spec.to_string(), s,
+                            sku.arch.arch_specific ? "TMA alignment, im2col corners or extents"
+                                                   : "iterator limits, alignment or tensors of 2 GiB or more"));
   const std::size_t workspace = instance.workspace_size(&args);
   return ConvPlan(spec, arch, sku, &instance, std::move(owner), source, options, split, workspace);
 }

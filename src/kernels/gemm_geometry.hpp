@@ -54,6 +54,15 @@ inline std::int64_t stride_or_packed(std::int64_t rows, std::int64_t cols, Matri
   return stride != 0 ? stride : extents(rows, cols, layout).strided * ld;
 }
 
+/// Bytes from the first element of a batch of R x C matrices to just past its last one (`ld` and
+/// `batch_stride` already resolved); 0 for an empty matrix.
+inline std::size_t span_bytes(DType t, std::int64_t rows, std::int64_t cols, MatrixLayout layout, std::int64_t ld,
+                              std::int64_t batch, std::int64_t batch_stride) {
+  if (rows <= 0 || cols <= 0 || batch <= 0) return 0;
+  const auto [contiguous, strided] = extents(rows, cols, layout);
+  return storage_bytes(t, static_cast<std::size_t>((batch - 1) * batch_stride + (strided - 1) * ld + contiguous));
+}
+
 /// Non-null pointer, `ld` at least the contiguous extent and, for batch > 1, `batch_stride` at least
 /// one matrix; `invalid_argument` naming the operand, the value and the rule.
 inline Status check_operand_geometry(std::string_view what, const void* ptr, std::int64_t rows, std::int64_t cols,

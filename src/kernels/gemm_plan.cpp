@@ -20,6 +20,7 @@ using detail::alignment_elements;
 using detail::extents;
 using detail::kDefaultSmCount;
 using detail::ld_or_packed;
+using detail::span_bytes;
 using detail::stride_or_packed;
 
 /// The SM count plans assume: the options', else the H100/H200 SXM count.
@@ -330,6 +331,53 @@ double GemmPlan::flops() const noexcept {
          static_cast<double>(problem_.batch);
 }
 
+namespace {
+
+/// Side outputs (aux, row sums, amax) apart from the operands and from each other.
+Status check_side_outputs_apart(const GemmProblem& p, const GemmOperands& o) {
+  // The side outputs are written with plain stores while other CTAs read A, B and C and store D:
+  // any overlap with them, or with each other, is a race. Byte spans, so padding counts too.
+  struct Span {
+    const char* what;
+    const void* ptr;
+    std::size_t bytes;
+  };
+  const std::int64_t lda = ld_or_packed(p.m, p.k, p.layout_a, o.lda), ldb = ld_or_packed(p.k, p.n, p.layout_b, o.ldb);
+  const std::int64_t ldc = ld_or_packed(p.m, p.n, p.layout_c, o.ldc), ldd = ld_or_packed(p.m, p.n, p.layout_c, o.ldd);
+  const std::int64_t bsd = stride_or_packed(p.m, p.n, p.layout_c, ldd, o.batch_stride_d);
+  const Span spans[] = {
+      {"A", o.a,
+       span_bytes(p.a, p.m, p.k, p.layout_a, lda, p.batch,
+                  stride_or_packed(p.m, p.k, p.layout_a, lda, o.batch_stride_a))},
+      {"B", o.b,
+       span_bytes(p.b, p.k, p.n, p.layout_b, ldb, p.batch,
+                  stride_or_packed(p.k, p.n, p.layout_b, ldb, o.batch_stride_b))},
+      {"C", o.c,
+       span_bytes(p.c, p.m, p.n, p.layout_c, ldc, p.batch,
+                  stride_or_packed(p.m, p.n, p.layout_c, ldc, o.batch_stride_c))},
+      {"D", o.d, span_bytes(p.d, p.m, p.n, p.layout_c, ldd, p.batch, bsd)},
+      {"aux", o.epilogue.aux, span_bytes(p.c, p.m, p.n, p.layout_c, ldd, p.batch, bsd)},
+      {"row_sum", o.epilogue.row_sum, static_cast<std::size_t>(p.m * p.batch) * sizeof(float)},
+      {"amax", o.epilogue.amax, sizeof(float)},
+  };
+  const auto overlap = [](const Span& x, const Span& y) {
+    const auto a = reinterpret_cast<std::uintptr_t>(x.ptr), b = reinterpret_cast<std::uintptr_t>(y.ptr);
+    return x.ptr != nullptr && y.ptr != nullptr && x.bytes > 0 && y.bytes > 0 && a < b + y.bytes && b < a + x.bytes;
+  };
+  constexpr std::size_t kFirstSideOutput = 4;
+  for (std::size_t i = kFirstSideOutput; i < std::size(spans); ++i)
+    for (std::size_t j = 0; j < i; ++j)
+      if (overlap(spans[i], spans[j]))
+        return fail(errc::invalid_argument,
+                    fmt::format("GEMM epilogue '{}': the side output {} ({} bytes at {}) overlaps {} ({} bytes at {}); "
+                                "side outputs need memory of their own",
+                                name(p.epilogue), spans[i].what, spans[i].bytes, spans[i].ptr, spans[j].what,
+                                spans[j].bytes, spans[j].ptr));
+  return ok();
+}
+
+}  // namespace
+
 Status GemmPlan::validate(const GemmOperands& o) const {
   const auto& p = problem_;
   if (p.m == 0 || p.n == 0) {
@@ -375,15 +423,10 @@ Status GemmPlan::validate(const GemmOperands& o) const {
                   fmt::format("GEMM {}: pointer {} is not 4-byte aligned", what, fmt::ptr(ptr)));
   }
   CUACTOR_TRY(check_epilogue_operands(p.epilogue, o.epilogue, "GEMM"));
-  if (o.epilogue.aux != nullptr) {  // laid out like D, in C's dtype
-    CUACTOR_TRY(check_operand("aux", o.epilogue.aux, p.c, p.m, p.n, p.layout_c, ldd, p.batch,
-                              stride_or_packed(p.m, p.n, p.layout_c, ldd, o.batch_stride_d)));
-    if (o.epilogue.aux == o.d)
-      return fail(errc::invalid_argument,
-                  fmt::format("GEMM epilogue '{}': aux and D are the same matrix; they hold different values",
-                              name(p.epilogue)));
-  }
-  return ok();
+  const std::int64_t batch_stride_d = stride_or_packed(p.m, p.n, p.layout_c, ldd, o.batch_stride_d);
+  if (o.epilogue.aux != nullptr)  // laid out like D (its ld and batch stride), in C's dtype
+    CUACTOR_TRY(check_operand("aux (D's ld)", o.epilogue.aux, p.c, p.m, p.n, p.layout_c, ldd, p.batch, batch_stride_d));
+  return check_side_outputs_apart(p, o);
 }
 
 Status check_gemm_buffer_sizes(const GemmProblem& p, const GemmOperands& o, std::size_t a_bytes, std::size_t b_bytes,
@@ -406,11 +449,9 @@ Status check_gemm_buffer_sizes(const GemmProblem& p, const GemmOperands& o, std:
   };
   for (const Operand& x : operands) {
     if (x.ptr == nullptr && x.what[0] == 'C') continue;
-    const auto [contiguous, strided] = extents(x.rows, x.cols, x.layout);
-    const std::int64_t ld = x.ld != 0 ? x.ld : contiguous;
-    const std::int64_t stride = x.batch_stride != 0 ? x.batch_stride : strided * ld;
-    const auto elements = static_cast<std::size_t>((p.batch - 1) * stride + (strided - 1) * ld + contiguous);
-    const std::size_t need = storage_bytes(x.type, elements);
+    const std::int64_t ld = ld_or_packed(x.rows, x.cols, x.layout, x.ld);
+    const std::size_t need = span_bytes(x.type, x.rows, x.cols, x.layout, ld, p.batch,
+                                        stride_or_packed(x.rows, x.cols, x.layout, ld, x.batch_stride));
     if (need > x.bytes)
       return fail(errc::invalid_argument,
                   fmt::format("GEMM operand {} ({}x{} {}-major, ld {}, batch {}): needs {} bytes but the buffer has {}",

@@ -151,7 +151,8 @@ bool is_stream_k(GemmSchedule s) noexcept {
   return s == GemmSchedule::cooperative_streamk || s == GemmSchedule::cooperative_fp8_fast_accum_streamk;
 }
 bool conv_schedule_fits(const GemmSku& sku) noexcept {
-  if (!sku.arch.arch_specific) return sku.schedule == GemmSchedule::multistage && sku.stages >= 2;
+  if (!sku.arch.arch_specific)
+    return sku.schedule == GemmSchedule::multistage && sku.stages >= 2 && sku.cluster == Shape3{1, 1, 1};
   return sku.schedule == GemmSchedule::warpspecialized ||
          (sku.schedule == GemmSchedule::cooperative && sku.tile.m >= 128);
 }

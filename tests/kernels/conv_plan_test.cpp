@@ -475,7 +475,7 @@ TEST(ConvPlanRejects, WhatNoKernelComputes) {
   expect_rejected(spec, errc::unsupported, "no kernel for dilation above 1");
   spec = base_spec(ConvOperation::dgrad, DType::f32);
   spec.stride_w = 2;
-  expect_rejected(spec, errc::unsupported, "");
+  expect_rejected(spec, errc::unsupported, "strided dgrad has kernels for bf16 and f16 only");
   spec = base_spec(ConvOperation::fprop, DType::e4m3);
   spec.output = DType::bf16;
   expect_rejected(spec, errc::unsupported, "e4m3");
@@ -531,7 +531,7 @@ TEST(ConvPlanRejects, ArchitecturesWithoutConvolutionKernels) {
   // Before Ampere nothing runs; on Ampere and Ada the sm_80 kernels do (the catalog holds strided
   // dgrad; fprop and wgrad come through the JIT), and sm_90a kernels cannot.
   expect_rejected(base_spec(), errc::unsupported, "sm_80 or later", GpuArch{7, 5, false});
-  expect_rejected(base_spec(), errc::unsupported, "sm_80", kAmpere);
+  expect_rejected(base_spec(), errc::unsupported, "a sm_80 device", kAmpere);
   expect_error(ConvPlan::create(base_spec(ConvOperation::wgrad), GpuArch{8, 9, false}), errc::unsupported, "sm_89");
 }
 
@@ -548,6 +548,27 @@ TEST(ConvPlanCreate, Sm80WgradIsNotSplit) {
   o.split_override = ConvSplit{4, 1};
   expect_error(ConvPlan::with_instance(spec, kHopper, sm80, fake_instance(), nullptr, PlanSource::overridden, o),
                errc::unsupported, "sm_80 kernels do not split wgrad (split 4x1)");
+  // The optimized CUTLASS 2.x iterators: fprop and dgrad filters up to 32x32; dgrad (the strided-dgrad
+  // kernel) only undilated, at any stride.
+  for (ConvOperation op : {ConvOperation::fprop, ConvOperation::dgrad}) {
+    ConvSpec wide = base_spec(op);
+    wide.w = 40;
+    wide.s = 33;
+    const GemmSku k = ConvPlan::sku_for(wide, kAmpere, {128, 128, 64}, {1, 1, 1}, GemmSchedule::multistage, 3);
+    expect_error(ConvPlan::with_instance(wide, kHopper, k, fake_instance(), nullptr, PlanSource::overridden),
+                 errc::unsupported, "filters of at most 32x32, not 3x33");
+  }
+  ConvSpec dilated = base_spec(ConvOperation::dgrad);
+  dilated.dilation_h = 2;
+  const GemmSku dgrad80 = ConvPlan::sku_for(dilated, kAmpere, {128, 128, 64}, {1, 1, 1}, GemmSchedule::multistage, 3);
+  expect_error(ConvPlan::with_instance(dilated, kHopper, dgrad80, fake_instance(), nullptr, PlanSource::overridden),
+               errc::unsupported, "takes dilation 1, not 2x1");
+  // No clusters on sm_80: such a SKU computes nothing (the rendered template has no cluster).
+  GemmSku clustered = dgrad80;
+  clustered.cluster = {1, 2, 1};
+  expect_error(ConvPlan::with_instance(base_spec(ConvOperation::dgrad), kHopper, clustered, fake_instance(), nullptr,
+                                       PlanSource::overridden),
+               errc::invalid_argument, "does not compute");
   spec.element = spec.output = DType::f32;
   expect_error(
       ConvPlan::with_instance(spec, kHopper,

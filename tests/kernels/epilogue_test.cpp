@@ -231,16 +231,27 @@ TEST(EpiloguePlan, ValidatesSideOutputs) {
   expect_error(plan->validate(o), errc::invalid_argument, "aux at");
   o.epilogue.aux = fake_mut();  // D's address
   expect_error(plan->validate(o), errc::invalid_argument, "reads rowsum but its pointer is null");
-  o.epilogue.row_sum = static_cast<float*>(fake_mut(0x80004));
+  o.epilogue.row_sum = static_cast<float*>(fake_mut(0x200004));
   expect_error(plan->validate(o), errc::invalid_argument, "rowsum at");
-  o.epilogue.row_sum = static_cast<float*>(fake_mut(0x80000));
-  expect_error(plan->validate(o), errc::invalid_argument, "aux and D are the same matrix");
+  o.epilogue.row_sum = static_cast<float*>(fake_mut(0x200000));
+  // Side outputs need memory of their own: D is 256 x 512 bf16 at fake_mut() (0x40000 bytes), A and B
+  // lie at fake() and fake(0x10000).
+  expect_error(plan->validate(o), errc::invalid_argument, "the side output aux (262144 bytes at");
+  o.epilogue.aux = fake_mut(0x3fff0);  // the last 16 bytes of D
+  expect_error(plan->validate(o), errc::invalid_argument, "overlaps D (262144 bytes");
   o.epilogue.aux = fake_mut(0x70000);
+  o.epilogue.row_sum = static_cast<float*>(fake_mut(0xaff00));  // inside aux's last row
+  expect_error(plan->validate(o), errc::invalid_argument, "the side output row_sum (1024 bytes at");
+  o.epilogue.row_sum = static_cast<float*>(const_cast<void*>(fake(0x2fc00)));  // over B's end
+  expect_error(plan->validate(o), errc::invalid_argument, "overlaps B");
+  o.epilogue.row_sum = static_cast<float*>(fake_mut(0x200000));
+  o.epilogue.aux = fake_mut(0x40000);  // right after D
   EXPECT_TRUE(plan->validate(o).has_value());
+  o.epilogue.aux = fake_mut(0x70000);
   // aux shares D's leading dimension and batch stride: the kernel receives D's.
   o.ldd = 516;
   expect_error(plan->validate(o), errc::invalid_argument, "ldD=516 is not a multiple of 8");
-  o.ldd = 520;
+  o.ldd = 520;  // D and aux now span 0x41000 - 0x10 bytes each: still apart
   EXPECT_TRUE(plan->validate(o).has_value());
   ASSERT_TRUE(plan->run(o, nullptr, 0, nullptr).has_value());
   EXPECT_EQ(FakeKernel::last.epilogue.aux, o.epilogue.aux);

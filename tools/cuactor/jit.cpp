@@ -121,12 +121,12 @@ void run_warm() {
                             name(skus.back().family))));
     texts.push_back(text);
   }
+  std::optional<GpuArch> target;
+  if (!o.target.empty()) target = arch_or_die(o.target, "--target");
   auto engine = make_engine(true);
   for (const auto& file : o.nvrtc_files) print_warm(file, value_or_die(engine->warm(nvrtc_request_from_file(file))));
   jit::GemmJit gemm(engine);
   bool failed = false;
-  std::optional<GpuArch> target;
-  if (!o.target.empty()) target = arch_or_die(o.target, "--target");
   const auto results = jit::warm_all(gemm, skus, target);
   for (std::size_t i = 0; i < results.size(); ++i) {
     if (!results[i].report) {

@@ -138,7 +138,8 @@ struct ConvPlanOptions {
   int device = 0;
   /// Wgrad: use exactly this split instead of the cost model's. Rules: images in [1, N], rows in
   /// [1, P], slices at most kMaxConvSlices, rows > 1 only with images == N and pad_h <=
-  /// dilation_h (R - 1) (every slice reads an input row). Other operations take {1, 1} only.
+  /// dilation_h (R - 1) (every slice reads an input row). Other operations, and sm_80 kernels, take
+  /// {1, 1} only.
   std::optional<ConvSplit> split_override;
 };
 
@@ -152,7 +153,8 @@ class ConvPlan {
   /// for what no kernel computes (groups > 1, strided dgrad with dilation, fp8, a dtype pair or
   /// architecture without a kernel, the sm_90a kernels' TMA im2col limits on padding and filter
   /// extent), each naming the value and the rule. sm_90a kernels are chosen wherever one computes
-  /// the spec; sm_80 (CUTLASS 2.x) ones compute strided dgrad and serve devices before Hopper.
+  /// the spec; catalog sm_80 (CUTLASS 2.x) ones compute strided dgrad (on Hopper too) and dgrad on
+  /// Ampere / Ada. sm_80 fprop and wgrad exist only through the JIT and with_instance().
   static Result<ConvPlan> create(const ConvSpec& spec, GpuArch device_arch, const ConvPlanOptions& options = {});
 
   /// A plan running `instance` (of SKU `sku`: a catalog instance, or one compiled at run time whose

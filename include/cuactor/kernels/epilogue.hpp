@@ -1,7 +1,7 @@
 /// @file
 /// EpilogueSpec ([K8]): what a GEMM's epilogue computes from the accumulator, as a small tree of
 /// leaves (accumulator, C, scalars, per-row / per-column vectors), compute nodes (add, multiply,
-/// fused multiply-add, activations, clamp) and side outputs (amax). The tree is part of a kernel's
+/// fused multiply-add, activations, clamp) and side outputs (amax, aux, rowsum). The tree is part of a kernel's
 /// SKU: its canonical token ("silu(add(acc,colbias))") is stable, readable, and rendered by the
 /// same template machinery as every other SKU token into a CUTLASS Sm90EVT visitor tree
 /// (kernels/sm90_epilogue.cuh). The two historical epilogues are named presets of the same type.
@@ -126,7 +126,8 @@ std::size_t hash_value(const EpilogueSpec& e) noexcept;
 /// Run-time operands of an epilogue tree: device pointers of the vectors it reads (null for those it
 /// does not read), its side outputs and clamp bounds. Dense GEMM: one input vector shared by every
 /// batch. The side outputs are written by the launch itself (amax and row_sum are zeroed by it first),
-/// so a captured graph recomputes them on every replay.
+/// so a captured graph recomputes them on every replay. An empty problem (M or N = 0) launches
+/// nothing and leaves them as they were.
 struct EpilogueOperands {
   const float* row_scale = nullptr;  ///< rowscale: M floats.
   const float* col_scale = nullptr;  ///< colscale: N floats.

@@ -44,7 +44,7 @@ struct GroupedGemmSpec {
   std::optional<GemmSku> sku_override;  ///< Use exactly this SKU (must be compiled in and fit the spec).
   /// A preset, or an epilogue tree ([K8]; sm_90a, device-sized groups) whose vectors are per row of
   /// the packed rows (rowscale, rowbias: e.g. MoE routing weights) or per group and column
-  /// (colscale, colbias: e.g. a per-expert bias); amax is not supported for grouped GEMM.
+  /// (colscale, colbias: e.g. a per-expert bias); the side outputs amax, aux and rowsum are dense only.
   EpilogueSpec epilogue;
 };
 

@@ -112,7 +112,7 @@ struct GemmSku {
 /// True when the convolution template of `sku`'s architecture runs its schedule with its tile: on
 /// sm_90a CUTLASS's one-warpgroup kernel (warpspecialized), or cuactor's cooperative one, whose two
 /// consumer warpgroups share a tile of 128 rows or more; on sm_80 the multistage mainloop with 2 or
-/// more stages. Says nothing about the family: GEMM templates know no warpspecialized.
+/// more stages and no cluster. Says nothing about the family: GEMM templates know no warpspecialized.
 bool conv_schedule_fits(const GemmSku& sku) noexcept;
 
 /// Hash of every field of a SKU (stable within a process).
