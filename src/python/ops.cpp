@@ -107,6 +107,19 @@ const void* epilogue_vector(nb::handle obj, const char* what, std::int64_t lengt
   return v.data;
 }
 
+/// An mm operand with out's device, rank, dtype and shape (C, the aux output).
+TensorArg shaped_like_out(nb::handle obj, const char* what, const TensorArg& out) {
+  const TensorArg t = import_tensor(obj, what);
+  require_cuda(t);
+  require_same_device(t, out.device);
+  require_rank(t, out.ndim, fmt::format("mm's {} (out's rank)", what).c_str());
+  require_dtype(t, out.dtype, fmt::format("{} takes out's dtype", what).c_str());
+  for (std::size_t i = 0; i < static_cast<std::size_t>(out.ndim); ++i)
+    if (t.shape[i] != out.shape[i])
+      raise(errc::invalid_argument, fmt::format("{}: must have out's shape", t.describe()));
+  return t;
+}
+
 /// Dense or batched GEMM: out = epilogue(a @ b) for rank 2 (M, K) x (K, N), or rank 3 with a common
 /// batch; the epilogue is the default linear combination or a tree token ([K8]) with its operands.
 void mm(nb::handle a_obj, nb::handle b_obj, nb::handle out_obj, std::optional<std::uintptr_t> stream,
@@ -182,13 +195,9 @@ void mm(nb::handle a_obj, nb::handle b_obj, nb::handle out_obj, std::optional<st
       e.row_sum = static_cast<float*>(const_cast<void*>(v.data));
     }
     if (!aux_obj.is_none()) {  // the kernel writes aux with out's strides, so it must share them
-      const TensorArg aux = import_tensor(aux_obj, "aux");
-      require_cuda(aux);
-      require_same_device(aux, a.device);
-      require_dtype(aux, out.dtype, "aux takes out's dtype");
-      require_rank(aux, out.ndim, "mm's aux (out's rank)");
+      const TensorArg aux = shaped_like_out(aux_obj, "aux", out);
       for (std::size_t i = 0; i < static_cast<std::size_t>(out.ndim); ++i)
-        if (aux.shape[i] != out.shape[i] || (aux.shape[i] > 1 && aux.strides[i] != out.strides[i]))
+        if (aux.shape[i] > 1 && aux.strides[i] != out.strides[i])
           raise(errc::invalid_argument,
                 fmt::format("{}: must have out's shape and strides ({}), which the kernel writes it with",
                             aux.describe(), out.describe()));
@@ -197,14 +206,7 @@ void mm(nb::handle a_obj, nb::handle b_obj, nb::handle out_obj, std::optional<st
     e.clamp_lo = clamp_lo;
     e.clamp_hi = clamp_hi;
     if (!c_obj.is_none()) {
-      const TensorArg src = import_tensor(c_obj, "c");
-      require_cuda(src);
-      require_same_device(src, a.device);
-      require_rank(src, out.ndim, "mm's c (out's rank)");
-      require_dtype(src, out.dtype, "c takes out's dtype");
-      for (std::size_t i = 0; i < static_cast<std::size_t>(out.ndim); ++i)
-        if (src.shape[i] != out.shape[i])
-          raise(errc::invalid_argument, fmt::format("{}: must have out's shape", src.describe()));
+      const TensorArg src = shaped_like_out(c_obj, "c", out);
       const MatrixView vc = require_matrix(src, true);
       o.c = src.data;
       o.ldc = vc.ld;

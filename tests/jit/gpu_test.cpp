@@ -22,6 +22,7 @@
 #include "cuactor/kernels/grouped_gemm.hpp"
 #include "jit/test_support.hpp"
 #include "kernels/instance_abi.h"
+#include "support/jit_gpu_cache.hpp"
 
 namespace cuactor::jit {
 namespace {
@@ -61,13 +62,9 @@ class JitGpu : public cuactor::test_support::GpuTest {
     ASSERT_TRUE(e.has_value()) << e.error().to_string();
     engine_ = *e;
   }
-  // CUTLASS compiles take 25-60 s: they go to a cache shared by the test processes (ctest runs
-  // them in parallel, the sanitizer runs again), which the per-key file lock keeps consistent.
+  // CUTLASS compiles go to the cache every GPU test process shares (support/jit_gpu_cache.hpp).
   static std::shared_ptr<JitEngine> shared_engine() {
-    JitOptions o;
-    o.disk.directory = std::filesystem::temp_directory_path() / "cuactor-jit-gpu-test-cache";
-    o.workers = 4;
-    auto e = JitEngine::create(o);
+    auto e = ::cuactor::test_support::gpu_test_jit_engine(4);
     EXPECT_TRUE(e.has_value()) << e.error().to_string();
     return e ? *e : nullptr;
   }

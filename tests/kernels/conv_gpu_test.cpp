@@ -10,7 +10,6 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
-#include <filesystem>
 #include <initializer_list>
 #include <optional>
 #include <random>
@@ -31,6 +30,7 @@
 #include "support/conv_test_common.hpp"
 #include "support/gpu_test.hpp"
 #include "support/host_elements.hpp"
+#include "support/jit_gpu_cache.hpp"
 
 namespace cuactor::kernels {
 namespace {
@@ -461,10 +461,7 @@ TEST_F(ConvJitGpu, Sm80KernelsOfEveryOperationMatchFp64Reference) {
   if (!runs_on(ConvPlan::sku_for(ConvSpec{}, kAmpere, {128, 128, 64}, {1, 1, 1}, GemmSchedule::multistage, 3),
                props_.arch))
     GTEST_SKIP() << "sm_80 kernels need sm_80 or later, not " << props_.arch.name();
-  jit::JitOptions options;
-  options.disk.directory = std::filesystem::temp_directory_path() / "cuactor-jit-gpu-test-cache";
-  options.workers = 3;
-  CUACTOR_ASSERT_OK_AND_ASSIGN(engine, jit::JitEngine::create(options));
+  CUACTOR_ASSERT_OK_AND_ASSIGN(engine, test_support::gpu_test_jit_engine(3));
   jit::GemmJit gemm(engine);
   std::vector<GemmSku> skus;
   for (ConvOperation op : kOperations) {

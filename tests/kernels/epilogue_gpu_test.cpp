@@ -7,7 +7,6 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
-#include <filesystem>
 #include <limits>
 #include <random>
 #include <string>
@@ -23,6 +22,7 @@
 #include "support/epilogue_reference.hpp"
 #include "support/gpu_test.hpp"
 #include "support/host_elements.hpp"
+#include "support/jit_gpu_cache.hpp"
 
 namespace cuactor::kernels {
 namespace {
@@ -308,23 +308,26 @@ TEST_F(EpilogueGpuTest, NanAndInfinityPropagateThroughBiasAndActivation) {
   }
 }
 
+/// The sm_90a SKU the plans pick for the tree `token` on a large problem (what the JIT tests compile).
+Result<GemmSku> tree_sku(const char* token) {
+  GemmProblem p;
+  p.m = 4096;
+  p.n = 4096;
+  p.k = 64;
+  auto tree = EpilogueSpec::parse(token);
+  if (!tree) return fail(tree.error());
+  p.epilogue = *tree;
+  return GemmPlan::sku_for(p, kHopper);
+}
+
 // Trees that are not in the catalog go through the JIT (sm_90a compile on this machine, cached).
 TEST_F(EpilogueGpuTest, JitTreesMatchFp64Reference) {
-  jit::JitOptions options;
-  options.disk.directory = std::filesystem::temp_directory_path() / "cuactor-jit-gpu-test-cache";
-  options.workers = 4;
-  CUACTOR_ASSERT_OK_AND_ASSIGN(engine, jit::JitEngine::create(options));
+  CUACTOR_ASSERT_OK_AND_ASSIGN(engine, test_support::gpu_test_jit_engine(4));
   jit::GemmJit gemm(engine);
   std::vector<GemmSku> skus;
   for (const char* token : {"amax(clamp(gelutanh(fma(beta,c,mul(alpha,acc)))))",
                             "sigmoid(add(mul(acc,rowscale),rowbias))", "relu(mul(add(acc,colbias),colscale))"}) {
-    GemmProblem p;
-    p.m = 4096;
-    p.n = 4096;
-    p.k = 64;
-    CUACTOR_ASSERT_OK_AND_ASSIGN(tree, EpilogueSpec::parse(token));
-    p.epilogue = tree;
-    CUACTOR_ASSERT_OK_AND_ASSIGN(sku, GemmPlan::sku_for(p, kHopper));
+    CUACTOR_ASSERT_OK_AND_ASSIGN(sku, tree_sku(token));
     ASSERT_EQ(find_in_catalog(sku), nullptr) << sku.to_string() << " is in the catalog; pick another JIT tree";
     skus.push_back(sku);
   }
@@ -350,21 +353,12 @@ TEST_F(EpilogueGpuTest, JitTreesMatchFp64Reference) {
 // Side outputs through the JIT: the pre-activation (aux) and per-row sums, on batches whose D (and so
 // aux) rows are padded; the padding must stay untouched, and the row sums land per batch.
 TEST_F(EpilogueGpuTest, JitSideOutputsMatchFp64ReferenceOnBatchesAndPaddedRows) {
-  jit::JitOptions options;
-  options.disk.directory = std::filesystem::temp_directory_path() / "cuactor-jit-gpu-test-cache";
-  options.workers = 4;
-  CUACTOR_ASSERT_OK_AND_ASSIGN(engine, jit::JitEngine::create(options));
+  CUACTOR_ASSERT_OK_AND_ASSIGN(engine, test_support::gpu_test_jit_engine(4));
   jit::GemmJit gemm(engine);
   std::vector<GemmSku> skus;
   for (const char* token :
        {"rowsum(gelu(aux(add(acc,colbias))))", "amax(aux(rowsum(fma(acc,rowscale,mul(beta,c)))))"}) {
-    GemmProblem p;
-    p.m = 4096;
-    p.n = 4096;
-    p.k = 64;
-    CUACTOR_ASSERT_OK_AND_ASSIGN(tree, EpilogueSpec::parse(token));
-    p.epilogue = tree;
-    CUACTOR_ASSERT_OK_AND_ASSIGN(sku, GemmPlan::sku_for(p, kHopper));
+    CUACTOR_ASSERT_OK_AND_ASSIGN(sku, tree_sku(token));
     skus.push_back(sku);
   }
   std::vector<jit::JitFuture<jit::ResolvedInstance>> futures;
