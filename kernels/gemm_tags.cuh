@@ -127,5 +127,8 @@ struct aux {};
 /// x, summed over each row into a vector.
 template <class X>
 struct rowsum {};
+/// Root only: D[m, j] = silu(x[m, 2j]) * x[m, 2j + 1], N / 2 columns.
+template <class X>
+struct swiglu {};
 
 }  // namespace cuactor::kernels::tags

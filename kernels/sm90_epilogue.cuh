@@ -21,6 +21,7 @@
 
 #include "kernels/gemm_tags.cuh"
 #include "kernels/instance_abi.h"
+#include "kernels/sm90_swiglu_store.cuh"
 
 namespace cuactor::kernels::sm90 {
 
@@ -68,9 +69,11 @@ struct Operands {
   float beta = 0.0f;
   const float* alpha_ptr = nullptr;
   const float* beta_ptr = nullptr;
-  int64_t m = 0;               ///< Rows per batch (dense): the batch stride of the row sums.
-  int64_t ldd = 0;             ///< D's leading dimension (dense), shared by the aux matrix.
-  int64_t batch_stride_d = 0;  ///< D's batch stride (dense), shared by the aux matrix.
+  int64_t m = 0;                       ///< Rows per batch (dense): the batch stride of the row sums.
+  int64_t ldd = 0;                     ///< D's leading dimension (dense), shared by the aux matrix.
+  int64_t batch_stride_d = 0;          ///< D's batch stride (dense), shared by the aux matrix.
+  void* const* group_d = nullptr;      ///< D of each group (grouped): swiglu roots store it themselves.
+  const int64_t* group_ldd = nullptr;  ///< D's leading dimension per group (grouped).
 };
 
 /// Node<Tag, Ctx>::type is the CUTLASS visitor of a tag; Node<Tag, Ctx>::args(o) its arguments.
@@ -229,5 +232,20 @@ struct Root {
                                typename Node<Tree, Ctx>::type>;
   static typename type::Arguments args(const Operands& o) { return {Node<Tree, Ctx>::args(o), {}}; }
 };
+
+/// A swiglu tree: the pairing store is the root (the collective's D is void; kWritesD is false), and
+/// it writes D in D's element type.
+template <class X, class ElementD, class Ctx>
+struct Root<tags::swiglu<X>, ElementD, Ctx> {
+  static_assert(Ctx::kPerGroup, "swiglu is grouped-only (dense plans reject it)");
+  using type = fusion::Sm90EVT<SwigluStore<ElementD, kRound>, typename Node<X, Ctx>::type>;
+  static typename type::Arguments args(const Operands& o) { return {Node<X, Ctx>::args(o), {o.group_d, o.group_ldd}}; }
+};
+
+/// False when the tree's root stores D itself (swiglu): the collective then gets a void D.
+template <class Epilogue>
+inline constexpr bool kWritesD = true;
+template <class X>
+inline constexpr bool kWritesD<tags::swiglu<X>> = false;
 
 }  // namespace cuactor::kernels::sm90::evt

@@ -78,10 +78,12 @@ struct GroupedGemm : AdapterEntries<GroupedGemm<TagA, TagB, TagC, TagD, TagAcc, 
                                                std::type_identity<cutlass::epilogue::fusion::LinearCombination<
                                                    ElementD, ElementAccumulator, ElementD, ElementAccumulator>>,
                                                Tree>::type;
+  /// A swiglu root stores D itself (N / 2 columns): the collective's D is void then, with no TMA store.
+  using CollectiveD = std::conditional_t<evt::kWritesD<Epilogue>, ElementD, void>;
   using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
       cutlass::epilogue::collective::EpilogueTileAuto, ElementAccumulator, ElementAccumulator, ElementD, LayoutD*,
-      kAlignmentD, ElementD, LayoutD*, kAlignmentD, EpilogueSchedule, FusionOp>::CollectiveOp;
+      kAlignmentD, CollectiveD, LayoutD*, kAlignmentD, EpilogueSchedule, FusionOp>::CollectiveOp;
 
   using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, ElementA, LayoutA*, kAlignmentA, ElementB, LayoutB*,
@@ -126,11 +128,13 @@ struct GroupedGemm : AdapterEntries<GroupedGemm<TagA, TagB, TagC, TagD, TagAcc, 
         fusion.dAlpha = {cute::_0{}, cute::_0{}, 1};
       }
     } else {
-      args.epilogue.thread = Tree::args({&a.epilogue, a.alpha, a.beta, a.alpha_per_group, nullptr, 0, 0, 0});
+      args.epilogue.thread =
+          Tree::args({&a.epilogue, a.alpha, a.beta, a.alpha_per_group, nullptr, 0, 0, 0, a.ptr_d, a.ld_d});
     }
     args.epilogue.ptr_C = reinterpret_cast<const ElementD**>(const_cast<const void**>(a.ptr_c));
     args.epilogue.dC = reinterpret_cast<StrideC*>(const_cast<std::int64_t*>(a.ld_c));
-    args.epilogue.ptr_D = reinterpret_cast<ElementD**>(const_cast<void**>(a.ptr_d));
+    if constexpr (evt::kWritesD<Epilogue>)
+      args.epilogue.ptr_D = reinterpret_cast<ElementD**>(const_cast<void**>(a.ptr_d));
     args.epilogue.dD = reinterpret_cast<StrideD*>(const_cast<std::int64_t*>(a.ld_d));
     args.hw_info.device_id = a.device;
     args.hw_info.sm_count = a.sm_count;

@@ -32,6 +32,7 @@ __all__ = [
     "mm",
     "grouped_mm",
     "moe_expert_ffn",
+    "interleave_gate_up",
     "scaled_grouped_mm",
     "conv2d",
     "conv2d_backward_data",
@@ -134,7 +135,7 @@ def mm(a: Any, b: Any, out: Any = None, out_dtype: Any = None, *, epilogue: str 
 
 
 def moe_expert_ffn(x: Any, w_gate_up: Any, w_down: Any, offs: Any, routing_weights: Any = None, out: Any = None, *,
-                   stream: int | None = None) -> Any:
+                   stream: int | None = None, gate_up_interleaved: bool = False) -> Any:
     """The mixture-of-experts expert FFN with SwiGLU, on rows already grouped by expert.
 
     For expert e and its rows ``offs[e-1]:offs[e]`` of ``x`` (T, H)::
@@ -146,8 +147,13 @@ def moe_expert_ffn(x: Any, w_gate_up: Any, w_down: Any, offs: Any, routing_weigh
     ``w_gate_up`` is (E, 2F, H) and ``w_down`` (E, H, F), as ``nn.Linear`` stores weights; ``offs`` (E,)
     int32 cumulative end rows stay in device memory (no synchronisation: one torch.cuda.graph capture
     serves every routing); ``routing_weights`` (T,) float32 or None (weight 1). The weights are applied
-    in the down projection's epilogue; the SwiGLU is one elementwise kernel. bf16 or f16; rows past
-    ``offs[-1]`` of ``out`` are not written. Returns ``out`` (allocated like x when None).
+    in the down projection's epilogue. bf16 or f16; rows past ``offs[-1]`` of ``out`` are not written.
+    Returns ``out`` (allocated like x when None).
+
+    With ``gate_up_interleaved=True``, ``w_gate_up`` holds gate row f at row 2f and up row f at row
+    2f + 1 (convert once with :func:`interleave_gate_up`): the first GEMM's epilogue then computes the
+    SwiGLU and the (rows, 2F) intermediate is never written. Otherwise the SwiGLU is one elementwise
+    kernel.
 
     Raises:
         InvalidArgumentError: shapes, dtypes, devices or contiguity break a rule (the message says which).
@@ -155,7 +161,25 @@ def moe_expert_ffn(x: Any, w_gate_up: Any, w_down: Any, offs: Any, routing_weigh
     """
     torch = _torch_of(x)
     out = _prepare_out(torch, x, (int(x.shape[0]), int(x.shape[1])), out, None, getattr(x, "dtype", None))
-    _core.moe_expert_ffn(x, w_gate_up, w_down, offs, routing_weights, out, stream)
+    _core.moe_expert_ffn(x, w_gate_up, w_down, offs, routing_weights, out, stream, None, bool(gate_up_interleaved))
+    return out
+
+
+def interleave_gate_up(w_gate_up: Any, out: Any = None, *, stream: int | None = None) -> Any:
+    """Stacked gate/up weights (E, 2F, H) in the row order ``moe_expert_ffn(gate_up_interleaved=True)`` takes.
+
+    Row 2f of each expert is its gate row f (``w_gate_up[e, f]``) and row 2f + 1 its up row f
+    (``w_gate_up[e, F + f]``). A one-time conversion when the weights are loaded; bf16 or f16, on
+    ``stream`` (torch's current stream for torch tensors). Returns ``out`` (allocated like
+    ``w_gate_up`` when None), which must not overlap ``w_gate_up``.
+
+    Raises:
+        InvalidArgumentError: shape, dtype, device, contiguity or overlap break a rule.
+    """
+    torch = _torch_of(w_gate_up)
+    shape = tuple(int(d) for d in getattr(w_gate_up, "shape", ()))
+    out = _prepare_out(torch, w_gate_up, shape, out, None, getattr(w_gate_up, "dtype", None))
+    _core.interleave_gate_up(w_gate_up, out, stream)
     return out
 
 

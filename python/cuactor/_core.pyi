@@ -14,9 +14,14 @@ def mm(a: object | None, b: object | None, out: object | None, stream: int | Non
     out = epilogue(a @ b) on `stream` (a cudaStream_t as an integer; None: torch's current stream for torch tensors) with a GemmPlan: rank 2 (M, K) x (K, N) -> (M, N), or rank 3 with a common batch. `epilogue` is a tree token such as 'silu(add(acc,colbias))' whose operands are c (out's shape and dtype), row_scale / col_scale (float32, M / N values), row_bias / col_bias (out's dtype, M / N values), the outputs amax (one float32: max |x|), aux (out's shape, strides and dtype) and row_sum (float32, batch * M row sums), alpha, beta and the clamp bounds; trees the catalog lacks are compiled by the JIT on first use. `alloc` gives the plan's workspace, if any: alloc(nbytes) returning a device tensor, or a pair (raw_alloc(nbytes, stream) -> int, raw_delete(ptr)) (default: torch's caching allocator for torch tensors, else the device's pool). Raises the cuactor.errors class of the failure.
     """
 
-def moe_expert_ffn(x: object | None, w_gate_up: object | None, w_down: object | None, offs: object | None, routing_weights: object | None, out: object | None, stream: int | None, alloc: object | None = None) -> None:
+def moe_expert_ffn(x: object | None, w_gate_up: object | None, w_down: object | None, offs: object | None, routing_weights: object | None, out: object | None, stream: int | None, alloc: object | None = None, gate_up_interleaved: bool = False) -> None:
     """
-    The mixture-of-experts expert FFN on `stream` (as for mm): x (T, H) rows grouped by expert, w_gate_up (E, 2F, H) (gate rows then up rows per expert), w_down (E, H, F), offs (E,) int32 cumulative end rows in device memory, routing_weights (T,) float32 or None, out (T, H): out = w * (silu(x Wg^T) * (x Wu^T)) Wd^T per expert.
+    The mixture-of-experts expert FFN on `stream` (as for mm): x (T, H) rows grouped by expert, w_gate_up (E, 2F, H) (gate rows then up rows per expert, or with gate_up_interleaved gate row f and up row f at rows 2f and 2f + 1, which fuses the SwiGLU into the first GEMM), w_down (E, H, F), offs (E,) int32 cumulative end rows in device memory, routing_weights (T,) float32 or None, out (T, H): out = w * (silu(x Wg^T) * (x Wu^T)) Wd^T per expert.
+    """
+
+def interleave_gate_up(w_gate_up: object | None, out: object | None, stream: int | None) -> None:
+    """
+    Copies stacked gate/up weights w_gate_up (E, 2F, H) into out (same shape and dtype, bf16 or f16) with gate row f at row 2f and up row f at row 2f + 1, on `stream` (as for mm): the layout moe_expert_ffn takes with gate_up_interleaved=True.
     """
 
 def grouped_mm_torch(a: object | None, b: object | None, offs: object | None, out_dtype: object | None) -> object:

@@ -15,7 +15,7 @@ struct NodeInfo {
   std::string_view token;
   int arity;
 };
-constexpr std::array<NodeInfo, 20> kNodes{{
+constexpr std::array<NodeInfo, 21> kNodes{{
     {EpilogueNode::acc, "acc", 0},
     {EpilogueNode::c, "c", 0},
     {EpilogueNode::alpha, "alpha", 0},
@@ -36,6 +36,7 @@ constexpr std::array<NodeInfo, 20> kNodes{{
     {EpilogueNode::amax, "amax", 1},
     {EpilogueNode::aux, "aux", 1},
     {EpilogueNode::row_sum, "rowsum", 1},
+    {EpilogueNode::swiglu, "swiglu", 1},
 }};
 /// Side outputs: each writes through one pointer of EpilogueOperands, so a tree holds at most one of each.
 constexpr std::array<EpilogueNode, 3> kSideOutputs{EpilogueNode::amax, EpilogueNode::aux, EpilogueNode::row_sum};
@@ -109,6 +110,10 @@ Status EpilogueSpec::check() const {
     if (open == 0)
       return fail(errc::invalid_argument,
                   fmt::format("epilogue tree: node {} ('{}') follows a complete tree", pos, i->token));
+    if (i->node == EpilogueNode::swiglu && pos != 0)
+      return fail(errc::invalid_argument,
+                  fmt::format("epilogue tree '{}': swiglu (node {}) must be the root, since it writes D itself",
+                              symbol_key(), pos));
     open = open - 1 + static_cast<std::size_t>(i->arity);
     reads_acc = reads_acc || i->node == EpilogueNode::acc;
     for (std::size_t o = 0; o < kSideOutputs.size(); ++o) outputs[o] += i->node == kSideOutputs[o] ? 1 : 0;
@@ -222,6 +227,14 @@ std::optional<EpilogueNode> dense_only_output(const EpilogueSpec& spec) noexcept
   for (EpilogueNode n : kSideOutputs)
     if (spec.uses(n)) return n;
   return std::nullopt;
+}
+
+bool pairs_columns(const EpilogueSpec& spec) noexcept {
+  return !spec.is_preset() && spec.nodes().front() == EpilogueNode::swiglu;
+}
+
+std::int64_t output_columns(const EpilogueSpec& spec, std::int64_t n) noexcept {
+  return pairs_columns(spec) ? n / 2 : n;
 }
 
 std::string name(const EpilogueSpec& e) {

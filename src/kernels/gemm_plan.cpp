@@ -69,6 +69,10 @@ Status check_problem(const GemmProblem& p) {
                             "(per-tensor scales) or an epilogue tree, not {}",
                             name(p.a), name(p.epilogue)));
   CUACTOR_TRY(p.epilogue.check());
+  if (pairs_columns(p.epilogue))
+    return fail(errc::unsupported,
+                fmt::format("GEMM epilogue '{}': swiglu is supported for grouped GEMM only (the expert FFN)",
+                            name(p.epilogue)));
   const bool reads_bias = p.epilogue.uses(EpilogueNode::row_bias) || p.epilogue.uses(EpilogueNode::col_bias);
   if (!p.epilogue.is_preset() && reads_bias && p.c != DType::bf16 && p.c != DType::f16 && p.c != DType::f32)
     return fail(errc::unsupported,

@@ -138,14 +138,18 @@ Status validate_device_sized(const DeviceSizedGroups& g, const GroupedGemmSpec& 
     return fail(errc::invalid_argument,
                 fmt::format("device-sized groups: capacity_rows={}, n={}, k={} must not be negative", g.capacity_rows,
                             g.n, g.k));
-  if (g.n > 0 && g.n % grouped_alignment_elements(spec.d) != 0)
-    return fail(errc::invalid_argument, fmt::format("device-sized groups: n={} is not a multiple of {} for {}", g.n,
-                                                    grouped_alignment_elements(spec.d), name(spec.d)));
+  // D holds n columns, or n / 2 under a swiglu root (which pairs columns 2j and 2j + 1).
+  const bool paired = pairs_columns(spec.epilogue);
+  const std::int64_t d_columns = output_columns(spec.epilogue, g.n);
+  if (g.n > 0 && (d_columns % grouped_alignment_elements(spec.d) != 0 || (paired && g.n % 2 != 0)))
+    return fail(errc::invalid_argument, fmt::format("device-sized groups: n={} is not a multiple of {} for {}{}", g.n,
+                                                    (paired ? 2 : 1) * grouped_alignment_elements(spec.d), name(spec.d),
+                                                    paired ? " (swiglu writes n / 2 columns of 16-byte rows)" : ""));
   if (g.k > 0 && g.k % grouped_alignment_elements(spec.a) != 0)
     return fail(errc::invalid_argument, fmt::format("device-sized groups: k={} is not a multiple of {} for {}", g.k,
                                                     grouped_alignment_elements(spec.a), name(spec.a)));
   const std::string where = "device-sized groups";
-  CUACTOR_TRY(check_operand(where, 'd', g.d, g.ldd, g.n, "n", spec.d));
+  CUACTOR_TRY(check_operand(where, 'd', g.d, g.ldd, d_columns, paired ? "n / 2" : "n", spec.d));
   CUACTOR_TRY(check_epilogue_operands(spec.epilogue, g.epilogue, "grouped GEMM"));
   const bool tree = !spec.epilogue.is_preset();
   if (tree && spec.epilogue.uses(EpilogueNode::c) && g.c == nullptr)

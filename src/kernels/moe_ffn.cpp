@@ -1,4 +1,5 @@
-// The expert FFN: gate/up grouped GEMM -> SwiGLU -> down grouped GEMM with the routing weights fused.
+// The expert FFN: gate/up grouped GEMM -> SwiGLU (in its epilogue, or a kernel) -> down grouped GEMM with
+// the routing weights fused.
 #include "cuactor/kernels/moe_ffn.hpp"
 
 #include <fmt/format.h>
@@ -23,9 +24,10 @@ std::size_t align_up(std::size_t v) {
   return detail::align_up(v, kAlign);
 }
 
-/// The device-sized groups of one of the two GEMMs (x -> h, or act -> out).
+/// The device-sized groups of one of the two GEMMs (x -> h or act, act -> out): n columns computed,
+/// `d_columns` of them stored (n / 2 under the fused SwiGLU).
 DeviceSizedGroups groups_of(const MoeFfnSpec& s, const std::int32_t* offsets, const void* a, int k, const void* b,
-                            int n, void* d) {
+                            int n, void* d, int d_columns) {
   DeviceSizedGroups g;
   g.group_count = s.experts;
   g.offsets = offsets;
@@ -38,11 +40,12 @@ DeviceSizedGroups groups_of(const MoeFfnSpec& s, const std::int32_t* offsets, co
   g.ldb = k;  // N x K per expert (layout_b = col)
   g.b_group_stride = static_cast<std::int64_t>(n) * k;
   g.d = d;
-  g.ldd = n;
+  g.ldd = d_columns;
   return g;
 }
 
-GroupedGemmSpec gemm_spec(const MoeFfnSpec& s, bool down) {
+/// The spec of the gate/up GEMM (`down` false; `fused`: its epilogue is the SwiGLU) or the down GEMM.
+GroupedGemmSpec gemm_spec(const MoeFfnSpec& s, bool down, bool fused) {
   GroupedGemmSpec g;
   g.a = g.b = g.d = s.dtype;
   g.layout_b = MatrixLayout::col;
@@ -55,6 +58,7 @@ GroupedGemmSpec gemm_spec(const MoeFfnSpec& s, bool down) {
   g.n_hint = shape_hint(down ? s.hidden : 2 * static_cast<std::int64_t>(s.ffn));
   g.k_hint = shape_hint(down ? s.ffn : s.hidden);
   if (down && s.weighted) g.epilogue = epi::mul(epi::acc(), epi::row_scale());
+  if (!down && fused) g.epilogue = epi::apply(EpilogueNode::swiglu, epi::acc());
   return g;
 }
 
@@ -62,7 +66,8 @@ GroupedGemmSpec gemm_spec(const MoeFfnSpec& s, bool down) {
 /// memory: fake, aligned addresses stand in for the tensors).
 Result<std::size_t> grouped_workspace(const GroupedGemmPlan& plan, const MoeFfnSpec& s, int k, int n, bool weighted) {
   auto* fake = reinterpret_cast<void*>(std::uintptr_t{1} << 20);
-  DeviceSizedGroups g = groups_of(s, static_cast<const std::int32_t*>(fake), fake, k, fake, n, fake);
+  const auto d_columns = static_cast<int>(output_columns(plan.spec().epilogue, n));
+  DeviceSizedGroups g = groups_of(s, static_cast<const std::int32_t*>(fake), fake, k, fake, n, fake, d_columns);
   if (weighted) g.epilogue.row_scale = static_cast<const float*>(fake);
   auto prepared = plan.prepare(g);
   if (!prepared) return fail(prepared.error());
@@ -73,23 +78,29 @@ Result<std::size_t> grouped_workspace(const GroupedGemmPlan& plan, const MoeFfnS
 
 std::size_t hash_value(const MoeFfnSpec& s) noexcept {
   std::size_t h = 0;
-  for (long long v : {static_cast<long long>(s.dtype), static_cast<long long>(s.hidden), static_cast<long long>(s.ffn),
-                      static_cast<long long>(s.experts), static_cast<long long>(s.capacity_rows),
-                      static_cast<long long>(s.weighted), static_cast<long long>(s.arch.sm()),
-                      static_cast<long long>(s.arch.arch_specific), static_cast<long long>(s.sm_count),
-                      static_cast<long long>(s.device), static_cast<long long>(s.rows_per_expert_hint)})
+  for (long long v :
+       {static_cast<long long>(s.dtype), static_cast<long long>(s.hidden), static_cast<long long>(s.ffn),
+        static_cast<long long>(s.experts), static_cast<long long>(s.capacity_rows), static_cast<long long>(s.weighted),
+        static_cast<long long>(s.arch.sm()), static_cast<long long>(s.arch.arch_specific),
+        static_cast<long long>(s.sm_count), static_cast<long long>(s.device),
+        static_cast<long long>(s.rows_per_expert_hint), static_cast<long long>(s.gate_up_layout)})
     boost::hash_combine(h, v);
   return h;
 }
 
 MoeExpertFfn::MoeExpertFfn(MoeFfnSpec spec, GroupedGemmPlan gate_up, GroupedGemmPlan down, std::size_t gate_up_ws,
                            std::size_t down_ws)
-    : spec_(spec), gate_up_(std::move(gate_up)), down_(std::move(down)), gate_up_ws_(gate_up_ws), down_ws_(down_ws) {
+    : spec_(spec),
+      fused_(pairs_columns(gate_up.spec().epilogue)),
+      gate_up_(std::move(gate_up)),
+      down_(std::move(down)),
+      gate_up_ws_(gate_up_ws),
+      down_ws_(down_ws) {
   const std::size_t elem = static_cast<std::size_t>(size_bits(spec_.dtype) / 8);
   const auto t = static_cast<std::size_t>(spec_.capacity_rows), f = static_cast<std::size_t>(spec_.ffn);
   std::size_t at = 0;
   h_offset_ = at;
-  at = align_up(at + t * 2 * f * elem);
+  if (!fused_) at = align_up(at + t * 2 * f * elem);  // the fused SwiGLU never writes h
   act_offset_ = at;
   at = align_up(at + t * f * elem);
   gate_up_ws_offset_ = at;
@@ -112,9 +123,12 @@ Result<MoeExpertFfn> MoeExpertFfn::create(const MoeFfnSpec& s) {
   if (s.ffn > INT_MAX / 2 || s.capacity_rows > INT_MAX)
     return fail(errc::invalid_argument, fmt::format("expert FFN: 2 * ffn={} and capacity_rows={} must fit in int32",
                                                     2 * static_cast<std::int64_t>(s.ffn), s.capacity_rows));
-  auto gate_up = GroupedGemmPlan::create(gemm_spec(s, false));
+  // Interleaved weights take the fused SwiGLU where the build has its kernel, else the separate one.
+  auto gate_up = GroupedGemmPlan::create(gemm_spec(s, false, s.gate_up_layout == GateUpLayout::interleaved));
+  if (!gate_up && gate_up.error().code() == errc::unsupported && s.gate_up_layout == GateUpLayout::interleaved)
+    gate_up = GroupedGemmPlan::create(gemm_spec(s, false, false));
   if (!gate_up) return fail(gate_up.error());
-  auto down = GroupedGemmPlan::create(gemm_spec(s, true));
+  auto down = GroupedGemmPlan::create(gemm_spec(s, true, false));
   if (!down) return fail(down.error());
   auto gate_up_ws = grouped_workspace(*gate_up, s, s.hidden, 2 * s.ffn, false);
   if (!gate_up_ws) return fail(gate_up_ws.error());
@@ -149,17 +163,54 @@ Status MoeExpertFfn::run(const MoeFfnTensors& t, void* workspace, std::size_t wo
   void* h = ws + h_offset_;
   void* act = ws + act_offset_;
   // Host-only preparation (no CUDA calls): the groups name this call's tensors and workspace.
-  auto first = gate_up_.prepare(groups_of(spec_, t.offsets, t.x, spec_.hidden, t.w_gate_up, 2 * spec_.ffn, h));
+  const int two_f = 2 * spec_.ffn;
+  auto first =
+      gate_up_.prepare(fused_ ? groups_of(spec_, t.offsets, t.x, spec_.hidden, t.w_gate_up, two_f, act, spec_.ffn)
+                              : groups_of(spec_, t.offsets, t.x, spec_.hidden, t.w_gate_up, two_f, h, two_f));
   if (!first) return fail(first.error());
   CUACTOR_TRY(first->run(stream, ws + gate_up_ws_offset_, gate_up_ws_));
-  CUACTOR_TRY(gpu::check(detail::launch_swiglu(spec_.dtype, h, act, t.offsets, spec_.experts, spec_.capacity_rows,
-                                               spec_.ffn, (spec_.sm_count > 0 ? spec_.sm_count : 132) * 8, stream),
-                         "expert FFN: SwiGLU"));
-  DeviceSizedGroups second = groups_of(spec_, t.offsets, act, spec_.ffn, t.w_down, spec_.hidden, t.out);
+  if (!fused_)
+    CUACTOR_TRY(gpu::check(detail::launch_swiglu(spec_.dtype, h, act, t.offsets, spec_.experts, spec_.capacity_rows,
+                                                 spec_.ffn, spec_.gate_up_layout == GateUpLayout::interleaved,
+                                                 (spec_.sm_count > 0 ? spec_.sm_count : 132) * 8, stream),
+                           "expert FFN: SwiGLU"));
+  DeviceSizedGroups second = groups_of(spec_, t.offsets, act, spec_.ffn, t.w_down, spec_.hidden, t.out, spec_.hidden);
   second.epilogue.row_scale = t.routing_weights;
   auto down = down_.prepare(second);
   if (!down) return fail(down.error());
   return down->run(stream, ws + down_ws_offset_, down_ws_);
+}
+
+Status interleave_gate_up(DType dtype, const void* src, void* dst, int experts, int ffn, int hidden,
+                          cudaStream_t stream) {
+  if (dtype != DType::bf16 && dtype != DType::f16)
+    return fail(errc::invalid_argument,
+                fmt::format("interleave_gate_up: dtype={} is not supported (bf16 or f16)", name(dtype)));
+  if (experts <= 0 || ffn <= 0 || hidden <= 0)
+    return fail(errc::invalid_argument,
+                fmt::format("interleave_gate_up: experts={}, ffn={}, hidden={} must be >= 1", experts, ffn, hidden));
+  if (src == nullptr || dst == nullptr)
+    return fail(errc::invalid_argument, "interleave_gate_up: src and dst must not be null");
+  const std::size_t row = static_cast<std::size_t>(hidden) * static_cast<std::size_t>(size_bits(dtype) / 8);
+  const std::size_t bytes = row * 2 * static_cast<std::size_t>(ffn) * static_cast<std::size_t>(experts);
+  const auto s = reinterpret_cast<std::uintptr_t>(src), d = reinterpret_cast<std::uintptr_t>(dst);
+  if (s < d + bytes && d < s + bytes)
+    return fail(errc::invalid_argument,
+                fmt::format("interleave_gate_up: src={} and dst={} overlap ({} bytes each)", src, dst, bytes));
+  // Per expert, the F gate rows go to even destination rows and the F up rows to odd ones: as 3-D
+  // copies, x = the row's bytes, y = f, z = the expert; the source pitch is one row over 2F rows per
+  // expert, the destination pitch two rows over F row pairs per expert.
+  for (int half = 0; half < 2; ++half) {
+    cudaMemcpy3DParms p{};
+    const auto f = static_cast<std::size_t>(ffn);
+    p.srcPtr = cudaPitchedPtr{const_cast<void*>(src), row, row, 2 * f};
+    p.srcPos = cudaPos{0, static_cast<std::size_t>(half) * f, 0};
+    p.dstPtr = cudaPitchedPtr{static_cast<char*>(dst) + static_cast<std::size_t>(half) * row, 2 * row, row, f};
+    p.extent = cudaExtent{row, f, static_cast<std::size_t>(experts)};
+    p.kind = cudaMemcpyDeviceToDevice;
+    CUACTOR_TRY(gpu::check(cudaMemcpy3DAsync(&p, stream), "interleave_gate_up: copy"));
+  }
+  return ok();
 }
 
 }  // namespace cuactor::kernels

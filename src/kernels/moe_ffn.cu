@@ -26,10 +26,10 @@ __device__ float silu(float x) {
   return x / (1.0f + __expf(-x));
 }
 
-/// Two columns per thread (F is even), grid-stride over the valid rows read from the device.
+/// Two output columns per thread (F is even), grid-stride over the valid rows read from the device.
 template <class T>
 __global__ void swiglu(const T* h, T* out, const std::int32_t* offsets, int experts, std::int64_t capacity_rows,
-                       int ffn) {
+                       int ffn, bool interleaved) {
   using P = Pair<T>;
   std::int64_t rows = offsets[experts - 1];
   rows = rows < 0 ? 0 : (rows > capacity_rows ? capacity_rows : rows);
@@ -40,8 +40,17 @@ __global__ void swiglu(const T* h, T* out, const std::int32_t* offsets, int expe
   for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < pairs;
        i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
     const std::int64_t r = i / half, c = i % half;
-    const float2 g = P::to_float2(hp[r * ffn + c]);         // h row r holds 2F values = F pairs
-    const float2 u = P::to_float2(hp[r * ffn + half + c]);  // up starts F values (F/2 pairs) later
+    float2 g, u;
+    if (interleaved) {  // h row r: (gate, up) of column 2c, then of column 2c + 1
+      g = P::to_float2(hp[r * ffn + 2 * c]);
+      u = P::to_float2(hp[r * ffn + 2 * c + 1]);
+      const float up0 = g.y;
+      g.y = u.x;
+      u.x = up0;
+    } else {
+      g = P::to_float2(hp[r * ffn + c]);         // h row r holds 2F values = F pairs
+      u = P::to_float2(hp[r * ffn + half + c]);  // up starts F values (F/2 pairs) later
+    }
     op[r * half + c] = P::from_float2(make_float2(silu(g.x) * u.x, silu(g.y) * u.y));
   }
 }
@@ -49,15 +58,16 @@ __global__ void swiglu(const T* h, T* out, const std::int32_t* offsets, int expe
 }  // namespace
 
 cudaError_t launch_swiglu(DType dtype, const void* h, void* out, const std::int32_t* offsets, int experts,
-                          std::int64_t capacity_rows, int ffn, int blocks, cudaStream_t stream) noexcept {
+                          std::int64_t capacity_rows, int ffn, bool interleaved, int blocks,
+                          cudaStream_t stream) noexcept {
   constexpr int kThreads = 256;
   const auto grid = static_cast<unsigned>(blocks > 0 ? blocks : 1);
   if (dtype == DType::bf16)
     swiglu<<<grid, kThreads, 0, stream>>>(static_cast<const __nv_bfloat16*>(h), static_cast<__nv_bfloat16*>(out),
-                                          offsets, experts, capacity_rows, ffn);
+                                          offsets, experts, capacity_rows, ffn, interleaved);
   else if (dtype == DType::f16)
     swiglu<<<grid, kThreads, 0, stream>>>(static_cast<const __half*>(h), static_cast<__half*>(out), offsets, experts,
-                                          capacity_rows, ffn);
+                                          capacity_rows, ffn, interleaved);
   else
     return cudaErrorInvalidValue;
   return cudaGetLastError();

@@ -494,7 +494,7 @@ kernels::GroupedScalars grouped_scalars(const GroupedOperands& ops) {
 /// The expert FFN: out = w * (silu(x Wg^T) * (x Wu^T)) Wd^T per expert, rows grouped by expert.
 void moe_expert_ffn(nb::handle x_obj, nb::handle w_gate_up_obj, nb::handle w_down_obj, nb::handle offs_obj,
                     nb::handle weights_obj, nb::handle out_obj, std::optional<std::uintptr_t> stream,
-                    nb::handle alloc_obj) {
+                    nb::handle alloc_obj, bool gate_up_interleaved) {
   const LaunchSource source(stream, alloc_obj, x_obj);
   const TensorArg x0 = import_tensor(x_obj, "x");
   require_cuda(x0);
@@ -531,6 +531,7 @@ void moe_expert_ffn(nb::handle x_obj, nb::handle w_gate_up_obj, nb::handle w_dow
   spec.sm_count = facts.sm_count;
   spec.device = device;
   spec.rows_per_expert_hint = experts > 0 ? static_cast<int>(std::min<std::int64_t>(tokens / experts, INT32_MAX)) : 0;
+  spec.gate_up_layout = gate_up_interleaved ? kernels::GateUpLayout::interleaved : kernels::GateUpLayout::stacked;
   if (hidden > INT32_MAX || two_f > INT32_MAX || experts > INT32_MAX)
     raise(errc::invalid_argument, "moe_expert_ffn: H, 2F and E must fit in int32");
   auto plan = unwrap(moe_plans().get_or_create(spec, [&] { return kernels::MoeExpertFfn::create(spec); }));
@@ -545,6 +546,27 @@ void moe_expert_ffn(nb::handle x_obj, nb::handle w_gate_up_obj, nb::handle w_dow
   const Launch launch = source.on(device);
   Workspace ws(std::max<std::size_t>(plan.workspace_size(), 256), launch.alloc, launch.stream, device);
   check(plan.run(t, ws.data(), ws.bytes(), launch.stream));
+}
+
+/// Stacked gate/up weights (E, 2F, H) copied into `out` with the rows interleaved (gate f, up f, ...).
+void interleave_gate_up(nb::handle w_obj, nb::handle out_obj, std::optional<std::uintptr_t> stream) {
+  const LaunchSource source(stream, nb::none(), w_obj);
+  const TensorArg w0 = import_tensor(w_obj, "w_gate_up");
+  require_cuda(w0);
+  const int device = w0.device;
+  const TensorArg w = contiguous_operand(w_obj, "w_gate_up (E, 2F, H)", {-1, -1, -1}, device);
+  if (w.shape[1] % 2 != 0)
+    raise(errc::invalid_argument,
+          fmt::format("{}: dimension 1 holds gate then up rows, 2F; {} is odd", w.describe(), w.shape[1]));
+  const TensorArg out = contiguous_operand(out_obj, "out (E, 2F, H)", {w.shape[0], w.shape[1], w.shape[2]}, device);
+  if (out.dtype != w.dtype)
+    raise(errc::invalid_argument, fmt::format("{}: must have w_gate_up's dtype {}", out.describe(), name(w.dtype)));
+  if (w.shape[0] > INT32_MAX || w.shape[1] > INT32_MAX || w.shape[2] > INT32_MAX)
+    raise(errc::invalid_argument, "interleave_gate_up: E, 2F and H must fit in int32");
+  const DeviceGuard guard(device);
+  const Launch launch = source.on(device);
+  check(kernels::interleave_gate_up(w.dtype, w.data, out.data, static_cast<int>(w.shape[0]),
+                                    static_cast<int>(w.shape[1] / 2), static_cast<int>(w.shape[2]), launch.stream));
 }
 
 void bind_ops(nb::module_& m) {
@@ -569,11 +591,17 @@ void bind_ops(nb::module_& m) {
         "failure.");
   m.def("moe_expert_ffn", &moe_expert_ffn, nb::arg("x").none(), nb::arg("w_gate_up").none(), nb::arg("w_down").none(),
         nb::arg("offs").none(), nb::arg("routing_weights").none(), nb::arg("out").none(), nb::arg("stream").none(),
-        nb::arg("alloc").none() = nb::none(),
+        nb::arg("alloc").none() = nb::none(), nb::arg("gate_up_interleaved") = false,
         "The mixture-of-experts expert FFN on `stream` (as for mm): x (T, H) rows grouped by expert, w_gate_up (E, 2F, "
-        "H) (gate "
-        "rows then up rows per expert), w_down (E, H, F), offs (E,) int32 cumulative end rows in device memory, "
-        "routing_weights (T,) float32 or None, out (T, H): out = w * (silu(x Wg^T) * (x Wu^T)) Wd^T per expert.");
+        "H) (gate rows then up rows per expert, or with gate_up_interleaved gate row f and up row f at rows 2f and "
+        "2f + 1, which fuses the SwiGLU into the first GEMM), w_down (E, H, F), offs (E,) int32 cumulative end rows "
+        "in device memory, routing_weights (T,) float32 or None, out (T, H): out = w * (silu(x Wg^T) * (x Wu^T)) "
+        "Wd^T per expert.");
+  m.def("interleave_gate_up", &interleave_gate_up, nb::arg("w_gate_up").none(), nb::arg("out").none(),
+        nb::arg("stream").none(),
+        "Copies stacked gate/up weights w_gate_up (E, 2F, H) into out (same shape and dtype, bf16 or f16) with gate "
+        "row f at row 2f and up row f at row 2f + 1, on `stream` (as for mm): the layout moe_expert_ffn takes with "
+        "gate_up_interleaved=True.");
   m.def("grouped_mm_torch", &grouped_mm_torch, nb::arg("a").none(), nb::arg("b").none(), nb::arg("offs").none(),
         nb::arg("out_dtype").none(),
         "cuactor.grouped_mm's torch fast path (out=None, torch's current stream): the new output tensor, or None "

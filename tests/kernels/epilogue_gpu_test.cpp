@@ -28,28 +28,12 @@ namespace cuactor::kernels {
 namespace {
 
 using test_support::EpilogueLeaves;
+using test_support::HostVector;
 using test_support::load;
-using test_support::store;
+using test_support::random_values;
+using test_support::set_value;
 
 constexpr GpuArch kHopper{9, 0, true};
-
-/// Random values rounded to `t`: the device bytes and the rounded doubles.
-struct HostVector {
-  std::vector<std::uint8_t> bytes;
-  std::vector<double> values;
-};
-HostVector random_values(DType t, std::size_t count, double lo, double hi, std::mt19937_64& rng) {
-  HostVector v;
-  std::uniform_real_distribution<double> dist(lo, hi);
-  for (std::size_t i = 0; i < count; ++i) v.values.push_back(store(t, dist(rng), v.bytes));
-  return v;
-}
-/// Overwrites element i of `v` with `x` (rounded to `t`).
-void set_value(HostVector& v, DType t, std::size_t i, double x) {
-  std::vector<std::uint8_t> one;
-  v.values[i] = store(t, x, one);
-  std::memcpy(v.bytes.data() + i * one.size(), one.data(), one.size());
-}
 
 class EpilogueGpuTest : public test_support::GpuTest {
  protected:

@@ -32,7 +32,7 @@ TEST(EpilogueSpec, TokensRoundTrip) {
        {"linear_combination", "scaled_linear_combination", "acc", "relu(acc)", "silu(add(acc,colbias))",
         "gelu(fma(alpha,acc,rowbias))", "gelutanh(add(mul(alpha,acc),mul(beta,c)))",
         "add(mul(mul(acc,rowscale),colscale),colbias)", "amax(clamp(sigmoid(acc)))", "mul(acc,rowscale)",
-        "rowsum(gelu(aux(add(acc,colbias))))", "amax(aux(rowsum(acc)))"}) {
+        "rowsum(gelu(aux(add(acc,colbias))))", "amax(aux(rowsum(acc)))", "swiglu(acc)", "swiglu(add(acc,colbias))"}) {
     SCOPED_TRACE(token);
     EXPECT_EQ(parsed(token).token(), token);
   }
@@ -275,6 +275,27 @@ TEST(EpilogueSpec, NamesTheSideOutputsOnlyDenseGemmWrites) {
   EXPECT_EQ(dense_only_output(parsed("gelu(aux(acc))")), EpilogueNode::aux);
   EXPECT_EQ(dense_only_output(parsed("rowsum(acc)")), EpilogueNode::row_sum);
   EXPECT_EQ(dense_only_output(parsed("amax(acc)")), EpilogueNode::amax);
+}
+
+TEST(EpilogueSpec, SwigluIsARootThatHalvesD) {
+  const EpilogueSpec root = parsed("swiglu(mul(acc,rowscale))");
+  EXPECT_TRUE(pairs_columns(root));
+  EXPECT_EQ(output_columns(root, 2 * 1536), 1536);
+  EXPECT_FALSE(pairs_columns(parsed("silu(acc)")));
+  EXPECT_FALSE(pairs_columns(EpilogueSpec()));
+  EXPECT_EQ(output_columns(parsed("silu(acc)"), 272), 272);
+  EXPECT_EQ(dense_only_output(root), std::nullopt);
+  EXPECT_EQ(root.cxx_type(),
+            "cuactor::kernels::tags::swiglu<cuactor::kernels::tags::mul<cuactor::kernels::tags::acc,"
+            "cuactor::kernels::tags::rowscale>>");
+  // Anywhere but the root it would have to pair columns of an inner value: rejected, naming the node.
+  expect_error(EpilogueSpec::parse("relu(swiglu(acc))"), errc::invalid_argument, "swiglu (node 1) must be the root");
+  expect_error(EpilogueSpec::parse("swiglu(swiglu(acc))"), errc::invalid_argument, "must be the root");
+  expect_error(epi::apply(EpilogueNode::gelu, epi::apply(EpilogueNode::swiglu, epi::acc())).check(),
+               errc::invalid_argument, "must be the root");
+  // Dense GEMM has no swiglu kernel: rejected at plan time.
+  expect_error(GemmPlan::sku_for(tree_problem("swiglu(acc)"), kHopper), errc::unsupported,
+               "swiglu is supported for grouped GEMM only");
 }
 
 TEST(EpiloguePlan, RunPassesTreeOperandsThroughTheAbi) {

@@ -77,6 +77,24 @@ TEST(GroupedEpilogue, ValidatesDeviceSizedTreeOperands) {
                "rowscale is set");
 }
 
+TEST(GroupedEpilogue, SwigluStoresHalfTheColumns) {
+  const GroupedGemmSpec spec = tree_spec(epi::apply(EpilogueNode::swiglu, epi::acc()));
+  DeviceSizedGroups g = moe_groups();  // n = 128: D holds 64 columns
+  g.ldd = 64;
+  const Status fits = detail::validate_device_sized(g, spec, 0.0f);
+  EXPECT_TRUE(fits.has_value()) << fits.error().message();
+  g.ldd = 56;
+  expect_error(detail::validate_device_sized(g, spec, 0.0f), errc::invalid_argument, "ldd=56 is less than n / 2=64");
+  g.ldd = 64;
+  g.n = 136;  // 68 output columns: not 16-byte rows of bf16
+  expect_error(detail::validate_device_sized(g, spec, 0.0f), errc::invalid_argument,
+               "n=136 is not a multiple of 16 for bf16 (swiglu writes n / 2 columns");
+  g.n = 144;
+  g.ldd = 72;
+  g.b_group_stride = 144 * 64;
+  EXPECT_TRUE(detail::validate_device_sized(g, spec, 0.0f).has_value());
+}
+
 TEST(GroupedEpilogue, LayoutHoldsOnePointerArrayPerTreeVector) {
   const auto tree = epi::add(epi::mul(epi::acc(), epi::row_scale()), epi::col_bias());
   const detail::GroupedLayout l = detail::make_grouped_layout(10, false, false, true, 4096, tree);
@@ -109,6 +127,28 @@ TEST(MoeExpertFfn, RejectsSpecsNamingTheRule) {
   MoeFfnSpec negative = s;
   negative.capacity_rows = -1;
   expect_error(MoeExpertFfn::create(negative), errc::invalid_argument, "capacity_rows=-1");
+}
+
+TEST(MoeExpertFfn, SpecHashTellsTheGateUpLayoutsApart) {
+  MoeFfnSpec s;
+  s.hidden = 256;
+  s.ffn = 512;
+  MoeFfnSpec interleaved = s;
+  interleaved.gate_up_layout = GateUpLayout::interleaved;
+  EXPECT_NE(s, interleaved);
+  EXPECT_NE(hash_value(s), hash_value(interleaved));
+}
+
+TEST(InterleaveGateUp, RejectsBeforeTouchingTheDevice) {
+  const void* src = fake();
+  void* dst = fake_mut(0x400000);
+  expect_error(interleave_gate_up(DType::f32, src, dst, 8, 64, 128, nullptr), errc::invalid_argument, "dtype=f32");
+  expect_error(interleave_gate_up(DType::bf16, src, dst, 0, 64, 128, nullptr), errc::invalid_argument, "experts=0");
+  expect_error(interleave_gate_up(DType::bf16, nullptr, dst, 8, 64, 128, nullptr), errc::invalid_argument,
+               "must not be null");
+  // 8 experts x 128 rows x 128 bf16 = 256 KiB each: a destination 4 KiB into the source overlaps it.
+  void* inside = static_cast<char*>(const_cast<void*>(src)) + 0x1000;
+  expect_error(interleave_gate_up(DType::bf16, src, inside, 8, 64, 128, nullptr), errc::invalid_argument, "overlap");
 }
 
 }  // namespace

@@ -120,6 +120,16 @@ def test_python_level_rules(np):
         cuactor.scaled_grouped_mm(np.zeros((4, 4, 4)), np.zeros((4, 4, 4)), None, None, stream=0)
 
 
+def test_interleave_gate_up_rules_hold_without_a_gpu(np):
+    w = np.zeros((4, 64, 32), np.float16)
+    with pytest.raises(cuactor.InvalidArgumentError, match="out=None"):
+        cuactor.interleave_gate_up(w, stream=0)
+    with pytest.raises(cuactor.InvalidArgumentError, match="must be in CUDA device memory"):
+        cuactor.interleave_gate_up(w, np.zeros_like(w), stream=0)
+    with pytest.raises(cuactor.InvalidArgumentError, match="w_gate_up: a str is not a tensor"):
+        cuactor._core.interleave_gate_up("w", None, 0)
+
+
 def test_grouped_mm_torch_fast_path_declines_what_is_not_torch(np):
     # The general path takes these (and raises its errors); the fast path only answers None.
     a = np.zeros((64, 128), np.float16)

@@ -664,7 +664,33 @@ def test_moe_expert_ffn_matches_fp64_with_skewed_routing(conv_torch, weighted, d
     assert torch.isnan(out[valid:]).all(), "rows past offs[-1] were written"
 
 
-def test_moe_expert_ffn_under_cuda_graph_serves_every_routing(conv_torch):
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_moe_expert_ffn_interleaved_weights_fuse_the_swiglu(conv_torch, dtype):
+    torch = conv_torch
+    dt = getattr(torch, dtype)
+    experts, hidden, ffn, tokens = 8, 256, 384, 700
+    gen = torch.Generator(device="cuda").manual_seed(5)
+    x = torch.randn(tokens, hidden, device="cuda", dtype=dt, generator=gen)
+    wgu = torch.randn(experts, 2 * ffn, hidden, device="cuda", dtype=dt, generator=gen) / hidden ** 0.5
+    wd = torch.randn(experts, hidden, ffn, device="cuda", dtype=dt, generator=gen) / ffn ** 0.5
+    inter = cuactor.interleave_gate_up(wgu)
+    assert torch.equal(inter[:, 0::2], wgu[:, :ffn]) and torch.equal(inter[:, 1::2], wgu[:, ffn:])
+    rows = [300, 0, 1, 150, 0, 64, 100, 33]
+    offs = torch.tensor(rows, dtype=torch.int32).cumsum(0, dtype=torch.int32).cuda()
+    w = torch.rand(tokens, device="cuda", dtype=torch.float32, generator=gen)
+    out = torch.full((tokens, hidden), float("nan"), device="cuda", dtype=dt)
+    cuactor.moe_expert_ffn(x, inter, wd, offs, w, out, gate_up_interleaved=True)
+    valid = int(offs[-1])
+    assert rel_err(torch, out[:valid], moe_reference(torch, x, wgu, wd, offs, w)[:valid]) < TOL["bfloat16"]
+    assert torch.isnan(out[valid:]).all(), "rows past offs[-1] were written"
+    stacked = cuactor.moe_expert_ffn(x, wgu, wd, offs, w)
+    assert rel_err(torch, out[:valid], stacked[:valid].double()) < TOL["bfloat16"]
+    with pytest.raises(cuactor.errors.InvalidArgumentError, match="overlap"):
+        cuactor.interleave_gate_up(wgu, wgu)
+
+
+@pytest.mark.parametrize("interleaved", [False, True])
+def test_moe_expert_ffn_under_cuda_graph_serves_every_routing(conv_torch, interleaved):
     torch = conv_torch
     experts, hidden, ffn, tokens = 16, 128, 256, 512
     x = torch.randn(tokens, hidden, device="cuda", dtype=torch.bfloat16)
@@ -678,19 +704,24 @@ def test_moe_expert_ffn_under_cuda_graph_serves_every_routing(conv_torch):
         offs.copy_(torch.tensor(rows, dtype=torch.int32).cumsum(0, dtype=torch.int32))
 
     route([tokens // experts] * experts)
+    weights = cuactor.interleave_gate_up(wgu) if interleaved else wgu
+
+    def ffn(out=None):
+        return cuactor.moe_expert_ffn(x, weights, wd, offs, w, out, gate_up_interleaved=interleaved)
+
     s = torch.cuda.Stream()
     s.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(s):
-        cuactor.moe_expert_ffn(x, wgu, wd, offs, w, out)
+        ffn(out)
     torch.cuda.current_stream().wait_stream(s)
     g = torch.cuda.CUDAGraph()
     with torch.cuda.graph(g):
-        cuactor.moe_expert_ffn(x, wgu, wd, offs, w, out)
+        ffn(out)
     for rows in ([tokens // experts] * experts, [tokens] + [0] * (experts - 1), [0] * 15 + [tokens],
                  [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 392]):
         route(rows)
         g.replay()
-        eager = cuactor.moe_expert_ffn(x, wgu, wd, offs, w)
+        eager = ffn()
         torch.cuda.synchronize()
         assert torch.equal(out, eager), rows
         assert rel_err(torch, out, moe_reference(torch, x, wgu, wd, offs, w)) < TOL["bfloat16"]

@@ -96,6 +96,8 @@ inline double eval_epilogue(std::span<const kernels::EpilogueNode> nodes, std::s
       return out.aux = next();
     case N::row_sum:
       return out.row_sum_term = next();
+    case N::swiglu:  // the child's value at this element; evaluate_swiglu pairs two of them
+      return next();
   }
   return std::nan("");
 }
@@ -105,6 +107,13 @@ inline double eval_epilogue(std::span<const kernels::EpilogueNode> nodes, std::s
 inline double evaluate_epilogue(const kernels::EpilogueSpec& spec, const EpilogueLeaves& v, EpilogueSideOutputs& out) {
   std::size_t pos = 0;
   return detail::eval_epilogue(spec.nodes(), pos, v, out);
+}
+
+/// A swiglu tree's D[i, j]: silu of its child at column 2j (`gate`) times the child at column 2j + 1 (`up`).
+inline double evaluate_swiglu(const kernels::EpilogueSpec& spec, const EpilogueLeaves& gate, const EpilogueLeaves& up) {
+  EpilogueSideOutputs unused;
+  const double g = evaluate_epilogue(spec, gate, unused), u = evaluate_epilogue(spec, up, unused);
+  return g / (1.0 + std::exp(-g)) * u;
 }
 
 }  // namespace cuactor::test_support

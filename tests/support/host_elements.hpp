@@ -11,6 +11,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <random>
 #include <vector>
 
 #include "cuactor/core/dtype.hpp"
@@ -71,6 +72,25 @@ inline double load(DType t, const std::vector<std::uint8_t>& bytes, std::size_t 
       ADD_FAILURE() << "no host conversion for " << name(t);
       return 0;
   }
+}
+
+/// Random values rounded to a dtype: the device bytes and the rounded doubles.
+struct HostVector {
+  std::vector<std::uint8_t> bytes;
+  std::vector<double> values;
+};
+/// `count` values uniform in [lo, hi), rounded to `t`.
+inline HostVector random_values(DType t, std::size_t count, double lo, double hi, std::mt19937_64& rng) {
+  HostVector v;
+  std::uniform_real_distribution<double> dist(lo, hi);
+  for (std::size_t i = 0; i < count; ++i) v.values.push_back(store(t, dist(rng), v.bytes));
+  return v;
+}
+/// Overwrites element i of `v` with `x` (rounded to `t`).
+inline void set_value(HostVector& v, DType t, std::size_t i, double x) {
+  std::vector<std::uint8_t> one;
+  v.values[i] = store(t, x, one);
+  std::memcpy(v.bytes.data() + i * one.size(), one.data(), one.size());
 }
 
 }  // namespace cuactor::test_support

@@ -1,7 +1,8 @@
 /// @file
 /// EpilogueSpec ([K8]): what a GEMM's epilogue computes from the accumulator, as a small tree of
 /// leaves (accumulator, C, scalars, per-row / per-column vectors), compute nodes (add, multiply,
-/// fused multiply-add, activations, clamp) and side outputs (amax, aux, rowsum). The tree is part of a kernel's
+/// fused multiply-add, activations, clamp), side outputs (amax, aux, rowsum) and the pairing root swiglu,
+/// which writes D itself at half the GEMM's width. The tree is part of a kernel's
 /// SKU: its canonical token ("silu(add(acc,colbias))") is stable, readable, and rendered by the
 /// same template machinery as every other SKU token into a CUTLASS Sm90EVT visitor tree
 /// (kernels/sm90_epilogue.cuh). The two historical epilogues are named presets of the same type.
@@ -51,6 +52,9 @@ enum class EpilogueNode : std::uint8_t {
   amax,       ///< Passes x through; atomically max-reduces |x| into an f32 in device memory (fp8 scaling).
   aux,        ///< Passes x through and stores it, in C's dtype, to an aux matrix laid out like D (a pre-activation).
   row_sum,    ///< Passes x through and sums it over each output row into f32 (M values per batch).
+  /// Root only: pairs adjacent columns of x into D, which is N/2 columns wide:
+  /// D[m, j] = silu(x[m, 2j]) * x[m, 2j + 1] (SwiGLU over gate/up weights interleaved row by row).
+  swiglu,
 };
 
 /// Token of a node as it appears in epilogue tokens ("acc", "rowscale", "gelutanh", ...): letters and
@@ -73,7 +77,7 @@ class EpilogueSpec {
   /// Parses a token: a preset name or a tree in prefix form, e.g. "relu(fma(alpha,acc,colbias))".
   /// `invalid_argument` naming the position and the rule for unknown nodes, wrong arity, trailing
   /// text, trees without the accumulator, more than one amax, aux or rowsum node (each has one output),
-  /// or more than kMaxNodes nodes.
+  /// swiglu anywhere but at the root, or more than kMaxNodes nodes.
   static Result<EpilogueSpec> parse(std::string_view token);
   /// The tree of `nodes` in prefix order (checked like parse()).
   static Result<EpilogueSpec> from_prefix(std::vector<EpilogueNode> nodes);
@@ -115,6 +119,11 @@ class EpilogueSpec {
 /// The first side output of `spec` that only dense GEMM writes (amax, aux, rowsum: one pointer each,
 /// where a grouped GEMM would need one per group), or nullopt when there is none.
 std::optional<EpilogueNode> dense_only_output(const EpilogueSpec& spec) noexcept;
+
+/// True when `spec`'s root is swiglu: the GEMM computes N columns and D receives N/2 of them.
+bool pairs_columns(const EpilogueSpec& spec) noexcept;
+/// Columns of D for a GEMM of `n` columns under `spec`: n / 2 for swiglu trees, else n.
+std::int64_t output_columns(const EpilogueSpec& spec, std::int64_t n) noexcept;
 
 /// Token of a spec (its canonical text).
 std::string name(const EpilogueSpec& e);
