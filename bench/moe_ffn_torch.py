@@ -6,9 +6,10 @@ computation in one process, on the same tensors:
              out = torch._grouped_mm(a, w_down^T, offs) * w[:, None]
     stacked: cuactor.moe_expert_ffn(x, w_gate_up, w_down, offs, w)   (weights fused into the down GEMM,
              the SwiGLU one elementwise kernel)
-    fused:   cuactor.moe_expert_ffn(x, cuactor.interleave_gate_up(w_gate_up), w_down, offs, w,
-             gate_up_interleaved=True)   (the SwiGLU in the gate/up GEMM's epilogue; the weights are
-             interleaved once, outside the timing, as at load time)
+    interleaved: cuactor.moe_expert_ffn(x, cuactor.interleave_gate_up(w_gate_up), w_down, offs, w,
+             gate_up_interleaved=True)   (the SwiGLU in the gate/up GEMM's epilogue for decode and medium
+             experts, the separate kernel for large ones; the weights are interleaved once, outside the
+             timing, as at load time)
 
 Shapes: Mixtral-like (8 experts, hidden 4096, FFN 14336) and Qwen3-MoE-like (128 experts, hidden 2048,
 FFN 768; 128 experts, hidden 4096, FFN 1536), prefill (4096 tokens x top-k) and decode (64 tokens x
@@ -16,7 +17,7 @@ top-k), with skewed routing (rows per expert drawn from a Zipf-like distribution
 Both results are compared (relative Frobenius error), then timed with CUDA events, interleaved, after a
 warm-up, each sample after a GPU sleep so that host launch time is not counted; medians.
 TFLOP/s = 2 * rows * (2F*H + H*F) / time; ratio = torch time / cuactor time (> 1: cuactor faster), for
-the fused and the stacked form.
+the interleaved and the stacked form.
 
 Usage: bench/moe_ffn_torch.py [--out DIR] [--cuactor PATH] [--reps N] [--warmup N]
 """
@@ -66,13 +67,13 @@ def bench(cuactor, torch, shape, args):
     wgu_t, wd_t = wgu.transpose(-2, -1), wd.transpose(-2, -1)
 
     wgu_interleaved = cuactor.interleave_gate_up(wgu)
-    out_fused = torch.empty_like(out)
+    out_inter = torch.empty_like(out)
 
     def ours():
         cuactor.moe_expert_ffn(x, wgu, wd, offs, w, out)
 
-    def fused():
-        cuactor.moe_expert_ffn(x, wgu_interleaved, wd, offs, w, out_fused, gate_up_interleaved=True)
+    def inter():
+        cuactor.moe_expert_ffn(x, wgu_interleaved, wd, offs, w, out_inter, gate_up_interleaved=True)
 
     def theirs():
         h = torch._grouped_mm(x, wgu_t, offs=offs)
@@ -80,17 +81,17 @@ def bench(cuactor, torch, shape, args):
         return torch._grouped_mm(a, wd_t, offs=offs) * w[:, None]
 
     ours()
-    fused()
+    inter()
     expected = theirs()
-    err, err_fused = rel_err(out, expected), rel_err(out_fused, expected)
-    t_ours, t_fused, t_torch = time_interleaved([ours, fused, theirs], args.reps, args.warmup, args.sleep_cycles,
+    err, err_inter = rel_err(out, expected), rel_err(out_inter, expected)
+    t_ours, t_inter, t_torch = time_interleaved([ours, inter, theirs], args.reps, args.warmup, args.sleep_cycles,
                                                 torch)
     flops = 2.0 * rows * (2 * ffn * hidden + hidden * ffn)
     return {"shape": name, "experts": experts, "hidden": hidden, "ffn": ffn, "rows": rows,
-            "empty_experts": int((counts == 0).sum()), "cuactor_ms": t_ours, "fused_ms": t_fused, "torch_ms": t_torch,
-            "cuactor_tflops": flops / t_ours / 1e9, "fused_tflops": flops / t_fused / 1e9,
-            "torch_tflops": flops / t_torch / 1e9, "ratio": t_torch / t_ours, "fused_ratio": t_torch / t_fused,
-            "rel_err": err, "fused_rel_err": err_fused}
+            "empty_experts": int((counts == 0).sum()), "cuactor_ms": t_ours, "inter_ms": t_inter, "torch_ms": t_torch,
+            "cuactor_tflops": flops / t_ours / 1e9, "inter_tflops": flops / t_inter / 1e9,
+            "torch_tflops": flops / t_torch / 1e9, "ratio": t_torch / t_ours, "inter_ratio": t_torch / t_inter,
+            "rel_err": err, "inter_rel_err": err_inter}
 
 
 def main():
@@ -116,8 +117,8 @@ def main():
     lines = [f"device: {torch.cuda.get_device_name(0)}; torch {torch.__version__}; cuactor {cuactor.__version__}; "
              f"bf16; median of {args.reps} reps; skewed routing",
              "ratio = torch time / cuactor time (>1: cuactor faster); TFLOP/s over the rows routed",
-             f"{'shape':<22} {'E':>4} {'H':>5} {'F':>6} {'rows':>6} {'empty':>5} {'fused TF/s':>10} "
-             f"{'torch TF/s':>10} {'fused ms':>9} {'stacked ms':>10} {'torch ms':>9} {'fused':>6} {'stacked':>7} "
+             f"{'shape':<22} {'E':>4} {'H':>5} {'F':>6} {'rows':>6} {'empty':>5} {'inter TF/s':>10} "
+             f"{'torch TF/s':>10} {'inter ms':>9} {'stacked ms':>10} {'torch ms':>9} {'inter':>6} {'stacked':>7} "
              f"{'rel err':>8}"]
     print("\n".join(lines), flush=True)
     results = []
@@ -125,14 +126,14 @@ def main():
         r = bench(cuactor, torch, shape, args)
         results.append(r)
         lines.append(f"{r['shape']:<22} {r['experts']:>4} {r['hidden']:>5} {r['ffn']:>6} {r['rows']:>6} "
-                     f"{r['empty_experts']:>5} {r['fused_tflops']:>10.1f} {r['torch_tflops']:>10.1f} "
-                     f"{r['fused_ms']:>9.4f} {r['cuactor_ms']:>10.4f} {r['torch_ms']:>9.4f} {r['fused_ratio']:>6.2f} "
-                     f"{r['ratio']:>7.2f} {max(r['rel_err'], r['fused_rel_err']):>8.1e}")
+                     f"{r['empty_experts']:>5} {r['inter_tflops']:>10.1f} {r['torch_tflops']:>10.1f} "
+                     f"{r['inter_ms']:>9.4f} {r['cuactor_ms']:>10.4f} {r['torch_ms']:>9.4f} {r['inter_ratio']:>6.2f} "
+                     f"{r['ratio']:>7.2f} {max(r['rel_err'], r['inter_rel_err']):>8.1e}")
         print(lines[-1], flush=True)
         torch.cuda.empty_cache()
-    for key in ("fused_ratio", "ratio"):
+    for key in ("inter_ratio", "ratio"):
         ratios = [r[key] for r in results]
-        lines.append(f"geometric mean ({'fused' if key == 'fused_ratio' else 'stacked'}): "
+        lines.append(f"geometric mean ({'interleaved' if key == 'inter_ratio' else 'stacked'}): "
                      f"{math.exp(sum(math.log(x) for x in ratios) / len(ratios)):.3f}")
         print(lines[-1], flush=True)
     if args.out:

@@ -151,8 +151,9 @@ def moe_expert_ffn(x: Any, w_gate_up: Any, w_down: Any, offs: Any, routing_weigh
     Returns ``out`` (allocated like x when None).
 
     With ``gate_up_interleaved=True``, ``w_gate_up`` holds gate row f at row 2f and up row f at row
-    2f + 1 (convert once with :func:`interleave_gate_up`): the first GEMM's epilogue then computes the
-    SwiGLU and the (rows, 2F) intermediate is never written. Otherwise the SwiGLU is one elementwise
+    2f + 1 (convert once with :func:`interleave_gate_up`): for decode and medium expert sizes the first
+    GEMM's epilogue then computes the SwiGLU and the (rows, 2F) intermediate is never written; large
+    experts keep the elementwise kernel, which is faster there. Otherwise the SwiGLU is one elementwise
     kernel.
 
     Raises:

@@ -16,7 +16,7 @@ def mm(a: object | None, b: object | None, out: object | None, stream: int | Non
 
 def moe_expert_ffn(x: object | None, w_gate_up: object | None, w_down: object | None, offs: object | None, routing_weights: object | None, out: object | None, stream: int | None, alloc: object | None = None, gate_up_interleaved: bool = False) -> None:
     """
-    The mixture-of-experts expert FFN on `stream` (as for mm): x (T, H) rows grouped by expert, w_gate_up (E, 2F, H) (gate rows then up rows per expert, or with gate_up_interleaved gate row f and up row f at rows 2f and 2f + 1, which fuses the SwiGLU into the first GEMM), w_down (E, H, F), offs (E,) int32 cumulative end rows in device memory, routing_weights (T,) float32 or None, out (T, H): out = w * (silu(x Wg^T) * (x Wu^T)) Wd^T per expert.
+    The mixture-of-experts expert FFN on `stream` (as for mm): x (T, H) rows grouped by expert, w_gate_up (E, 2F, H) (gate rows then up rows per expert, or with gate_up_interleaved gate row f and up row f at rows 2f and 2f + 1, which fuses the SwiGLU into the first GEMM for decode and medium expert sizes), w_down (E, H, F), offs (E,) int32 cumulative end rows in device memory, routing_weights (T,) float32 or None, out (T, H): out = w * (silu(x Wg^T) * (x Wu^T)) Wd^T per expert.
     """
 
 def interleave_gate_up(w_gate_up: object | None, out: object | None, stream: int | None) -> None:

@@ -22,8 +22,9 @@ struct Pair<__half> {
   static __device__ type from_float2(float2 v) { return __float22half2_rn(v); }
 };
 
+/// x / (1 + e^-x) with the hardware exponent and reciprocal, as the fused swiglu epilogue computes it.
 __device__ float silu(float x) {
-  return x / (1.0f + __expf(-x));
+  return __fdividef(x, 1.0f + __expf(-x));
 }
 
 /// Two output columns per thread (F is even), grid-stride over the valid rows read from the device.

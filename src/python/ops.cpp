@@ -594,7 +594,8 @@ void bind_ops(nb::module_& m) {
         nb::arg("alloc").none() = nb::none(), nb::arg("gate_up_interleaved") = false,
         "The mixture-of-experts expert FFN on `stream` (as for mm): x (T, H) rows grouped by expert, w_gate_up (E, 2F, "
         "H) (gate rows then up rows per expert, or with gate_up_interleaved gate row f and up row f at rows 2f and "
-        "2f + 1, which fuses the SwiGLU into the first GEMM), w_down (E, H, F), offs (E,) int32 cumulative end rows "
+        "2f + 1, which fuses the SwiGLU into the first GEMM for decode and medium expert sizes), w_down (E, H, F), "
+        "offs (E,) int32 cumulative end rows "
         "in device memory, routing_weights (T,) float32 or None, out (T, H): out = w * (silu(x Wg^T) * (x Wu^T)) "
         "Wd^T per expert.");
   m.def("interleave_gate_up", &interleave_gate_up, nb::arg("w_gate_up").none(), nb::arg("out").none(),

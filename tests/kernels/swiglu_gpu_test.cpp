@@ -109,13 +109,14 @@ GemmSku swiglu_sku(DType t, Shape3 tile, Shape3 cluster, GemmSchedule schedule, 
   return s;
 }
 
-// Every swiglu SKU of the catalog, and through the JIT an f16 one and one with a per-expert column
-// bias before the pairing: 7 experts with empty ones, rows not multiples of the tile, D rows padded.
+// Every swiglu SKU of the catalog (pingpong), and through the JIT cooperative ones: f16 with a 2x1
+// cluster, and bf16 with a per-expert column bias before the pairing. 7 experts with empty ones, rows
+// not multiples of the tile, D rows padded.
 TEST_F(SwigluGpu, GroupedTreesPairColumnsOfEveryGroup) {
   std::vector<GemmSku> skus;
   for (const CatalogEntry* e : catalog_entries(GemmFamily::grouped))
     if (pairs_columns(e->sku.epilogue) && grouped_sku_runs_on(e->sku, props_.arch)) skus.push_back(e->sku);
-  skus.push_back(swiglu_sku(DType::f16, {64, 128, 128}, {1, 1, 1}, GemmSchedule::pingpong, "swiglu(acc)"));
+  skus.push_back(swiglu_sku(DType::f16, {128, 256, 64}, {2, 1, 1}, GemmSchedule::cooperative, "swiglu(acc)"));
   skus.push_back(
       swiglu_sku(DType::bf16, {128, 128, 64}, {1, 1, 1}, GemmSchedule::cooperative, "swiglu(add(acc,colbias))"));
   CUACTOR_ASSERT_OK_AND_ASSIGN(engine, test_support::gpu_test_jit_engine(4));
@@ -257,8 +258,9 @@ std::vector<double> ffn_reference(const HostVector& x, const HostVector& wgu, co
   return out;
 }
 
-// The expert FFN on interleaved weights (interleave_gate_up of the stacked ones) fuses the SwiGLU
-// where the build has its kernel, and matches the stacked layout's result and the fp64 reference.
+// The expert FFN on interleaved weights (interleave_gate_up of the stacked ones) fuses the SwiGLU for
+// medium experts where the build has its kernel, keeps the separate kernel for large ones, and every
+// form matches the fp64 reference.
 TEST_F(SwigluGpu, ExpertFfnInterleavedMatchesStackedAndFp64) {
   constexpr int kExperts = 8, kHidden = 256, kFfn = 384, kTokens = 700;
   const std::vector<int> rows = {300, 0, 1, 150, 0, 64, 100, 33};  // 52 rows past the total
@@ -269,12 +271,18 @@ TEST_F(SwigluGpu, ExpertFfnInterleavedMatchesStackedAndFp64) {
   spec.capacity_rows = kTokens;
   spec.arch = props_.arch;
   spec.sm_count = props_.multiprocessors;
+  spec.rows_per_expert_hint = kTokens / kExperts;  // the medium size class: a pingpong gate/up kernel
   auto stacked = MoeExpertFfn::create(spec);
   if (!stacked && stacked.error().code() == errc::unsupported)
     GTEST_SKIP() << "no grouped kernels for the expert FFN in this build: " << stacked.error().message();
   ASSERT_TRUE(stacked.has_value()) << stacked.error().to_string();
   spec.gate_up_layout = GateUpLayout::interleaved;
   CUACTOR_ASSERT_OK_AND_ASSIGN(fused, MoeExpertFfn::create(spec));
+  // Large experts (cooperative kernels) keep the separate SwiGLU kernel, reading interleaved pairs.
+  MoeFfnSpec large = spec;
+  large.rows_per_expert_hint = 1024;
+  CUACTOR_ASSERT_OK_AND_ASSIGN(interleaved_unfused, MoeExpertFfn::create(large));
+  EXPECT_FALSE(interleaved_unfused.fused_swiglu());
   EXPECT_FALSE(stacked->fused_swiglu());
   bool catalog_has_swiglu = false;
   for (const CatalogEntry* e : catalog_entries(GemmFamily::grouped))
@@ -317,9 +325,9 @@ TEST_F(SwigluGpu, ExpertFfnInterleavedMatchesStackedAndFp64) {
   EXPECT_EQ(misplaced, 0) << "interleave_gate_up put rows in the wrong place";
 
   const std::vector<double> ref = ffn_reference(x, wgu, wd, w, rows, kHidden, kFfn);
-  for (const auto* plan : {&*stacked, &fused}) {
+  for (const auto* plan : {&*stacked, &fused, &interleaved_unfused}) {
     const bool interleaved = plan->spec().gate_up_layout == GateUpLayout::interleaved;
-    SCOPED_TRACE(interleaved ? "interleaved" : "stacked");
+    SCOPED_TRACE(plan->fused_swiglu() ? "fused" : interleaved ? "interleaved, separate kernel" : "stacked");
     CUACTOR_ASSERT_OK_AND_ASSIGN(out, alloc(out_bytes));
     CUACTOR_ASSERT_OK_AND_ASSIGN(ws, alloc(plan->workspace_size()));
     CUACTOR_ASSERT_OK(gpu::memset_async(out.data(), 0xff, out_bytes, s));

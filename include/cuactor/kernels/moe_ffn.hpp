@@ -14,8 +14,9 @@
 ///   apart, in different output tiles, so h (T x 2F) is written and one elementwise kernel pairs them;
 /// - interleaved (row 2f gate f, row 2f + 1 up f; interleave_gate_up() converts once, at load time):
 ///   each pair is two adjacent accumulator columns of one thread, and the first GEMM's epilogue tree
-///   swiglu(acc) writes `a` directly (h never exists). Builds without that kernel fall back to the
-///   elementwise kernel on the interleaved h.
+///   swiglu(acc) writes `a` directly (h never exists) in the decode and medium size classes. The large
+///   class (cooperative kernels, whose epilogue is not hidden behind MMAs) and builds without a swiglu
+///   kernel take the elementwise kernel on the interleaved h.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -87,8 +88,8 @@ class MoeExpertFfn {
   /// The SKUs of the gate/up and down GEMMs.
   [[nodiscard]] const GemmSku& gate_up_sku() const noexcept { return gate_up_.sku(); }
   [[nodiscard]] const GemmSku& down_sku() const noexcept { return down_.sku(); }
-  /// True when the first GEMM's epilogue computes the SwiGLU (interleaved weights and a swiglu
-  /// kernel in the build); false when a separate kernel does.
+  /// True when the first GEMM's epilogue computes the SwiGLU (interleaved weights, a decode or medium
+  /// size class, a swiglu kernel in the build); false when a separate kernel does.
   [[nodiscard]] bool fused_swiglu() const noexcept { return fused_; }
 
   /// Validates `tensors` (non-null, 16-byte aligned; `invalid_argument` naming the tensor) and enqueues
