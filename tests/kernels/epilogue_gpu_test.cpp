@@ -21,6 +21,7 @@
 #include "cuactor/kernels/gemm_plan.hpp"
 #include "support/epilogue_reference.hpp"
 #include "support/gpu_test.hpp"
+#include "support/hopper_gpu_test.hpp"
 #include "support/host_elements.hpp"
 #include "support/jit_gpu_cache.hpp"
 
@@ -35,23 +36,8 @@ using test_support::set_value;
 
 constexpr GpuArch kHopper{9, 0, true};
 
-class EpilogueGpuTest : public test_support::GpuTest {
+class EpilogueGpuTest : public test_support::HopperGpuTest {
  protected:
-  void SetUp() override {
-    test_support::GpuTest::SetUp();
-    if (IsSkipped() || HasFatalFailure()) return;
-    auto props = gpu::device_properties(0);
-    ASSERT_TRUE(props.has_value()) << props.error().to_string();
-    props_ = *props;
-    if (props_.arch != kHopper) GTEST_SKIP() << "epilogue trees run on sm_90a; this device is " << props_.arch.name();
-    auto stream = gpu::Stream::create(0);
-    ASSERT_TRUE(stream.has_value()) << stream.error().to_string();
-    stream_ = std::move(*stream);
-    auto pool = gpu::MemPool::device_default(0);
-    ASSERT_TRUE(pool.has_value()) << pool.error().to_string();
-    pool_ = std::move(*pool);
-  }
-
   Result<gpu::DeviceBuffer> upload(const std::vector<std::uint8_t>& bytes) {
     auto buf = gpu::DeviceBuffer::allocate(pool_, std::max<std::size_t>(bytes.size(), 16), stream_.get());
     if (!buf) return buf;
@@ -211,10 +197,6 @@ class EpilogueGpuTest : public test_support::GpuTest {
     }
     return out;
   }
-
-  gpu::DeviceProperties props_;
-  gpu::Stream stream_;
-  gpu::MemPool pool_;
 };
 
 double tolerance(const GemmSku& s) {

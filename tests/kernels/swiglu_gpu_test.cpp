@@ -25,6 +25,7 @@
 #include "cuactor/kernels/moe_ffn.hpp"
 #include "support/epilogue_reference.hpp"
 #include "support/gpu_test.hpp"
+#include "support/hopper_gpu_test.hpp"
 #include "support/host_elements.hpp"
 #include "support/jit_gpu_cache.hpp"
 
@@ -57,23 +58,8 @@ struct RelError {
   [[nodiscard]] double value() const { return den > 0 ? std::sqrt(num / den) : std::sqrt(num); }
 };
 
-class SwigluGpu : public test_support::GpuTest {
+class SwigluGpu : public test_support::HopperGpuTest {
  protected:
-  void SetUp() override {
-    test_support::GpuTest::SetUp();
-    if (IsSkipped() || HasFatalFailure()) return;
-    auto props = gpu::device_properties(0);
-    ASSERT_TRUE(props.has_value()) << props.error().to_string();
-    props_ = *props;
-    if (props_.arch != kHopper) GTEST_SKIP() << "swiglu trees run on sm_90a; this device is " << props_.arch.name();
-    auto stream = gpu::Stream::create(0);
-    ASSERT_TRUE(stream.has_value()) << stream.error().to_string();
-    stream_ = std::move(*stream);
-    auto pool = gpu::MemPool::device_default(0);
-    ASSERT_TRUE(pool.has_value()) << pool.error().to_string();
-    pool_ = std::move(*pool);
-  }
-
   Result<gpu::DeviceBuffer> alloc(std::size_t bytes) {
     return gpu::DeviceBuffer::allocate(pool_, std::max<std::size_t>(bytes, 256), stream_.get());
   }
@@ -89,10 +75,6 @@ class SwigluGpu : public test_support::GpuTest {
     CUACTOR_TRY(stream_.synchronize());
     return host;
   }
-
-  gpu::DeviceProperties props_;
-  gpu::Stream stream_;
-  gpu::MemPool pool_;
 };
 
 GemmSku swiglu_sku(DType t, Shape3 tile, Shape3 cluster, GemmSchedule schedule, const char* tree) {
