@@ -19,7 +19,7 @@ typedef struct cuactor_grouped_args {
   const void* const* ptr_a;       /**< A[g], row-major M x K. */
   const void* const* ptr_b;       /**< B[g], N x K row-major (layout "col") or K x N row-major ("row"). */
   const void* const* ptr_c;       /**< C[g], row-major M x N, read only when beta != 0 (pass D otherwise). */
-  void* const* ptr_d;             /**< D[g], row-major M x N. */
+  void* const* ptr_d;             /**< D[g], row-major M x N (M x N/2 under a swiglu root). */
   const int64_t* ld_a;            /**< Leading dimension of A[g]. */
   const int64_t* ld_b;            /**< Leading dimension of B[g]. */
   const int64_t* ld_c;            /**< Leading dimension of C[g]. */

@@ -18,6 +18,8 @@
 #include <cute/tensor.hpp>
 #include <cutlass/epilogue/fusion/sm90_visitor_tma_warpspecialized.hpp>
 
+#include "kernels/swiglu_math.cuh"
+
 namespace cuactor::kernels::sm90::evt {
 
 /// Stores silu(x[m, 2j]) * x[m, 2j + 1] to D[m, j] of each group, D's pointer and leading dimension
@@ -85,12 +87,8 @@ struct SwigluStore {
       cutlass::NumericConverter<Element, float, Round> convert;
       CUTLASS_PRAGMA_UNROLL
       for (int i = 0; i < FragmentSize / 2; ++i) {
-        // silu(g) = g / (1 + e^-g) with the hardware exponent and reciprocal: the IEEE division that
-        // CUTLASS's SiLu uses costs a dozen instructions per pair on the cooperative kernels' critical
-        // path (their epilogue does not overlap the MMAs), and the result is rounded to 16 bits anyway.
-        // Large negative g: e^-g is inf and the quotient 0 (silu's limit); g = -inf gives NaN, as in torch.
         const float g = static_cast<float>(x[2 * i]), u = static_cast<float>(x[2 * i + 1]);
-        out[epi_v * (FragmentSize / 2) + i] = convert(__fdividef(g, 1.0f + __expf(-g)) * u);
+        out[epi_v * (FragmentSize / 2) + i] = convert(fast_silu(g) * u);
       }
       return x;
     }

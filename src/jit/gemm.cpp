@@ -121,6 +121,9 @@ Result<InstanceRequest> instance_request(const GemmSku& sku, std::optional<GpuAr
   if (const auto node = kernels::dense_only_output(sku.epilogue); node && sku.family != kernels::GemmFamily::dense)
     return fail(errc::unsupported, fmt::format("SKU {}: the epilogue output {} is written by dense kernels only",
                                                sku.to_string(), name(*node)));
+  if (kernels::pairs_columns(sku.epilogue) && sku.family != kernels::GemmFamily::grouped)
+    return fail(errc::unsupported,
+                fmt::format("SKU {}: the swiglu root is rendered for grouped kernels only", sku.to_string()));
   const GpuArch compile_for = target.value_or(sku.arch);
   if (compile_for.sm() < sku.arch.sm())
     return fail(errc::unsupported, fmt::format("SKU {} needs {} or later and cannot be compiled for {}",

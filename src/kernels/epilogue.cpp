@@ -111,9 +111,9 @@ Status EpilogueSpec::check() const {
       return fail(errc::invalid_argument,
                   fmt::format("epilogue tree: node {} ('{}') follows a complete tree", pos, i->token));
     if (i->node == EpilogueNode::swiglu && pos != 0)
-      return fail(errc::invalid_argument,
-                  fmt::format("epilogue tree '{}': swiglu (node {}) must be the root, since it writes D itself",
-                              symbol_key(), pos));
+      return fail(
+          errc::invalid_argument,
+          fmt::format("epilogue tree '{}': swiglu (node {}) must be the root, since it writes D itself", token(), pos));
     open = open - 1 + static_cast<std::size_t>(i->arity);
     reads_acc = reads_acc || i->node == EpilogueNode::acc;
     for (std::size_t o = 0; o < kSideOutputs.size(); ++o) outputs[o] += i->node == kSideOutputs[o] ? 1 : 0;

@@ -190,7 +190,7 @@ Status MoeExpertFfn::run(const MoeFfnTensors& t, void* workspace, std::size_t wo
 Status interleave_gate_up(DType dtype, const void* src, void* dst, int experts, int ffn, int hidden,
                           cudaStream_t stream) {
   if (dtype != DType::bf16 && dtype != DType::f16)
-    return fail(errc::invalid_argument,
+    return fail(errc::unsupported,
                 fmt::format("interleave_gate_up: dtype={} is not supported (bf16 or f16)", name(dtype)));
   if (experts <= 0 || ffn <= 0 || hidden <= 0)
     return fail(errc::invalid_argument,

@@ -3,6 +3,7 @@
 #include <cuda_fp16.h>
 
 #include "kernels/moe_launch.hpp"
+#include "kernels/swiglu_math.cuh"
 
 namespace cuactor::kernels::detail {
 namespace {
@@ -21,11 +22,6 @@ struct Pair<__half> {
   static __device__ float2 to_float2(type v) { return __half22float2(v); }
   static __device__ type from_float2(float2 v) { return __float22half2_rn(v); }
 };
-
-/// x / (1 + e^-x) with the hardware exponent and reciprocal, as the fused swiglu epilogue computes it.
-__device__ float silu(float x) {
-  return __fdividef(x, 1.0f + __expf(-x));
-}
 
 /// Two output columns per thread (F is even), grid-stride over the valid rows read from the device.
 template <class T>
@@ -52,7 +48,7 @@ __global__ void swiglu(const T* h, T* out, const std::int32_t* offsets, int expe
       g = P::to_float2(hp[r * ffn + c]);         // h row r holds 2F values = F pairs
       u = P::to_float2(hp[r * ffn + half + c]);  // up starts F values (F/2 pairs) later
     }
-    op[r * half + c] = P::from_float2(make_float2(silu(g.x) * u.x, silu(g.y) * u.y));
+    op[r * half + c] = P::from_float2(make_float2(fast_silu(g.x) * u.x, fast_silu(g.y) * u.y));
   }
 }
 

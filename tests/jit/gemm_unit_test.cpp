@@ -130,6 +130,17 @@ TEST(JitGemm, RejectsWhatNoTemplateExpresses) {
   EXPECT_EQ(grouped.error(), errc::unsupported);
   EXPECT_NE(grouped.error().message().find("aux is written by dense kernels only"), std::string::npos)
       << grouped.error().message();
+  // The swiglu root is the other way round: grouped kernels only.
+  auto swiglu = kernels::EpilogueSpec::parse("swiglu(acc)");
+  ASSERT_TRUE(swiglu.has_value()) << swiglu.error().message();
+  s.epilogue = *swiglu;
+  EXPECT_TRUE(instance_request(s).has_value());
+  s.family = kernels::GemmFamily::dense;
+  auto dense_swiglu = instance_request(s);
+  ASSERT_FALSE(dense_swiglu.has_value());
+  EXPECT_EQ(dense_swiglu.error(), errc::unsupported);
+  EXPECT_NE(dense_swiglu.error().message().find("swiglu root is rendered for grouped kernels only"), std::string::npos)
+      << dense_swiglu.error().message();
 }
 
 TEST(JitGemm, ConvSkusRenderTheConvTemplate) {

@@ -94,6 +94,18 @@ TEST(WorkerRequests, GroupedRequestRoundTripsAndRawScalesAreRefusedByTheWorker) 
   EXPECT_EQ(d->alpha, 2.0f);
   EXPECT_FALSE(d->device_sized);
   EXPECT_TRUE(d->raw_scales);
+  EXPECT_TRUE(d->spec.epilogue.is_preset());
+  // A tree travels with the request, so the worker refuses it as the in-process form does.
+  q.spec.epilogue = epi::apply(EpilogueNode::swiglu, epi::acc());
+  auto tree = detail::GroupedRequest::decode(encoded(q));
+  ASSERT_TRUE(tree.has_value()) << tree.error().to_string();
+  EXPECT_EQ(tree->spec.epilogue, q.spec.epilogue);
+  auto refused = detail::check_request_epilogue(tree->spec);
+  ASSERT_FALSE(refused.has_value());
+  EXPECT_EQ(refused.error().code(), make_error_code(errc::unsupported));
+  EXPECT_NE(refused.error().message().find("'swiglu(acc)' is not supported through the actor"), std::string::npos)
+      << refused.error().message();
+  EXPECT_TRUE(detail::check_request_epilogue(GroupedGemmSpec{}).has_value());
 }
 
 TEST(WorkerRequests, PackedOperandSizesAreCheckedInBytes) {

@@ -79,6 +79,17 @@ Status check_element_sizes(const GroupedGemmSpec& spec) {
   return ok();
 }
 
+/// Actor requests carry A, B and D only: no vectors nor per-group pointers for an epilogue tree, so
+/// they take the preset epilogues (`unsupported` naming the tree otherwise; GroupedGemmPlan with
+/// DeviceSizedGroups runs trees).
+inline Status check_request_epilogue(const GroupedGemmSpec& spec) {
+  if (spec.epilogue.is_preset()) return ok();
+  return fail(errc::unsupported,
+              fmt::format("grouped GEMM request: the epilogue tree '{}' is not supported through the actor, which "
+                          "passes A, B and D only; use GroupedGemmPlan with DeviceSizedGroups",
+                          spec.epilogue.token()));
+}
+
 /// Fills the device fields of `spec` (ordinal, and arch / SM count when left at 0) from the actor's
 /// device with cheap attribute queries.
 inline Status complete_spec(GroupedGemmSpec& spec, int device) {
@@ -131,6 +142,7 @@ struct GroupedRequest {
 
   void encode(runtime::wire::Writer& w) const {
     w.put_string(name(spec.a)).put_string(name(spec.b)).put_string(name(spec.d)).put_string(name(spec.layout_b));
+    w.put_string(spec.epilogue.token());
     w.put_i32(spec.sm_count).put_i32(spec.arch.major).put_i32(spec.arch.minor).put_bool(spec.arch.arch_specific);
     w.put_i32(spec.rows_per_group_hint).put_string(spec.sku_override ? spec.sku_override->to_string() : std::string());
     w.put_i32(n).put_i32(k).put_f64(alpha).put_f64(beta).put_bool(raw_scales).put_bool(device_sized);
@@ -146,6 +158,11 @@ struct GroupedRequest {
     q.spec.b = r.get_parsed("b", parse_dtype).value_or(DType::bf16);
     q.spec.d = r.get_parsed("d", parse_dtype).value_or(DType::bf16);
     q.spec.layout_b = r.get_parsed("layout_b", parse_layout).value_or(MatrixLayout::col);
+    if (const std::string epilogue = r.get_string("epilogue"); r.good()) {
+      auto parsed = EpilogueSpec::parse(epilogue);
+      if (!parsed) return fail(parsed.error());
+      q.spec.epilogue = *parsed;
+    }
     q.spec.sm_count = r.get_i32("sm_count");
     q.spec.arch.major = r.get_i32("arch major");
     q.spec.arch.minor = r.get_i32("arch minor");
@@ -187,6 +204,7 @@ inline Status run_grouped_host_sized(OpContext& ctx, GroupedPlanCache& plans, Gr
     return fail(errc::unsupported,
                 "grouped GEMM request with host-known rows cannot be prepared while the actor's stream captures; "
                 "use async_grouped_gemm_device_sized");
+  CUACTOR_TRY(check_request_epilogue(q.spec));
   CUACTOR_TRY(complete_spec(q.spec, ctx.device()));
   const std::int64_t total = std::accumulate(q.rows.begin(), q.rows.end(), std::int64_t{0});
   if (q.spec.rows_per_group_hint == 0 && !q.rows.empty())
@@ -223,6 +241,7 @@ inline Status run_grouped_host_sized(OpContext& ctx, GroupedPlanCache& plans, Gr
 inline Status run_grouped_device_sized(OpContext& ctx, GroupedPlanCache& plans, GroupedRequest q, const void* a,
                                        const void* b, void* d, const void* offsets, std::array<std::size_t, 4> bytes,
                                        const GroupedScalars& scalars) {
+  CUACTOR_TRY(check_request_epilogue(q.spec));
   CUACTOR_TRY(complete_spec(q.spec, ctx.device()));
   const int groups = static_cast<int>(bytes[3] / sizeof(std::int32_t));
   CUACTOR_TRY(check_packed_bytes(q.spec, q.n, q.k, q.capacity_rows, groups, bytes[0], bytes[1], bytes[2]));

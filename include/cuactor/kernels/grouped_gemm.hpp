@@ -45,6 +45,7 @@ struct GroupedGemmSpec {
   /// A preset, or an epilogue tree ([K8]; sm_90a, device-sized groups) whose vectors are per row of
   /// the packed rows (rowscale, rowbias: e.g. MoE routing weights) or per group and column
   /// (colscale, colbias: e.g. a per-expert bias); the side outputs amax, aux and rowsum are dense only.
+  /// A swiglu root computes N columns and stores N / 2 (D[m, j] = silu(x[m, 2j]) * x[m, 2j + 1]).
   EpilogueSpec epilogue;
 };
 
@@ -103,7 +104,7 @@ struct DeviceSizedGroups {
   std::int64_t b_group_stride = 0;  ///< Elements from one group's B to the next.
   const void* c = nullptr;          ///< capacity_rows x N or null (needed when beta != 0).
   std::int64_t ldc = 0;
-  void* d = nullptr;  ///< capacity_rows x N.
+  void* d = nullptr;  ///< capacity_rows x N (N / 2 under a swiglu root; ldd >= that).
   std::int64_t ldd = 0;
   /// Operands of an epilogue tree: rowscale (float) and rowbias (D's dtype) hold capacity_rows values,
   /// one per packed row; colscale (float) and colbias (D's dtype) hold group_count x N values, one

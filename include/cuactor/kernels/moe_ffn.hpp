@@ -14,9 +14,9 @@
 ///   apart, in different output tiles, so h (T x 2F) is written and one elementwise kernel pairs them;
 /// - interleaved (row 2f gate f, row 2f + 1 up f; interleave_gate_up() converts once, at load time):
 ///   each pair is two adjacent accumulator columns of one thread, and the first GEMM's epilogue tree
-///   swiglu(acc) writes `a` directly (h never exists) in the decode and medium size classes. The large
-///   class (cooperative kernels, whose epilogue is not hidden behind MMAs) and builds without a swiglu
-///   kernel take the elementwise kernel on the interleaved h.
+///   swiglu(acc) writes `a` directly (h never exists) in the decode and medium size classes on sm_90a.
+///   The large class (cooperative kernels, whose epilogue is not hidden behind MMAs), other devices
+///   and builds without a swiglu kernel take the elementwise kernel on the interleaved h.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -68,8 +68,9 @@ struct MoeFfnTensors {
 
 /// Copies E x 2F x H gate/up weights from the stacked layout (`src`) into the interleaved one (`dst`):
 /// dst row 2f of expert e is src row f (gate), dst row 2f + 1 is src row F + f (up). Two strided 3-D
-/// copies on `stream`, no allocation; a one-time conversion when weights are loaded. `invalid_argument`
-/// for a dtype other than bf16 / f16, sizes below 1, null pointers or overlapping buffers.
+/// copies on `stream`, no allocation; a one-time conversion when weights are loaded. `unsupported` for
+/// a dtype other than bf16 / f16 (as MoeExpertFfn::create), `invalid_argument` for sizes below 1, null
+/// pointers or overlapping buffers.
 Status interleave_gate_up(DType dtype, const void* src, void* dst, int experts, int ffn, int hidden,
                           cudaStream_t stream);
 
@@ -89,7 +90,7 @@ class MoeExpertFfn {
   [[nodiscard]] const GemmSku& gate_up_sku() const noexcept { return gate_up_.sku(); }
   [[nodiscard]] const GemmSku& down_sku() const noexcept { return down_.sku(); }
   /// True when the first GEMM's epilogue computes the SwiGLU (interleaved weights, a decode or medium
-  /// size class, a swiglu kernel in the build); false when a separate kernel does.
+  /// size class, an sm_90a device and a swiglu kernel in the build); false when a separate kernel does.
   [[nodiscard]] bool fused_swiglu() const noexcept { return fused_; }
 
   /// Validates `tensors` (non-null, 16-byte aligned; `invalid_argument` naming the tensor) and enqueues
