@@ -63,6 +63,13 @@ inline std::size_t span_bytes(DType t, std::int64_t rows, std::int64_t cols, Mat
   return storage_bytes(t, static_cast<std::size_t>((batch - 1) * batch_stride + (strided - 1) * ld + contiguous));
 }
 
+/// True when the byte ranges [a, a + a_bytes) and [b, b + b_bytes) share a byte (null pointers and
+/// empty ranges share none).
+inline bool bytes_overlap(const void* a, std::size_t a_bytes, const void* b, std::size_t b_bytes) {
+  const auto x = reinterpret_cast<std::uintptr_t>(a), y = reinterpret_cast<std::uintptr_t>(b);
+  return a != nullptr && b != nullptr && a_bytes > 0 && b_bytes > 0 && x < y + b_bytes && y < x + a_bytes;
+}
+
 /// Non-null pointer, `ld` at least the contiguous extent and, for batch > 1, `batch_stride` at least
 /// one matrix; `invalid_argument` naming the operand, the value and the rule.
 inline Status check_operand_geometry(std::string_view what, const void* ptr, std::int64_t rows, std::int64_t cols,

@@ -17,6 +17,7 @@ namespace cuactor::kernels {
 namespace {
 
 using detail::alignment_elements;
+using detail::bytes_overlap;
 using detail::extents;
 using detail::kDefaultSmCount;
 using detail::ld_or_packed;
@@ -364,14 +365,10 @@ Status check_side_outputs_apart(const GemmProblem& p, const GemmOperands& o) {
       {"row_sum", o.epilogue.row_sum, static_cast<std::size_t>(p.m * p.batch) * sizeof(float)},
       {"amax", o.epilogue.amax, sizeof(float)},
   };
-  const auto overlap = [](const Span& x, const Span& y) {
-    const auto a = reinterpret_cast<std::uintptr_t>(x.ptr), b = reinterpret_cast<std::uintptr_t>(y.ptr);
-    return x.ptr != nullptr && y.ptr != nullptr && x.bytes > 0 && y.bytes > 0 && a < b + y.bytes && b < a + x.bytes;
-  };
   constexpr std::size_t kFirstSideOutput = 4;
   for (std::size_t i = kFirstSideOutput; i < std::size(spans); ++i)
     for (std::size_t j = 0; j < i; ++j)
-      if (overlap(spans[i], spans[j]))
+      if (bytes_overlap(spans[i].ptr, spans[i].bytes, spans[j].ptr, spans[j].bytes))
         return fail(errc::invalid_argument,
                     fmt::format("GEMM epilogue '{}': the side output {} ({} bytes at {}) overlaps {} ({} bytes at {}); "
                                 "side outputs need memory of their own",

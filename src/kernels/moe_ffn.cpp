@@ -128,11 +128,11 @@ Result<MoeExpertFfn> MoeExpertFfn::create(const MoeFfnSpec& s) {
   // cooperative kernels of the large class run the epilogue on the critical path, and there the
   // pair-wise stores cost more than the separate kernel's pass over h (H100, Mixtral-like prefill:
   // 4.48 ms fused against 4.36 ms). Builds without a swiglu kernel also take the separate kernel.
-  const bool fuse = s.gate_up_layout == GateUpLayout::interleaved &&
-                    grouped_size_class(gemm_spec(s, false, true)) != GroupedSizeClass::large;
-  auto gate_up = GroupedGemmPlan::create(gemm_spec(s, false, fuse));
-  if (!gate_up && gate_up.error().code() == errc::unsupported && fuse)
-    gate_up = GroupedGemmPlan::create(gemm_spec(s, false, false));
+  const GroupedGemmSpec separate = gemm_spec(s, false, false);
+  const bool fuse =
+      s.gate_up_layout == GateUpLayout::interleaved && grouped_size_class(separate) != GroupedSizeClass::large;
+  auto gate_up = GroupedGemmPlan::create(fuse ? gemm_spec(s, false, true) : separate);
+  if (!gate_up && gate_up.error().code() == errc::unsupported && fuse) gate_up = GroupedGemmPlan::create(separate);
   if (!gate_up) return fail(gate_up.error());
   auto down = GroupedGemmPlan::create(gemm_spec(s, true, false));
   if (!down) return fail(down.error());
@@ -199,8 +199,7 @@ Status interleave_gate_up(DType dtype, const void* src, void* dst, int experts, 
     return fail(errc::invalid_argument, "interleave_gate_up: src and dst must not be null");
   const std::size_t row = static_cast<std::size_t>(hidden) * static_cast<std::size_t>(size_bits(dtype) / 8);
   const std::size_t bytes = row * 2 * static_cast<std::size_t>(ffn) * static_cast<std::size_t>(experts);
-  const auto s = reinterpret_cast<std::uintptr_t>(src), d = reinterpret_cast<std::uintptr_t>(dst);
-  if (s < d + bytes && d < s + bytes)
+  if (detail::bytes_overlap(src, bytes, dst, bytes))
     return fail(errc::invalid_argument,
                 fmt::format("interleave_gate_up: src={} and dst={} overlap ({} bytes each)", src, dst, bytes));
   // Per expert, the F gate rows go to even destination rows and the F up rows to odd ones: as 3-D

@@ -643,19 +643,25 @@ def moe_reference(torch, x, w_gate_up, w_down, offs, weights):
     return out
 
 
-@pytest.mark.parametrize("weighted,dtype", [(True, "bfloat16"), (False, "bfloat16"), (True, "float16")])
-def test_moe_expert_ffn_matches_fp64_with_skewed_routing(conv_torch, weighted, dtype):
-    torch = conv_torch
-    dt = getattr(torch, dtype)
+def skewed_moe_inputs(torch, dt, seed, weighted=True):
+    """x (700, 256), w_gate_up (8, 768, 256) stacked, w_down (8, 256, 384), offs of skewed rows (two empty
+    experts; 52 rows past offs[-1]), routing weights (or None) and a NaN-poisoned out."""
     experts, hidden, ffn, tokens = 8, 256, 384, 700
-    gen = torch.Generator(device="cuda").manual_seed(3)
+    gen = torch.Generator(device="cuda").manual_seed(seed)
     x = torch.randn(tokens, hidden, device="cuda", dtype=dt, generator=gen)
     wgu = torch.randn(experts, 2 * ffn, hidden, device="cuda", dtype=dt, generator=gen) / hidden ** 0.5
     wd = torch.randn(experts, hidden, ffn, device="cuda", dtype=dt, generator=gen) / ffn ** 0.5
-    rows = [300, 0, 1, 150, 0, 64, 100, 33]  # skewed, two empty experts; 52 rows past offs[-1]
+    rows = [300, 0, 1, 150, 0, 64, 100, 33]
     offs = torch.tensor(rows, dtype=torch.int32).cumsum(0, dtype=torch.int32).cuda()
     w = torch.rand(tokens, device="cuda", dtype=torch.float32, generator=gen) if weighted else None
     out = torch.full((tokens, hidden), float("nan"), device="cuda", dtype=dt)
+    return x, wgu, wd, offs, w, out
+
+
+@pytest.mark.parametrize("weighted,dtype", [(True, "bfloat16"), (False, "bfloat16"), (True, "float16")])
+def test_moe_expert_ffn_matches_fp64_with_skewed_routing(conv_torch, weighted, dtype):
+    torch = conv_torch
+    x, wgu, wd, offs, w, out = skewed_moe_inputs(torch, getattr(torch, dtype), 3, weighted)
     cuactor.moe_expert_ffn(x, wgu, wd, offs, w, out)
     ref = moe_reference(torch, x, wgu, wd, offs, w)
     valid = int(offs[-1])
@@ -667,18 +673,10 @@ def test_moe_expert_ffn_matches_fp64_with_skewed_routing(conv_torch, weighted, d
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
 def test_moe_expert_ffn_interleaved_weights_fuse_the_swiglu(conv_torch, dtype):
     torch = conv_torch
-    dt = getattr(torch, dtype)
-    experts, hidden, ffn, tokens = 8, 256, 384, 700
-    gen = torch.Generator(device="cuda").manual_seed(5)
-    x = torch.randn(tokens, hidden, device="cuda", dtype=dt, generator=gen)
-    wgu = torch.randn(experts, 2 * ffn, hidden, device="cuda", dtype=dt, generator=gen) / hidden ** 0.5
-    wd = torch.randn(experts, hidden, ffn, device="cuda", dtype=dt, generator=gen) / ffn ** 0.5
+    x, wgu, wd, offs, w, out = skewed_moe_inputs(torch, getattr(torch, dtype), 5)
+    ffn = wd.shape[2]
     inter = cuactor.interleave_gate_up(wgu)
     assert torch.equal(inter[:, 0::2], wgu[:, :ffn]) and torch.equal(inter[:, 1::2], wgu[:, ffn:])
-    rows = [300, 0, 1, 150, 0, 64, 100, 33]
-    offs = torch.tensor(rows, dtype=torch.int32).cumsum(0, dtype=torch.int32).cuda()
-    w = torch.rand(tokens, device="cuda", dtype=torch.float32, generator=gen)
-    out = torch.full((tokens, hidden), float("nan"), device="cuda", dtype=dt)
     cuactor.moe_expert_ffn(x, inter, wd, offs, w, out, gate_up_interleaved=True)
     valid = int(offs[-1])
     assert rel_err(torch, out[:valid], moe_reference(torch, x, wgu, wd, offs, w)[:valid]) < TOL["bfloat16"]
