@@ -106,6 +106,14 @@ TEST(WorkerRequests, GroupedRequestRoundTripsAndRawScalesAreRefusedByTheWorker) 
   EXPECT_NE(refused.error().message().find("'swiglu(acc)' is not supported through the actor"), std::string::npos)
       << refused.error().message();
   EXPECT_TRUE(detail::check_request_epilogue(GroupedGemmSpec{}).has_value());
+  // A malformed or empty epilogue token in the message is a typed error, not a default.
+  for (const char* token : {"swiglu(", "", "relu(swiglu(acc))"}) {
+    runtime::wire::Writer w;
+    w.put_string("bf16").put_string("bf16").put_string("bf16").put_string("col").put_string(token);
+    auto bad = detail::GroupedRequest::decode(w.take());
+    ASSERT_FALSE(bad.has_value()) << token;
+    EXPECT_EQ(bad.error().code(), make_error_code(errc::invalid_argument)) << token << ": " << bad.error().message();
+  }
 }
 
 TEST(WorkerRequests, PackedOperandSizesAreCheckedInBytes) {
