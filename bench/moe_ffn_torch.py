@@ -7,9 +7,10 @@ computation in one process, on the same tensors:
     stacked: cuactor.moe_expert_ffn(x, w_gate_up, w_down, offs, w)   (weights fused into the down GEMM,
              the SwiGLU one elementwise kernel)
     interleaved: cuactor.moe_expert_ffn(x, cuactor.interleave_gate_up(w_gate_up), w_down, offs, w,
-             gate_up_interleaved=True)   (the SwiGLU in the gate/up GEMM's epilogue for decode and medium
-             experts, the separate kernel for large ones; the weights are interleaved once, outside the
-             timing, as at load time)
+             gate_up_interleaved=True)   (swiglu="auto": the SwiGLU in the epilogue where the build has that kernel;
+             the weights are interleaved once, outside the timing, as at load time)
+    fused / separate: the same with swiglu="epilogue" (the SwiGLU in the gate/up GEMM's epilogue) and
+             swiglu="separate" (one elementwise kernel), both forced: fused against unfused, same run
 
 Shapes: Mixtral-like (8 experts, hidden 4096, FFN 14336) and Qwen3-MoE-like (128 experts, hidden 2048,
 FFN 768; 128 experts, hidden 4096, FFN 1536), prefill (4096 tokens x top-k) and decode (64 tokens x
@@ -63,35 +64,52 @@ def bench(cuactor, torch, shape, args):
     w = torch.rand(rows, device="cuda", dtype=torch.float32, generator=gen)
     counts = skewed_rows(torch, experts, rows, cpu_gen)
     offs = counts.cumsum(0).to(torch.int32).cuda()
-    out = torch.empty(rows, hidden, device="cuda", dtype=torch.bfloat16)
+    out = torch.full((rows, hidden), float("nan"), device="cuda", dtype=torch.bfloat16)  # poisoned until written
     wgu_t, wd_t = wgu.transpose(-2, -1), wd.transpose(-2, -1)
 
     wgu_interleaved = cuactor.interleave_gate_up(wgu)
-    out_inter = torch.empty_like(out)
+    out_inter = out.clone()
 
     def ours():
         cuactor.moe_expert_ffn(x, wgu, wd, offs, w, out)
 
-    def inter():
-        cuactor.moe_expert_ffn(x, wgu_interleaved, wd, offs, w, out_inter, gate_up_interleaved=True)
+    def inter(swiglu="auto", out=out_inter):
+        cuactor.moe_expert_ffn(x, wgu_interleaved, wd, offs, w, out, gate_up_interleaved=True, swiglu=swiglu)
+
+    out_fused, out_separate = out.clone(), out.clone()
+
+    def fused():
+        inter("epilogue", out_fused)
+
+    def separate():
+        inter("separate", out_separate)
+
+    fns = [ours, inter, separate]
+    try:
+        fused()
+        fns.append(fused)
+    except cuactor.errors.UnsupportedError as e:  # no swiglu kernel for this size class in the build
+        print(f"  {name}: swiglu='epilogue' unsupported here: {e}", flush=True)
 
     def theirs():
         h = torch._grouped_mm(x, wgu_t, offs=offs)
         a = F.silu(h[:, :ffn]) * h[:, ffn:]
         return torch._grouped_mm(a, wd_t, offs=offs) * w[:, None]
 
-    ours()
-    inter()
+    for fn in fns:
+        fn()
     expected = theirs()
-    err, err_inter = rel_err(out, expected), rel_err(out_inter, expected)
-    t_ours, t_inter, t_torch = time_interleaved([ours, inter, theirs], args.reps, args.warmup, args.sleep_cycles,
-                                                torch)
+    errs = [rel_err(o, expected) for o in (out, out_inter, out_separate, out_fused)[:len(fns)]]
+    times = time_interleaved(fns + [theirs], args.reps, args.warmup, args.sleep_cycles, torch)
+    t_ours, t_inter, t_separate, t_torch = times[0], times[1], times[2], times[-1]
+    t_fused = times[3] if len(fns) == 4 else float("nan")
     flops = 2.0 * rows * (2 * ffn * hidden + hidden * ffn)
     return {"shape": name, "experts": experts, "hidden": hidden, "ffn": ffn, "rows": rows,
             "empty_experts": int((counts == 0).sum()), "cuactor_ms": t_ours, "inter_ms": t_inter, "torch_ms": t_torch,
+            "fused_ms": t_fused, "separate_ms": t_separate, "fused_speedup": t_separate / t_fused,
             "cuactor_tflops": flops / t_ours / 1e9, "inter_tflops": flops / t_inter / 1e9,
             "torch_tflops": flops / t_torch / 1e9, "ratio": t_torch / t_ours, "inter_ratio": t_torch / t_inter,
-            "rel_err": err, "inter_rel_err": err_inter}
+            "rel_err": max(errs)}
 
 
 def main():
@@ -116,10 +134,11 @@ def main():
         cuactor = import_cuactor(find_build(args.cuactor))
     lines = [f"device: {torch.cuda.get_device_name(0)}; torch {torch.__version__}; cuactor {cuactor.__version__}; "
              f"bf16; median of {args.reps} reps; skewed routing",
-             "ratio = torch time / cuactor time (>1: cuactor faster); TFLOP/s over the rows routed",
+             "ratio = torch time / cuactor time (>1: cuactor faster); TFLOP/s over the rows routed; "
+             "sep/fused = interleaved with swiglu='separate' time / with swiglu='epilogue' time",
              f"{'shape':<22} {'E':>4} {'H':>5} {'F':>6} {'rows':>6} {'empty':>5} {'inter TF/s':>10} "
-             f"{'torch TF/s':>10} {'inter ms':>9} {'stacked ms':>10} {'torch ms':>9} {'inter':>6} {'stacked':>7} "
-             f"{'rel err':>8}"]
+             f"{'torch TF/s':>10} {'inter ms':>9} {'fused ms':>9} {'sep ms':>9} {'stacked ms':>10} {'torch ms':>9} "
+             f"{'inter':>6} {'stacked':>7} {'sep/fused':>9} {'rel err':>8}"]
     print("\n".join(lines), flush=True)
     results = []
     for shape in SHAPES:
@@ -127,8 +146,9 @@ def main():
         results.append(r)
         lines.append(f"{r['shape']:<22} {r['experts']:>4} {r['hidden']:>5} {r['ffn']:>6} {r['rows']:>6} "
                      f"{r['empty_experts']:>5} {r['inter_tflops']:>10.1f} {r['torch_tflops']:>10.1f} "
-                     f"{r['inter_ms']:>9.4f} {r['cuactor_ms']:>10.4f} {r['torch_ms']:>9.4f} {r['inter_ratio']:>6.2f} "
-                     f"{r['ratio']:>7.2f} {max(r['rel_err'], r['inter_rel_err']):>8.1e}")
+                     f"{r['inter_ms']:>9.4f} {r['fused_ms']:>9.4f} {r['separate_ms']:>9.4f} {r['cuactor_ms']:>10.4f} "
+                     f"{r['torch_ms']:>9.4f} {r['inter_ratio']:>6.2f} {r['ratio']:>7.2f} {r['fused_speedup']:>9.3f} "
+                     f"{r['rel_err']:>8.1e}")
         print(lines[-1], flush=True)
         torch.cuda.empty_cache()
     for key in ("inter_ratio", "ratio"):

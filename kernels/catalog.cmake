@@ -162,9 +162,10 @@ endforeach()
 cuactor_gemm_instance(${grouped90} TYPES bf16 bf16 bf16 bf16 f32 LAYOUTS row col row TILE 64 128 128 CLUSTER 1 1 1
                       SCHEDULE pingpong EPILOGUE "mul(acc,rowscale)")
 # The expert FFN's gate/up projection with the SwiGLU fused (interleaved gate/up weights, GateUpLayout):
-# the root swiglu pairs columns 2j and 2j + 1 and writes D at half width. The FFN fuses it in the decode
-# and medium size classes (pingpong kernels; MoeExpertFfn::create says why not in the large one), bf16
-# and f16; other tiles and trees through the JIT. Also the medium-class down projection.
+# the root swiglu pairs columns 2j and 2j + 1 and writes D at half width. The FFN fuses it where the
+# swiglu form of its size class's kernel is here (MoeExpertFfn::create): decode and medium in bf16 and
+# f16, large (cooperative) in bf16 only, to keep the catalog's build time; other tiles and trees through
+# the JIT. Also the medium-class down projection.
 cuactor_gemm_instance(${grouped90} TYPES bf16 bf16 bf16 bf16 f32 LAYOUTS row col row TILE 64 256 64 CLUSTER 1 1 1
                       SCHEDULE pingpong EPILOGUE "mul(acc,rowscale)")
 foreach(t bf16 f16)
@@ -173,6 +174,8 @@ foreach(t bf16 f16)
   cuactor_gemm_instance(${grouped90} TYPES ${t} ${t} ${t} ${t} f32 LAYOUTS row col row TILE 64 128 128 CLUSTER 1 1 1
                         SCHEDULE pingpong EPILOGUE "swiglu(acc)")
 endforeach()
+cuactor_gemm_instance(${grouped90} TYPES bf16 bf16 bf16 bf16 f32 LAYOUTS row col row TILE 128 256 64 CLUSTER 2 1 1
+                      SCHEDULE cooperative EPILOGUE "swiglu(acc)")
 # 16-bit, large M: cooperative 128x256x64, cluster 2x1; medium M (65..256 rows, N and K <= 4096):
 # pingpong 64x256x64; small M (decode): pingpong 64x128x128 (GroupedSizeClass).
 foreach(t bf16 f16)

@@ -135,7 +135,7 @@ def mm(a: Any, b: Any, out: Any = None, out_dtype: Any = None, *, epilogue: str 
 
 
 def moe_expert_ffn(x: Any, w_gate_up: Any, w_down: Any, offs: Any, routing_weights: Any = None, out: Any = None, *,
-                   stream: int | None = None, gate_up_interleaved: bool = False) -> Any:
+                   stream: int | None = None, gate_up_interleaved: bool = False, swiglu: str = "auto") -> Any:
     """The mixture-of-experts expert FFN with SwiGLU, on rows already grouped by expert.
 
     For expert e and its rows ``offs[e-1]:offs[e]`` of ``x`` (T, H)::
@@ -151,18 +151,21 @@ def moe_expert_ffn(x: Any, w_gate_up: Any, w_down: Any, offs: Any, routing_weigh
     Returns ``out`` (allocated like x when None).
 
     With ``gate_up_interleaved=True``, ``w_gate_up`` holds gate row f at row 2f and up row f at row
-    2f + 1 (convert once with :func:`interleave_gate_up`): for decode and medium expert sizes the first
-    GEMM's epilogue then computes the SwiGLU and the (rows, 2F) intermediate is never written; large
-    experts keep the elementwise kernel, which is faster there. Otherwise the SwiGLU is one elementwise
-    kernel.
+    2f + 1 (convert once with :func:`interleave_gate_up`), and the first GEMM's epilogue can compute the
+    SwiGLU: the (rows, 2F) intermediate is then never written. ``swiglu`` says where it runs: ``"auto"``
+    (the epilogue where this build has the fused form of the GEMM kernel the expert size takes),
+    ``"epilogue"`` (always; needs interleaved weights) or ``"separate"`` (one elementwise kernel, the
+    only form for stacked weights).
 
     Raises:
         InvalidArgumentError: shapes, dtypes, devices or contiguity break a rule (the message says which).
-        UnsupportedError: no kernel of this build computes the dtype on this GPU.
+        UnsupportedError: no kernel of this build computes the dtype on this GPU (or, with
+            ``swiglu="epilogue"``, fuses the SwiGLU for this expert size).
     """
     torch = _torch_of(x)
     out = _prepare_out(torch, x, (int(x.shape[0]), int(x.shape[1])), out, None, getattr(x, "dtype", None))
-    _core.moe_expert_ffn(x, w_gate_up, w_down, offs, routing_weights, out, stream, None, bool(gate_up_interleaved))
+    _core.moe_expert_ffn(x, w_gate_up, w_down, offs, routing_weights, out, stream, None, bool(gate_up_interleaved),
+                         str(swiglu))
     return out
 
 

@@ -78,12 +78,12 @@ Result<std::size_t> grouped_workspace(const GroupedGemmPlan& plan, const MoeFfnS
 
 std::size_t hash_value(const MoeFfnSpec& s) noexcept {
   std::size_t h = 0;
-  for (long long v :
-       {static_cast<long long>(s.dtype), static_cast<long long>(s.hidden), static_cast<long long>(s.ffn),
-        static_cast<long long>(s.experts), static_cast<long long>(s.capacity_rows), static_cast<long long>(s.weighted),
-        static_cast<long long>(s.arch.sm()), static_cast<long long>(s.arch.arch_specific),
-        static_cast<long long>(s.sm_count), static_cast<long long>(s.device),
-        static_cast<long long>(s.rows_per_expert_hint), static_cast<long long>(s.gate_up_layout)})
+  for (long long v : {static_cast<long long>(s.dtype), static_cast<long long>(s.hidden), static_cast<long long>(s.ffn),
+                      static_cast<long long>(s.experts), static_cast<long long>(s.capacity_rows),
+                      static_cast<long long>(s.weighted), static_cast<long long>(s.arch.sm()),
+                      static_cast<long long>(s.arch.arch_specific), static_cast<long long>(s.sm_count),
+                      static_cast<long long>(s.device), static_cast<long long>(s.rows_per_expert_hint),
+                      static_cast<long long>(s.gate_up_layout), static_cast<long long>(s.swiglu)})
     boost::hash_combine(h, v);
   return h;
 }
@@ -123,16 +123,24 @@ Result<MoeExpertFfn> MoeExpertFfn::create(const MoeFfnSpec& s) {
   if (s.ffn > INT_MAX / 2 || s.capacity_rows > INT_MAX)
     return fail(errc::invalid_argument, fmt::format("expert FFN: 2 * ffn={} and capacity_rows={} must fit in int32",
                                                     2 * static_cast<std::int64_t>(s.ffn), s.capacity_rows));
-  // Interleaved weights fuse the SwiGLU where the gate/up GEMM runs a pingpong kernel (decode and
-  // medium size classes), whose two warpgroups overlap one's epilogue with the other's MMAs. The
-  // cooperative kernels of the large class run the epilogue on the critical path, and there the
-  // pair-wise stores cost more than the separate kernel's pass over h (H100, Mixtral-like prefill:
-  // 4.48 ms fused against 4.36 ms). Builds without a swiglu kernel also take the separate kernel.
+  if (s.swiglu == SwigluPlacement::epilogue && s.gate_up_layout != GateUpLayout::interleaved)
+    return fail(errc::invalid_argument,
+                "expert FFN: swiglu=epilogue needs gate_up_layout=interleaved (the stacked layout puts gate f and up "
+                "f F columns apart, in different tiles; interleave_gate_up converts)");
+  // automatic fuses where the build has the swiglu form of the kernel the separate GEMM would run: with
+  // the quad-transposed stores of the swiglu root the fused FFN measured faster in every size class
+  // (H100, bench/moe_ffn_torch.py: 1.005-1.10x the separate kernel, the cooperative Mixtral-like
+  // prefill 1.04x). Another kernel shape just to fuse is not assumed to pay.
   const GroupedGemmSpec separate = gemm_spec(s, false, false);
-  const bool fuse =
-      s.gate_up_layout == GateUpLayout::interleaved && grouped_size_class(separate) != GroupedSizeClass::large;
-  auto gate_up = GroupedGemmPlan::create(fuse ? gemm_spec(s, false, true) : separate);
-  if (!gate_up && gate_up.error().code() == errc::unsupported && fuse) gate_up = GroupedGemmPlan::create(separate);
+  auto gate_up = GroupedGemmPlan::create(separate);
+  if (s.gate_up_layout == GateUpLayout::interleaved && s.swiglu != SwigluPlacement::separate) {
+    auto fused = GroupedGemmPlan::create(gemm_spec(s, false, true));
+    const auto same_kernel = [&](const GemmSku& a, const GemmSku& b) {
+      return a.tile == b.tile && a.cluster == b.cluster && a.schedule == b.schedule && a.arch == b.arch;
+    };
+    if (s.swiglu == SwigluPlacement::epilogue || (fused && gate_up && same_kernel(fused->sku(), gate_up->sku())))
+      gate_up = std::move(fused);
+  }
   if (!gate_up) return fail(gate_up.error());
   auto down = GroupedGemmPlan::create(gemm_spec(s, true, false));
   if (!down) return fail(down.error());

@@ -491,10 +491,20 @@ kernels::GroupedScalars grouped_scalars(const GroupedOperands& ops) {
   return s;
 }
 
+/// moe_expert_ffn's `swiglu` argument.
+kernels::SwigluPlacement swiglu_placement(std::string_view text) {
+  if (text == "auto") return kernels::SwigluPlacement::automatic;
+  if (text == "epilogue") return kernels::SwigluPlacement::epilogue;
+  if (text == "separate") return kernels::SwigluPlacement::separate;
+  raise(errc::invalid_argument,
+        fmt::format("moe_expert_ffn: swiglu='{}' must be 'auto', 'epilogue' or 'separate'", text));
+}
+
 /// The expert FFN: out = w * (silu(x Wg^T) * (x Wu^T)) Wd^T per expert, rows grouped by expert.
 void moe_expert_ffn(nb::handle x_obj, nb::handle w_gate_up_obj, nb::handle w_down_obj, nb::handle offs_obj,
                     nb::handle weights_obj, nb::handle out_obj, std::optional<std::uintptr_t> stream,
-                    nb::handle alloc_obj, bool gate_up_interleaved) {
+                    nb::handle alloc_obj, bool gate_up_interleaved, const std::string& swiglu) {
+  const kernels::SwigluPlacement placement = swiglu_placement(swiglu);
   const LaunchSource source(stream, alloc_obj, x_obj);
   const TensorArg x0 = import_tensor(x_obj, "x");
   require_cuda(x0);
@@ -532,6 +542,7 @@ void moe_expert_ffn(nb::handle x_obj, nb::handle w_gate_up_obj, nb::handle w_dow
   spec.device = device;
   spec.rows_per_expert_hint = experts > 0 ? static_cast<int>(std::min<std::int64_t>(tokens / experts, INT32_MAX)) : 0;
   spec.gate_up_layout = gate_up_interleaved ? kernels::GateUpLayout::interleaved : kernels::GateUpLayout::stacked;
+  spec.swiglu = placement;
   if (hidden > INT32_MAX || two_f > INT32_MAX || experts > INT32_MAX)
     raise(errc::invalid_argument, "moe_expert_ffn: H, 2F and E must fit in int32");
   auto plan = unwrap(moe_plans().get_or_create(spec, [&] { return kernels::MoeExpertFfn::create(spec); }));
@@ -591,13 +602,15 @@ void bind_ops(nb::module_& m) {
         "failure.");
   m.def("moe_expert_ffn", &moe_expert_ffn, nb::arg("x").none(), nb::arg("w_gate_up").none(), nb::arg("w_down").none(),
         nb::arg("offs").none(), nb::arg("routing_weights").none(), nb::arg("out").none(), nb::arg("stream").none(),
-        nb::arg("alloc").none() = nb::none(), nb::arg("gate_up_interleaved") = false,
+        nb::arg("alloc").none() = nb::none(), nb::arg("gate_up_interleaved") = false, nb::arg("swiglu") = "auto",
         "The mixture-of-experts expert FFN on `stream` (as for mm): x (T, H) rows grouped by expert, w_gate_up (E, 2F, "
         "H) (gate rows then up rows per expert, or with gate_up_interleaved gate row f and up row f at rows 2f and "
-        "2f + 1, which fuses the SwiGLU into the first GEMM for decode and medium expert sizes), w_down (E, H, F), "
+        "2f + 1, which lets the SwiGLU run in the first GEMM's epilogue), w_down (E, H, F), "
         "offs (E,) int32 cumulative end rows "
         "in device memory, routing_weights (T,) float32 or None, out (T, H): out = w * (silu(x Wg^T) * (x Wu^T)) "
-        "Wd^T per expert.");
+        "Wd^T per expert. `swiglu`: 'auto' (the epilogue where the build has the fused form of the GEMM kernel the "
+        "expert size takes; interleaved weights only), 'epilogue' (always fused; needs gate_up_interleaved) or "
+        "'separate' (an elementwise kernel).");
   m.def("interleave_gate_up", &interleave_gate_up, nb::arg("w_gate_up").none(), nb::arg("out").none(),
         nb::arg("stream").none(),
         "Copies stacked gate/up weights w_gate_up (E, 2F, H) into out (same shape and dtype, bf16 or f16) with gate "

@@ -127,9 +127,13 @@ TEST(MoeExpertFfn, RejectsSpecsNamingTheRule) {
   MoeFfnSpec negative = s;
   negative.capacity_rows = -1;
   expect_error(MoeExpertFfn::create(negative), errc::invalid_argument, "capacity_rows=-1");
+  MoeFfnSpec fused_stacked = s;  // the stacked layout has no adjacent gate/up pairs to fuse
+  fused_stacked.swiglu = SwigluPlacement::epilogue;
+  expect_error(MoeExpertFfn::create(fused_stacked), errc::invalid_argument,
+               "swiglu=epilogue needs gate_up_layout=interleaved");
 }
 
-TEST(MoeExpertFfn, SpecHashTellsTheGateUpLayoutsApart) {
+TEST(MoeExpertFfn, SpecHashTellsTheGateUpLayoutsAndSwigluPlacementsApart) {
   MoeFfnSpec s;
   s.hidden = 256;
   s.ffn = 512;
@@ -137,6 +141,10 @@ TEST(MoeExpertFfn, SpecHashTellsTheGateUpLayoutsApart) {
   interleaved.gate_up_layout = GateUpLayout::interleaved;
   EXPECT_NE(s, interleaved);
   EXPECT_NE(hash_value(s), hash_value(interleaved));
+  MoeFfnSpec separate = interleaved;
+  separate.swiglu = SwigluPlacement::separate;
+  EXPECT_NE(interleaved, separate);
+  EXPECT_NE(hash_value(interleaved), hash_value(separate));
 }
 
 TEST(InterleaveGateUp, RejectsBeforeTouchingTheDevice) {

@@ -28,10 +28,12 @@
 #include "support/hopper_gpu_test.hpp"
 #include "support/host_elements.hpp"
 #include "support/jit_gpu_cache.hpp"
+#include "support/plan_checks.hpp"
 
 namespace cuactor::kernels {
 namespace {
 
+using test_support::expect_error;
 using test_support::HostVector;
 using test_support::load;
 using test_support::random_values;
@@ -260,18 +262,45 @@ TEST_F(SwigluGpu, ExpertFfnInterleavedMatchesStackedAndFp64) {
   ASSERT_TRUE(stacked.has_value()) << stacked.error().to_string();
   spec.gate_up_layout = GateUpLayout::interleaved;
   CUACTOR_ASSERT_OK_AND_ASSIGN(fused, MoeExpertFfn::create(spec));
-  // Large experts (cooperative kernels) keep the separate SwiGLU kernel, reading interleaved pairs.
-  MoeFfnSpec large = spec;
-  large.rows_per_expert_hint = 1024;
-  CUACTOR_ASSERT_OK_AND_ASSIGN(interleaved_unfused, MoeExpertFfn::create(large));
-  EXPECT_FALSE(interleaved_unfused.fused_swiglu());
-  EXPECT_FALSE(stacked->fused_swiglu());
   bool catalog_has_swiglu = false;
   for (const CatalogEntry* e : catalog_entries(GemmFamily::grouped))
     catalog_has_swiglu |= pairs_columns(e->sku.epilogue) && e->sku.a == DType::bf16;
+  EXPECT_FALSE(stacked->fused_swiglu());
   EXPECT_EQ(fused.fused_swiglu(), catalog_has_swiglu) << fused.gate_up_sku().to_string();
   if (fused.fused_swiglu()) {
     EXPECT_LT(fused.workspace_size(), stacked->workspace_size()) << "the fused plan needs no T x 2F intermediate";
+  }
+  // Large experts (cooperative kernels): automatic fuses only where the catalog has the swiglu form of
+  // the kernel the separate GEMM runs.
+  MoeFfnSpec large = spec;
+  large.rows_per_expert_hint = 1024;
+  MoeFfnSpec large_stacked = large;
+  large_stacked.gate_up_layout = GateUpLayout::stacked;
+  CUACTOR_ASSERT_OK_AND_ASSIGN(large_separate_plan, MoeExpertFfn::create(large_stacked));
+  const GemmSku& large_kernel = large_separate_plan.gate_up_sku();
+  bool catalog_has_large_swiglu = false;
+  for (const CatalogEntry* e : catalog_entries(GemmFamily::grouped))
+    catalog_has_large_swiglu |= pairs_columns(e->sku.epilogue) && e->sku.a == DType::bf16 &&
+                                e->sku.tile == large_kernel.tile && e->sku.schedule == large_kernel.schedule;
+  CUACTOR_ASSERT_OK_AND_ASSIGN(large_auto, MoeExpertFfn::create(large));
+  EXPECT_EQ(large_auto.fused_swiglu(), catalog_has_large_swiglu) << large_auto.gate_up_sku().to_string();
+  // The placement forced either way, whatever the size class would pick.
+  MoeFfnSpec large_separate = large;
+  large_separate.swiglu = SwigluPlacement::separate;
+  CUACTOR_ASSERT_OK_AND_ASSIGN(interleaved_unfused, MoeExpertFfn::create(large_separate));
+  EXPECT_FALSE(interleaved_unfused.fused_swiglu());
+  MoeFfnSpec medium_separate = spec;
+  medium_separate.swiglu = SwigluPlacement::separate;
+  CUACTOR_ASSERT_OK_AND_ASSIGN(forced_separate, MoeExpertFfn::create(medium_separate));
+  EXPECT_FALSE(forced_separate.fused_swiglu());
+  MoeFfnSpec large_fused = large;
+  large_fused.swiglu = SwigluPlacement::epilogue;
+  auto forced_fused = MoeExpertFfn::create(large_fused);
+  if (catalog_has_swiglu) {
+    ASSERT_TRUE(forced_fused.has_value()) << forced_fused.error().to_string();
+    EXPECT_TRUE(forced_fused->fused_swiglu());
+  } else {
+    expect_error(forced_fused, errc::unsupported, "swiglu");
   }
 
   std::mt19937_64 rng(77);
@@ -307,9 +336,14 @@ TEST_F(SwigluGpu, ExpertFfnInterleavedMatchesStackedAndFp64) {
   EXPECT_EQ(misplaced, 0) << "interleave_gate_up put rows in the wrong place";
 
   const std::vector<double> ref = ffn_reference(x, wgu, wd, w, rows, kHidden, kFfn);
-  for (const auto* plan : {&*stacked, &fused, &interleaved_unfused}) {
+  std::vector<const MoeExpertFfn*> plans = {&*stacked, &fused, &large_auto, &interleaved_unfused, &forced_separate};
+  if (forced_fused) plans.push_back(&*forced_fused);
+  for (const auto* plan : plans) {
     const bool interleaved = plan->spec().gate_up_layout == GateUpLayout::interleaved;
-    SCOPED_TRACE(plan->fused_swiglu() ? "fused" : interleaved ? "interleaved, separate kernel" : "stacked");
+    SCOPED_TRACE(std::string(plan->fused_swiglu() ? "fused "
+                             : interleaved        ? "interleaved, separate kernel "
+                                                  : "stacked ") +
+                 plan->gate_up_sku().to_string());
     CUACTOR_ASSERT_OK_AND_ASSIGN(out, alloc(out_bytes));
     CUACTOR_ASSERT_OK_AND_ASSIGN(ws, alloc(plan->workspace_size()));
     CUACTOR_ASSERT_OK(gpu::memset_async(out.data(), 0xff, out_bytes, s));

@@ -130,6 +130,11 @@ def test_interleave_gate_up_rules_hold_without_a_gpu(np):
         cuactor._core.interleave_gate_up("w", None, 0)
 
 
+def test_moe_expert_ffn_swiglu_placement_is_named():
+    with pytest.raises(cuactor.InvalidArgumentError, match="swiglu='fused' must be 'auto', 'epilogue' or 'separate'"):
+        cuactor._core.moe_expert_ffn("x", None, None, None, None, None, 0, None, True, "fused")
+
+
 def test_grouped_mm_torch_fast_path_declines_what_is_not_torch(np):
     # The general path takes these (and raises its errors); the fast path only answers None.
     a = np.zeros((64, 128), np.float16)

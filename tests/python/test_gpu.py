@@ -683,6 +683,10 @@ def test_moe_expert_ffn_interleaved_weights_fuse_the_swiglu(conv_torch, dtype):
     assert torch.isnan(out[valid:]).all(), "rows past offs[-1] were written"
     stacked = cuactor.moe_expert_ffn(x, wgu, wd, offs, w)
     assert rel_err(torch, out[:valid], stacked[:valid].double()) < TOL["bfloat16"]
+    # Both placements forced, whatever the size class picks: the same result.
+    for swiglu in ("epilogue", "separate"):
+        forced = cuactor.moe_expert_ffn(x, inter, wd, offs, w, gate_up_interleaved=True, swiglu=swiglu)
+        assert rel_err(torch, forced[:valid], stacked[:valid].double()) < TOL["bfloat16"], swiglu
     with pytest.raises(cuactor.errors.InvalidArgumentError, match="overlap"):
         cuactor.interleave_gate_up(wgu, wgu)
 
@@ -740,3 +744,5 @@ def test_moe_expert_ffn_rejects_bad_operands(conv_torch):
         cuactor.moe_expert_ffn(x, wgu, wd, offs, torch.ones(64, device="cuda", dtype=torch.bfloat16))
     with pytest.raises(InvalidArgumentError, match="contiguous"):
         cuactor.moe_expert_ffn(x, wgu.transpose(1, 2).contiguous().transpose(1, 2), wd, offs)
+    with pytest.raises(InvalidArgumentError, match="swiglu=epilogue needs gate_up_layout=interleaved"):
+        cuactor.moe_expert_ffn(x, wgu, wd, offs, swiglu="epilogue")

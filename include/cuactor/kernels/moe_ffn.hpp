@@ -14,9 +14,8 @@
 ///   apart, in different output tiles, so h (T x 2F) is written and one elementwise kernel pairs them;
 /// - interleaved (row 2f gate f, row 2f + 1 up f; interleave_gate_up() converts once, at load time):
 ///   each pair is two adjacent accumulator columns of one thread, and the first GEMM's epilogue tree
-///   swiglu(acc) writes `a` directly (h never exists) in the decode and medium size classes on sm_90a.
-///   The large class (cooperative kernels, whose epilogue is not hidden behind MMAs), other devices
-///   and builds without a swiglu kernel take the elementwise kernel on the interleaved h.
+///   swiglu(acc) writes `a` directly (h never exists); SwigluPlacement says where that is chosen.
+///   Other devices and builds without a swiglu kernel take the elementwise kernel on the interleaved h.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -38,6 +37,13 @@ enum class GateUpLayout : std::uint8_t {
   interleaved,  ///< Per expert row 2f gate f, row 2f + 1 up f: the SwiGLU fuses into the first GEMM.
 };
 
+/// Where the SwiGLU between the two GEMMs runs.
+enum class SwigluPlacement : std::uint8_t {
+  automatic,  ///< In the first GEMM's epilogue if the build has the swiglu form of the separate GEMM's kernel.
+  epilogue,   ///< In the first GEMM's epilogue; needs interleaved weights and a swiglu kernel for the size class.
+  separate,   ///< One elementwise kernel over h (T x 2F), which the first GEMM writes.
+};
+
 /// What an expert FFN computes and where it runs.
 struct MoeFfnSpec {
   DType dtype = DType::bf16;       ///< Element of x, the weights, the intermediates and out (bf16 or f16).
@@ -51,6 +57,7 @@ struct MoeFfnSpec {
   int device = 0;                  ///< Its ordinal.
   int rows_per_expert_hint = 0;    ///< Typical rows per expert (0 = unknown); with H and F, the size class.
   GateUpLayout gate_up_layout = GateUpLayout::stacked;  ///< Row order of w_gate_up.
+  SwigluPlacement swiglu = SwigluPlacement::automatic;  ///< Where the SwiGLU runs.
   friend bool operator==(const MoeFfnSpec&, const MoeFfnSpec&) = default;
 };
 /// Hash of every field of `spec` (plan caches key on the whole spec).
@@ -77,8 +84,9 @@ Status interleave_gate_up(DType dtype, const void* src, void* dst, int experts, 
 /// An expert FFN plan: two grouped GEMM plans and the SwiGLU between them. Host only, cheap to copy.
 class MoeExpertFfn {
  public:
-  /// Checks `spec` (`invalid_argument` naming the field and the rule) and chooses both GEMMs' kernels
-  /// (`unsupported` when the build has none for the dtype on this device).
+  /// Checks `spec` (`invalid_argument` naming the field and the rule; SwigluPlacement::epilogue with
+  /// stacked weights is one) and chooses both GEMMs' kernels (`unsupported` when the build has none for
+  /// the dtype on this device, or no swiglu kernel for the size class under SwigluPlacement::epilogue).
   static Result<MoeExpertFfn> create(const MoeFfnSpec& spec);
 
   /// Device workspace bytes run() needs: the intermediates (T x F, and T x 2F unless the SwiGLU is
@@ -89,8 +97,8 @@ class MoeExpertFfn {
   /// The SKUs of the gate/up and down GEMMs.
   [[nodiscard]] const GemmSku& gate_up_sku() const noexcept { return gate_up_.sku(); }
   [[nodiscard]] const GemmSku& down_sku() const noexcept { return down_.sku(); }
-  /// True when the first GEMM's epilogue computes the SwiGLU (interleaved weights, a decode or medium
-  /// size class, an sm_90a device and a swiglu kernel in the build); false when a separate kernel does.
+  /// True when the first GEMM's epilogue computes the SwiGLU (see SwigluPlacement); false when a
+  /// separate kernel does.
   [[nodiscard]] bool fused_swiglu() const noexcept { return fused_; }
 
   /// Validates `tensors` (non-null, 16-byte aligned; `invalid_argument` naming the tensor) and enqueues
