@@ -6,6 +6,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 
 import pytest
 
@@ -18,6 +19,30 @@ def test_import_and_version():
     for name in ("grouped_mm", "mm", "scaled_grouped_mm", "conv2d", "conv2d_backward_data", "conv2d_backward_weight",
                  "GroupedGemmPlan", "Device", "GpuRef", "jit", "Error"):
         assert hasattr(cuactor, name), name
+
+
+def test_extension_exports_only_its_entry_point():
+    # Anything else in the dynamic symbol table can interpose on other libraries of the process (a
+    # std::locale destructor bound into cuactor._core crashed `import torch` after `import cuactor`).
+    nm = shutil.which("nm")
+    if nm is None:
+        pytest.skip("binutils' nm is not installed")
+    listing = subprocess.run([nm, "-D", "--defined-only", cuactor._core.__file__], check=True, capture_output=True,
+                             text=True).stdout
+    assert [line.split()[-1] for line in listing.splitlines() if line.strip()] == ["PyInit__core"]
+
+
+def test_import_before_torch_then_torch_imports():
+    # In a fresh interpreter: cuactor first, then PyTorch (which loads its own CUDA and NCCL copies).
+    try:
+        import importlib.util
+        if importlib.util.find_spec("torch") is None:
+            pytest.skip("PyTorch is not installed")
+    except ValueError:
+        pytest.skip("PyTorch is not importable")
+    done = subprocess.run([sys.executable, "-c", "import cuactor, torch; print(torch.__version__)"],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
 
 
 def test_public_entities_have_docstrings():
