@@ -156,7 +156,7 @@ cuactor_gemm_instance(${dense80} TYPES f16 f16 f16 f16 f32 LAYOUTS row col row T
 set(grouped90 FAMILY grouped ARCH sm_90a TEMPLATE grouped_instance.cu.in)
 # The expert FFN's down projection: each row scaled by its routing weight in the epilogue ([K8]).
 foreach(t bf16 f16)
-  cuactor_gemm_instance(${grouped90} TYPES ${t} ${t} ${t} ${t} f32 LAYOUTS row col row TILE 128 256 64 CLUSTER 2 1 1
+  cuactor_gemm_instance(${grouped90} TYPES ${t} ${t} ${t} ${t} f32 LAYOUTS row col row TILE 128 256 64 CLUSTER 1 1 1
                         SCHEDULE cooperative EPILOGUE "mul(acc,rowscale)")
 endforeach()
 cuactor_gemm_instance(${grouped90} TYPES bf16 bf16 bf16 bf16 f32 LAYOUTS row col row TILE 64 128 128 CLUSTER 1 1 1
@@ -174,12 +174,13 @@ foreach(t bf16 f16)
   cuactor_gemm_instance(${grouped90} TYPES ${t} ${t} ${t} ${t} f32 LAYOUTS row col row TILE 64 128 128 CLUSTER 1 1 1
                         SCHEDULE pingpong EPILOGUE "swiglu(acc)")
 endforeach()
-cuactor_gemm_instance(${grouped90} TYPES bf16 bf16 bf16 bf16 f32 LAYOUTS row col row TILE 128 256 64 CLUSTER 2 1 1
+cuactor_gemm_instance(${grouped90} TYPES bf16 bf16 bf16 bf16 f32 LAYOUTS row col row TILE 128 256 64 CLUSTER 1 1 1
                       SCHEDULE cooperative EPILOGUE "swiglu(acc)")
-# 16-bit, large M: cooperative 128x256x64, cluster 2x1; medium M (65..256 rows, N and K <= 4096):
-# pingpong 64x256x64; small M (decode): pingpong 64x128x128 (GroupedSizeClass).
+# 16-bit, large M: cooperative 128x256x64 without a cluster (the 2x1 cluster measured 0.86-1.03x of it
+# in session 15's sweeps); medium M (65..128 rows, N and K <= 4096): pingpong 64x256x64; small M
+# (decode): pingpong 64x128x128 (GroupedSizeClass).
 foreach(t bf16 f16)
-  cuactor_gemm_instance(${grouped90} TYPES ${t} ${t} ${t} ${t} f32 LAYOUTS row col row TILE 128 256 64 CLUSTER 2 1 1
+  cuactor_gemm_instance(${grouped90} TYPES ${t} ${t} ${t} ${t} f32 LAYOUTS row col row TILE 128 256 64 CLUSTER 1 1 1
                         SCHEDULE cooperative EPILOGUE linear_combination)
   cuactor_gemm_instance(${grouped90} TYPES ${t} ${t} ${t} ${t} f32 LAYOUTS row col row TILE 64 256 64 CLUSTER 1 1 1
                         SCHEDULE pingpong EPILOGUE linear_combination)
@@ -187,9 +188,9 @@ foreach(t bf16 f16)
                         SCHEDULE pingpong EPILOGUE linear_combination)
 endforeach()
 # bf16 with B as K x N row-major, and bf16 inputs with f32 output.
-cuactor_gemm_instance(${grouped90} TYPES bf16 bf16 bf16 bf16 f32 LAYOUTS row row row TILE 128 256 64 CLUSTER 2 1 1
+cuactor_gemm_instance(${grouped90} TYPES bf16 bf16 bf16 bf16 f32 LAYOUTS row row row TILE 128 256 64 CLUSTER 1 1 1
                       SCHEDULE cooperative EPILOGUE linear_combination)
-cuactor_gemm_instance(${grouped90} TYPES bf16 bf16 f32 f32 f32 LAYOUTS row col row TILE 128 256 64 CLUSTER 2 1 1
+cuactor_gemm_instance(${grouped90} TYPES bf16 bf16 f32 f32 f32 LAYOUTS row col row TILE 128 256 64 CLUSTER 1 1 1
                       SCHEDULE cooperative EPILOGUE linear_combination)
 # fp8 e4m3, TN only, bf16 out, per-tensor scales folded into alpha[g]: 256x128x128 cluster 1x2 / pingpong.
 cuactor_gemm_instance(${grouped90} TYPES e4m3 e4m3 bf16 bf16 f32 LAYOUTS row col row TILE 256 128 128 CLUSTER 1 2 1

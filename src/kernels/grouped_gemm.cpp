@@ -221,12 +221,15 @@ bool grouped_sku_runs_on(const GemmSku& sku, GpuArch device) noexcept {
 }
 
 GroupedSizeClass grouped_size_class(const GroupedGemmSpec& spec) noexcept {
-  // Sweeps (`cuactor tune grouped`, bf16 and e4m3, H100): pingpong 64x256 won for tens to hundreds
-  // of rows per group with N, K <= 4096; 64x128 stays the decode kernel.
-  constexpr int kDecodeRows = 64, kMediumRows = 256, kMediumNK = 4096;
+  // Sweeps (`cuactor tune grouped`, H100, rows per group jittered by +-90%): 64x128 pingpong is the
+  // decode kernel. 16-bit: pingpong 64x256 and cooperative 128x256 tie at 128 rows per group (within
+  // 3%), the cooperative one wins from 256 rows (1.03-1.14x) and on large groups; e4m3 keeps pingpong
+  // 64x256 to 256 rows (the session-8 sweep; not re-measured).
+  constexpr int kDecodeRows = 64, kMediumNK = 4096;
+  const int medium_rows = spec.a == DType::e4m3 ? 256 : 128;
   const int rows = spec.rows_per_group_hint;
   if (rows > 0 && rows <= kDecodeRows) return GroupedSizeClass::decode;
-  if (rows > kDecodeRows && rows <= kMediumRows && spec.n_hint > 0 && spec.n_hint <= kMediumNK && spec.k_hint > 0 &&
+  if (rows > kDecodeRows && rows <= medium_rows && spec.n_hint > 0 && spec.n_hint <= kMediumNK && spec.k_hint > 0 &&
       spec.k_hint <= kMediumNK)
     return GroupedSizeClass::medium;
   return GroupedSizeClass::large;

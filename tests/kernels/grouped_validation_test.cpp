@@ -299,10 +299,10 @@ TEST(GroupedPlan, ChoosesBySkuShapeHintAndOverride) {
   auto fp8 = GroupedGemmPlan::create(hopper_spec(DType::e4m3));
   ASSERT_TRUE(fp8.has_value()) << fp8.error().to_string();
   EXPECT_EQ(fp8->sku().schedule, GemmSchedule::cooperative_fp8_fast_accum);
-  // Medium groups (hundreds of rows, N and K <= 4096): the pingpong 64x256 kernel of each type.
+  // Medium groups (about a hundred rows, N and K <= 4096): the pingpong 64x256 kernel of each type.
   for (DType t : {DType::bf16, DType::f16, DType::e4m3}) {
     auto medium = hopper_spec(t);
-    medium.rows_per_group_hint = 200;
+    medium.rows_per_group_hint = 100;
     medium.n_hint = 1536;
     medium.k_hint = 2048;
     auto plan_medium = GroupedGemmPlan::create(medium);
@@ -343,10 +343,17 @@ TEST(GroupedPlan, SizeClassesByRowsAndShape) {
   s.n_hint = 4096;
   s.k_hint = 4096;
   EXPECT_EQ(grouped_size_class(s), GroupedSizeClass::medium);
-  s.rows_per_group_hint = 256;
+  s.rows_per_group_hint = 128;
   EXPECT_EQ(grouped_size_class(s), GroupedSizeClass::medium);
-  s.rows_per_group_hint = 257;
+  s.rows_per_group_hint = 129;  // 16-bit: the cooperative 128x256 kernel from here
   EXPECT_EQ(grouped_size_class(s), GroupedSizeClass::large);
+  GroupedGemmSpec fp8 = s;
+  fp8.a = fp8.b = DType::e4m3;
+  EXPECT_EQ(grouped_size_class(fp8), GroupedSizeClass::medium);
+  fp8.rows_per_group_hint = 256;
+  EXPECT_EQ(grouped_size_class(fp8), GroupedSizeClass::medium);
+  fp8.rows_per_group_hint = 257;
+  EXPECT_EQ(grouped_size_class(fp8), GroupedSizeClass::large);
   s.rows_per_group_hint = 128;
   s.k_hint = 4097;
   EXPECT_EQ(grouped_size_class(s), GroupedSizeClass::large);
@@ -377,7 +384,7 @@ TEST(GroupedPlanCache, KeysOnTheEpilogueTreeAndTheShapeClass) {
   ASSERT_TRUE(small.has_value());
   EXPECT_NE(small->get(), plain->get());
   auto medium_spec = hopper_spec();
-  medium_spec.rows_per_group_hint = 200;
+  medium_spec.rows_per_group_hint = 100;
   medium_spec.n_hint = medium_spec.k_hint = 2048;
   auto medium = cache.get(medium_spec);
   ASSERT_TRUE(medium.has_value());

@@ -114,8 +114,8 @@ std::vector<GemmSku> candidates(DType in, bool quick) {
   const int k16 = 64, k8 = 128;  // 128-byte K slices
   const int tk = fp8 ? k8 : k16;
   const std::vector<Config> configs = {
-      {{fp8 ? 256 : 128, fp8 ? 128 : 256, tk}, {fp8 ? 1 : 2, fp8 ? 2 : 1, 1}, false, true},  // the catalog's large
-      {{128, 256, tk}, {1, 1, 1}, false, false},
+      {{fp8 ? 256 : 128, fp8 ? 128 : 256, tk}, {fp8 ? 1 : 2, fp8 ? 2 : 1, 1}, false, true},  // fp8: the catalog's large
+      {{128, 256, tk}, {1, 1, 1}, false, !fp8},  // 16-bit: the catalog's large
       {{128, 128, tk}, {1, 1, 1}, false, true},
       {{128, 128, tk}, {2, 1, 1}, false, false},
       {{fp8 ? 128 : 256, fp8 ? 256 : 128, tk}, {fp8 ? 2 : 1, fp8 ? 1 : 2, 1}, false, true},
