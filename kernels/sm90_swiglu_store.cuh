@@ -22,10 +22,6 @@
 
 namespace cuactor::kernels::sm90::evt {
 
-/// Stores silu(x[m, 2j]) * x[m, 2j + 1] to D[m, j] of each group, D's pointer and leading dimension
-/// read per group from device arrays (the grouped ABI's ptr_d and ld_d; the tile's l coordinate is
-/// the group). Registers only: visit() converts each pair, end_loop() stores the subtile's results,
-/// predicated on the group's M and N.
 /// Whether a subtile's coordinate layout is the warpgroup MMA accumulator's, (2, 2, J) : (1 column,
 /// 8 rows, 8 columns) with J a multiple of 4, and D 16-bit: the quad-transposed 8-byte stores of
 /// SwigluStore rely on both (and on the hardware's lane order within a quad, fixed for sm_90).
@@ -43,6 +39,10 @@ inline constexpr bool kQuadStores = [] {
   }
 }();
 
+/// Stores silu(x[m, 2j]) * x[m, 2j + 1] to D[m, j] of each group, D's pointer and leading dimension
+/// read per group from device arrays (the grouped ABI's ptr_d and ld_d; the tile's l coordinate is
+/// the group). Registers only: visit() converts each pair, end_loop() stores the subtile's results,
+/// predicated on the group's M and N.
 template <class Element, cutlass::FloatRoundStyle Round>
 struct SwigluStore {
   /// The element the collective takes for its (void) D's register and copy types.
@@ -160,9 +160,9 @@ struct SwigluStore {
           const int row = cute::get<0>(c), first = cute::get<1>(c) / 2 + 3 * t;
           if (row >= m || first >= half_n) continue;
           Element* at = d + row * ldd + first;
-          // The plan's rules make D rows 16-byte aligned and N / 2 a multiple of 8 (check_operand,
-          // grouped_gemm.cpp), so four outputs from a multiple of 4 are whole and aligned; the
-          // element-wise path stays for anything else.
+          // The plan's rules make D rows 16-byte aligned and N / 2 a multiple of 8 (validate_device_sized
+          // and check_operand, grouped_gemm.cpp), so four outputs from a multiple of 4 are whole and
+          // aligned; the element-wise path is a guard, unreachable through a validated plan.
           if (first + 4 <= half_n && reinterpret_cast<uintptr_t>(at) % 8 == 0) {
             *reinterpret_cast<uint2*>(at) = four;
           } else {

@@ -154,13 +154,13 @@ def moe_expert_ffn(x: Any, w_gate_up: Any, w_down: Any, offs: Any, routing_weigh
     2f + 1 (convert once with :func:`interleave_gate_up`), and the first GEMM's epilogue can compute the
     SwiGLU: the (rows, 2F) intermediate is then never written. ``swiglu`` says where it runs: ``"auto"``
     (the epilogue where this build has the fused form of the GEMM kernel the expert size takes),
-    ``"epilogue"`` (always; needs interleaved weights) or ``"separate"`` (one elementwise kernel, the
-    only form for stacked weights).
+    ``"epilogue"`` (always: that fused kernel, else any fused kernel of the dtype; needs interleaved
+    weights) or ``"separate"`` (one elementwise kernel, the only form for stacked weights).
 
     Raises:
         InvalidArgumentError: shapes, dtypes, devices or contiguity break a rule (the message says which).
         UnsupportedError: no kernel of this build computes the dtype on this GPU (or, with
-            ``swiglu="epilogue"``, fuses the SwiGLU for this expert size).
+            ``swiglu="epilogue"``, fuses the SwiGLU for it).
     """
     torch = _torch_of(x)
     out = _prepare_out(torch, x, (int(x.shape[0]), int(x.shape[1])), out, None, getattr(x, "dtype", None))

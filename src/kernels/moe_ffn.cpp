@@ -6,10 +6,12 @@
 
 #include <boost/container_hash/hash.hpp>
 #include <climits>
+#include <optional>
 #include <utility>
 
 #include "cuactor/core/nvtx.hpp"
 #include "cuactor/gpu/check.hpp"
+#include "cuactor/kernels/catalog.hpp"
 #include "kernels/gemm_geometry.hpp"
 #include "kernels/grouped_layout.hpp"
 #include "kernels/moe_launch.hpp"
@@ -127,19 +129,27 @@ Result<MoeExpertFfn> MoeExpertFfn::create(const MoeFfnSpec& s) {
     return fail(errc::invalid_argument,
                 "expert FFN: swiglu=epilogue needs gate_up_layout=interleaved (the stacked layout puts gate f and up "
                 "f F columns apart, in different tiles; interleave_gate_up converts)");
-  // automatic fuses where the build has the swiglu form of the kernel the separate GEMM would run: with
+  // automatic fuses where the catalog has the swiglu form of the kernel the separate GEMM runs: with
   // the quad-transposed stores of the swiglu root the fused FFN measured faster in every size class
-  // (H100, bench/moe_ffn_torch.py: 1.005-1.10x the separate kernel, the cooperative Mixtral-like
-  // prefill 1.04x). Another kernel shape just to fuse is not assumed to pay.
+  // (H100, bench/moe_ffn_torch.py: 1.00-1.09x the separate kernel, the cooperative Mixtral-like
+  // prefill 1.045x). Another kernel shape just to fuse is not assumed to pay; epilogue takes one.
   const GroupedGemmSpec separate = gemm_spec(s, false, false);
   auto gate_up = GroupedGemmPlan::create(separate);
   if (s.gate_up_layout == GateUpLayout::interleaved && s.swiglu != SwigluPlacement::separate) {
-    auto fused = GroupedGemmPlan::create(gemm_spec(s, false, true));
-    const auto same_kernel = [&](const GemmSku& a, const GemmSku& b) {
-      return a.tile == b.tile && a.cluster == b.cluster && a.schedule == b.schedule && a.arch == b.arch;
-    };
-    if (s.swiglu == SwigluPlacement::epilogue || (fused && gate_up && same_kernel(fused->sku(), gate_up->sku())))
-      gate_up = std::move(fused);
+    const GroupedGemmSpec fused = gemm_spec(s, false, true);
+    std::optional<GemmSku> same_kernel;
+    if (gate_up) {
+      GemmSku sku = gate_up->sku();
+      sku.epilogue = fused.epilogue;
+      if (find_in_catalog(sku) != nullptr) same_kernel = sku;
+    }
+    if (same_kernel) {
+      GroupedGemmSpec pinned = fused;
+      pinned.sku_override = same_kernel;
+      gate_up = GroupedGemmPlan::create(pinned);
+    } else if (s.swiglu == SwigluPlacement::epilogue) {
+      gate_up = GroupedGemmPlan::create(fused);  // any swiglu kernel of the dtype
+    }
   }
   if (!gate_up) return fail(gate_up.error());
   auto down = GroupedGemmPlan::create(gemm_spec(s, true, false));

@@ -4,6 +4,9 @@
 
 #include <gtest/gtest.h>
 
+#include <string>
+
+#include "cuactor/kernels/catalog.hpp"
 #include "cuactor/kernels/grouped_gemm.hpp"
 #include "kernels/grouped_layout.hpp"
 #include "support/plan_checks.hpp"
@@ -131,6 +134,50 @@ TEST(MoeExpertFfn, RejectsSpecsNamingTheRule) {
   fused_stacked.swiglu = SwigluPlacement::epilogue;
   expect_error(MoeExpertFfn::create(fused_stacked), errc::invalid_argument,
                "swiglu=epilogue needs gate_up_layout=interleaved");
+  MoeFfnSpec fused_ampere = s;  // the swiglu root is an sm_90a epilogue visitor
+  fused_ampere.arch = GpuArch{8, 0, false};
+  fused_ampere.gate_up_layout = GateUpLayout::interleaved;
+  fused_ampere.swiglu = SwigluPlacement::epilogue;
+  expect_error(MoeExpertFfn::create(fused_ampere), errc::unsupported, "needs an sm_90a device");
+}
+
+// Planning only (no GPU): automatic fuses where the catalog has the swiglu form of the kernel the
+// separate GEMM runs, so the fused plan runs that very kernel; epilogue takes any swiglu kernel.
+TEST(MoeExpertFfn, AutomaticFusesWhereTheCatalogHasTheFusedKernel) {
+  bool has_swiglu = false;
+  for (const CatalogEntry* e : catalog_entries(GemmFamily::grouped)) has_swiglu |= pairs_columns(e->sku.epilogue);
+  if (!has_swiglu) GTEST_SKIP() << "no swiglu kernels in this build (CUACTOR_KERNEL_ARCHS)";
+  struct Case {
+    DType dtype;
+    int rows_per_expert;
+    bool fused;
+  };
+  // Qwen3-like experts (H 4096, F 1536): decode, medium and large classes; f16 has no large swiglu kernel.
+  for (const Case c : {Case{DType::bf16, 4, true}, Case{DType::bf16, 100, true}, Case{DType::bf16, 256, true},
+                       Case{DType::f16, 4, true}, Case{DType::f16, 100, true}, Case{DType::f16, 256, false}}) {
+    SCOPED_TRACE(std::string(name(c.dtype)) + " " + std::to_string(c.rows_per_expert) + " rows per expert");
+    MoeFfnSpec s;
+    s.dtype = c.dtype;
+    s.hidden = 4096;
+    s.ffn = 1536;
+    s.experts = 128;
+    s.capacity_rows = 128 * c.rows_per_expert;
+    s.sm_count = 132;
+    s.rows_per_expert_hint = c.rows_per_expert;
+    auto stacked = MoeExpertFfn::create(s);
+    ASSERT_TRUE(stacked.has_value()) << stacked.error().to_string();
+    s.gate_up_layout = GateUpLayout::interleaved;
+    auto automatic = MoeExpertFfn::create(s);
+    ASSERT_TRUE(automatic.has_value()) << automatic.error().to_string();
+    EXPECT_EQ(automatic->fused_swiglu(), c.fused) << automatic->gate_up_sku().to_string();
+    GemmSku same = stacked->gate_up_sku();
+    same.epilogue = automatic->gate_up_sku().epilogue;
+    EXPECT_EQ(automatic->gate_up_sku(), same) << "the fused plan runs the separate plan's kernel";
+    s.swiglu = SwigluPlacement::epilogue;
+    auto forced = MoeExpertFfn::create(s);
+    ASSERT_TRUE(forced.has_value()) << forced.error().to_string();
+    EXPECT_TRUE(forced->fused_swiglu());
+  }
 }
 
 TEST(MoeExpertFfn, SpecHashTellsTheGateUpLayoutsAndSwigluPlacementsApart) {

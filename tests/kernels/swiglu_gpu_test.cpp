@@ -93,9 +93,9 @@ GemmSku swiglu_sku(DType t, Shape3 tile, Shape3 cluster, GemmSchedule schedule, 
   return s;
 }
 
-// Every swiglu SKU of the catalog (pingpong), and through the JIT cooperative ones: f16 with a 2x1
-// cluster, and bf16 with a per-expert column bias before the pairing. 7 experts with empty ones, rows
-// not multiples of the tile, D rows padded.
+// Every swiglu SKU of the catalog (pingpong, and the cooperative bf16 one), and through the JIT two
+// more cooperative ones: f16 with a 2x1 cluster, and bf16 with a per-expert column bias before the pairing. 7 experts
+// with empty ones, rows not multiples of the tile, D rows padded.
 TEST_F(SwigluGpu, GroupedTreesPairColumnsOfEveryGroup) {
   std::vector<GemmSku> skus;
   for (const CatalogEntry* e : catalog_entries(GemmFamily::grouped))
@@ -242,9 +242,9 @@ std::vector<double> ffn_reference(const HostVector& x, const HostVector& wgu, co
   return out;
 }
 
-// The expert FFN on interleaved weights (interleave_gate_up of the stacked ones) fuses the SwiGLU for
-// medium experts where the build has its kernel, keeps the separate kernel for large ones, and every
-// form matches the fp64 reference.
+// The expert FFN on interleaved weights (interleave_gate_up of the stacked ones) fuses the SwiGLU
+// where the build has the fused form of the size class's kernel, both placements can be forced, and
+// every form matches the fp64 reference.
 TEST_F(SwigluGpu, ExpertFfnInterleavedMatchesStackedAndFp64) {
   constexpr int kExperts = 8, kHidden = 256, kFfn = 384, kTokens = 700;
   const std::vector<int> rows = {300, 0, 1, 150, 0, 64, 100, 33};  // 52 rows past the total
@@ -277,11 +277,9 @@ TEST_F(SwigluGpu, ExpertFfnInterleavedMatchesStackedAndFp64) {
   MoeFfnSpec large_stacked = large;
   large_stacked.gate_up_layout = GateUpLayout::stacked;
   CUACTOR_ASSERT_OK_AND_ASSIGN(large_separate_plan, MoeExpertFfn::create(large_stacked));
-  const GemmSku& large_kernel = large_separate_plan.gate_up_sku();
-  bool catalog_has_large_swiglu = false;
-  for (const CatalogEntry* e : catalog_entries(GemmFamily::grouped))
-    catalog_has_large_swiglu |= pairs_columns(e->sku.epilogue) && e->sku.a == DType::bf16 &&
-                                e->sku.tile == large_kernel.tile && e->sku.schedule == large_kernel.schedule;
+  GemmSku large_swiglu = large_separate_plan.gate_up_sku();
+  large_swiglu.epilogue = epi::apply(EpilogueNode::swiglu, epi::acc());
+  const bool catalog_has_large_swiglu = find_in_catalog(large_swiglu) != nullptr;
   CUACTOR_ASSERT_OK_AND_ASSIGN(large_auto, MoeExpertFfn::create(large));
   EXPECT_EQ(large_auto.fused_swiglu(), catalog_has_large_swiglu) << large_auto.gate_up_sku().to_string();
   // The placement forced either way, whatever the size class would pick.

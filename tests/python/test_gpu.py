@@ -685,8 +685,10 @@ def test_moe_expert_ffn_interleaved_weights_fuse_the_swiglu(conv_torch, dtype):
     assert rel_err(torch, out[:valid], stacked[:valid].double()) < TOL["bfloat16"]
     # Both placements forced, whatever the size class picks: the same result.
     for swiglu in ("epilogue", "separate"):
-        forced = cuactor.moe_expert_ffn(x, inter, wd, offs, w, gate_up_interleaved=True, swiglu=swiglu)
+        forced = torch.full_like(out, float("nan"))
+        cuactor.moe_expert_ffn(x, inter, wd, offs, w, forced, gate_up_interleaved=True, swiglu=swiglu)
         assert rel_err(torch, forced[:valid], stacked[:valid].double()) < TOL["bfloat16"], swiglu
+        assert torch.isnan(forced[valid:]).all(), f"rows past offs[-1] were written ({swiglu})"
     with pytest.raises(cuactor.errors.InvalidArgumentError, match="overlap"):
         cuactor.interleave_gate_up(wgu, wgu)
 

@@ -30,8 +30,9 @@ class GroupedPlanCache {
       : cache_(capacity), planner_(std::move(planner)) {}
 
   /// The plan for `spec`, created on first use (a failure is returned, not cached). Specs that
-  /// differ only in their shape hints within one class share a plan: small M (<= 64 rows per group) or
-  /// not; with a planner, also the power-of-two buckets of every hint (the tuning database's classes).
+  /// differ only in their shape hints within one class share a plan: the GroupedSizeClass (decode,
+  /// medium, large); with a planner, also the power-of-two buckets of every hint (the tuning database's
+  /// classes).
   Result<std::shared_ptr<const GroupedGemmPlan>> get(const GroupedGemmSpec& spec);
   /// Plans currently held.
   [[nodiscard]] std::size_t size() const { return cache_.size(); }

@@ -15,7 +15,8 @@
 /// - interleaved (row 2f gate f, row 2f + 1 up f; interleave_gate_up() converts once, at load time):
 ///   each pair is two adjacent accumulator columns of one thread, and the first GEMM's epilogue tree
 ///   swiglu(acc) writes `a` directly (h never exists); SwigluPlacement says where that is chosen.
-///   Other devices and builds without a swiglu kernel take the elementwise kernel on the interleaved h.
+///   Under automatic, other devices and builds without the fused kernel take the elementwise kernel on
+///   the interleaved h.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -39,8 +40,8 @@ enum class GateUpLayout : std::uint8_t {
 
 /// Where the SwiGLU between the two GEMMs runs.
 enum class SwigluPlacement : std::uint8_t {
-  automatic,  ///< In the first GEMM's epilogue if the build has the swiglu form of the separate GEMM's kernel.
-  epilogue,   ///< In the first GEMM's epilogue; needs interleaved weights and a swiglu kernel for the size class.
+  automatic,  ///< In the first GEMM's epilogue if the catalog has the swiglu form of the separate GEMM's kernel.
+  epilogue,   ///< In the first GEMM's epilogue: that swiglu kernel, else any of the dtype (interleaved weights only).
   separate,   ///< One elementwise kernel over h (T x 2F), which the first GEMM writes.
 };
 
@@ -86,7 +87,7 @@ class MoeExpertFfn {
  public:
   /// Checks `spec` (`invalid_argument` naming the field and the rule; SwigluPlacement::epilogue with
   /// stacked weights is one) and chooses both GEMMs' kernels (`unsupported` when the build has none for
-  /// the dtype on this device, or no swiglu kernel for the size class under SwigluPlacement::epilogue).
+  /// the dtype on this device, or, under SwigluPlacement::epilogue, no swiglu kernel for it).
   static Result<MoeExpertFfn> create(const MoeFfnSpec& spec);
 
   /// Device workspace bytes run() needs: the intermediates (T x F, and T x 2F unless the SwiGLU is
