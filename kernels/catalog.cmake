@@ -210,8 +210,10 @@ endforeach()
 # schedule). 128x128 tiles, K step 64 for 16-bit and 32 for fp32 (tf32); fprop and dgrad also
 # 128x64 for narrow outputs (K resp. C <= 64 filled half a 128-wide tile: 0.57x cuDNN at C=K=64 on an
 # H100), wgrad 64x128 for few filters (K <= 64, or K a multiple of 64 that 128 rows would leave a
-# wave short). Wgrad instances hold two kernels: the direct one and the fp32-partial one of a split
-# reduction. Other tiles come through the JIT (cuactor jit warm --conv SKU).
+# wave short) and 64x64 for few filters of few channels: wgrad tiles cover the channels of one filter
+# tap, so C = 64 half-fills a 128-wide tile (64x64 ran 1.37-1.61x faster than 64x128 at C = K = 64,
+# bf16 on an H100). Wgrad instances hold two kernels: the direct one and the fp32-partial one of a
+# split reduction. Other tiles come through the JIT (cuactor jit warm --conv SKU).
 set(conv90 ARCH sm_90a TEMPLATE conv_sm90_instance.cu.in CLUSTER 1 1 1 SCHEDULE warpspecialized
            EPILOGUE linear_combination)
 foreach(t bf16 f16)
@@ -227,14 +229,18 @@ foreach(t bf16 f16)
                         TILE 128 64 64)
   cuactor_gemm_instance(FAMILY conv_wgrad ${conv90} TYPES ${t} ${t} ${t} ${t} f32 LAYOUTS nhwc nhwc krsc
                         TILE 64 128 64)
+  cuactor_gemm_instance(FAMILY conv_wgrad ${conv90} TYPES ${t} ${t} ${t} ${t} f32 LAYOUTS nhwc nhwc krsc
+                        TILE 64 64 64)
 endforeach()
 # Two consumer warpgroups per tile (cuactor's CooperativeConvKernel): 256x128 tiles for large outputs;
 # for fprop and dgrad also in 1x2 clusters (the two CTAs of a row band share the activation tile by
 # multicast) and 256x64 tiles. Measured on an H100 (bf16, beside cuDNN): the 1x2 cluster lifts 256x128
 # fprop and dgrad by 1.10-1.13x on grids of two waves or more and loses when the grid is a wave or
-# less; 256x64 lifts fprop and dgrad with 64 output channels by 1.11-1.21x over 128x64. (A 2x1 cluster
-# gained nothing, nor did a cooperative 128x256 wgrad tile: 0.30-1.01x of the plan's choice; neither
-# is compiled.)
+# less; 256x64 lifts fprop and dgrad with 64 output channels by 1.11-1.21x over 128x64. (A 2x1
+# cluster gained nothing, nor did these wgrad tiles: cooperative 128x256, 0.30-1.01x of the plan's
+# choice; cooperative 128x128, as fast as one warpgroup's 128x128; 128x64, one warpgroup or two, at
+# most 1.13x the plan's choice on one of 15 shapes and never chosen by its cost model. None is
+# compiled.)
 set(conv90coop ARCH sm_90a TEMPLATE conv_sm90_instance.cu.in CLUSTER 1 1 1 SCHEDULE cooperative
                EPILOGUE linear_combination)
 set(conv90coop_pair ARCH sm_90a TEMPLATE conv_sm90_instance.cu.in CLUSTER 1 2 1 SCHEDULE cooperative
@@ -252,7 +258,6 @@ foreach(t bf16 f16)
                         TILE 256 128 64)
 endforeach()
 cuactor_gemm_instance(FAMILY conv_fprop ${conv90} TYPES f32 f32 f32 f32 f32 LAYOUTS nhwc krsc nhwc TILE 128 128 32)
-
 # sm_80 (CUTLASS 2.x implicit GEMM; also runs on Hopper): strided dgrad, which the sm_90a kernels do
 # not compute (CUTLASS's strided-dgrad kernel visits each output phase's filter taps), 128x128x64 with
 # 3 stages (96 KiB of shared memory: Ampere and Ada too). The template also instantiates fprop and

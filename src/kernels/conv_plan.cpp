@@ -112,11 +112,15 @@ std::int64_t ceil_div(std::int64_t a, std::int64_t b) {
 }
 
 /// CTAs of `sku` over the spec's implicit GEMM: its output tiles, each extent rounded up to whole
-/// clusters (a cluster's CTAs past the edge still run).
+/// clusters (a cluster's CTAs past the edge still run). Wgrad's N mode is (C, S, R) and its tiles
+/// cover channels of one filter tap: R x S x ceil(C / tile N) of them (the grids launched on an H100
+/// say so), so C = 64 half-fills a 128-wide tile however many taps there are.
 std::int64_t output_tiles(const GemmSku& sku, const ConvSpec& spec) {
   const auto [m, n] = gemm_mn(spec);
   const auto clustered = [](std::int64_t tiles, int cluster) { return ceil_div(tiles, cluster) * cluster; };
-  return clustered(ceil_div(m, sku.tile.m), sku.cluster.m) * clustered(ceil_div(n, sku.tile.n), sku.cluster.n);
+  const std::int64_t n_tiles =
+      spec.operation == ConvOperation::wgrad ? spec.r * spec.s * ceil_div(spec.c, sku.tile.n) : ceil_div(n, sku.tile.n);
+  return clustered(ceil_div(m, sku.tile.m), sku.cluster.m) * clustered(n_tiles, sku.cluster.n);
 }
 
 /// The multiprocessors a plan counts on (the given count, else an H100's).
@@ -130,16 +134,17 @@ double estimated_cost(const GemmSku& sku, const ConvSpec& spec, int sm_count) {
          cluster_factor(sku, waves);
 }
 
-// Wgrad cost model (microseconds on an H100-class part; only its ordering matters), calibrated on
-// an H100 against measured wgrad times of both catalog tiles: a 128x128 mainloop step runs at about
-// 4.45 TFLOP/s per multiprocessor (the kernel's single consumer warpgroup), a 64-row tile at about
-// two thirds of that rate per flop (1.9x slower fitted one long reduction but mispicked a short one
-// by 1.25x; 1.5 picks the faster measured tile on every measured shape); fill and epilogue are
-// worth kFillSteps steps; a split adds its partials' round trip through memory at
-// kSumBytesPerMicro and the sum's launch.
-constexpr double kFlopPerMicro16 = 4.45e6;  // 16-bit operands; tf32 runs at half
-constexpr double kShortTilePenalty = 1.5;   // tiles of 64 rows
-constexpr double kFillSteps = 6.0;
+// Wgrad cost model (microseconds on an H100-class part; only its ordering matters), fitted on an
+// H100 to 7 wgrad tiles over 15 shapes (session 16, bf16; one consumer warpgroup 64x64 to 128x128,
+// cooperative 128x64 to 256x128). A mainloop step's time follows the operand elements it loads,
+// (tile M + tile N) x tile K, not its flops: per flop, 64x128 and 128x64 ran 1.43-1.56x and 64x64
+// 2.06x the time of 128x128, cooperative 256x128 0.72x (the law says 1.5, 2 and 0.75), and the
+// schedule added nothing beyond that (cooperative 128x128 ran as the one-warpgroup 128x128). Each
+// wave adds a fill and epilogue time proportional to the tile's area (the fp32 partials it
+// writes); a split adds its partials' round trip through memory at kSumBytesPerMicro and the sum's
+// launch.
+constexpr double kMicrosPerLoadedElement16 = 0.474 / ((128 + 128) * 64);  // a 128x128x64 step: 0.474 us
+constexpr double kFillMicros128 = 7.0;                                    // per wave of 128x128 tiles
 constexpr double kSumBytesPerMicro = 2.5e6;
 constexpr double kSumLaunchMicros = 2.0;
 
@@ -148,11 +153,11 @@ double wgrad_micros(const GemmSku& sku, const ConvSpec& s, ConvSplit split, int 
   // The largest slice sets the length of a wave.
   const std::int64_t k_steps = ceil_div(ceil_div(s.n, split.images) * ceil_div(s.p(), split.rows) * s.q(), sku.tile.k);
   const std::int64_t waves = ceil_div(output_tiles(sku, s) * split.slices(), planned_sms(sm_count));
-  const double flop_per_micro = size_bits(s.element) == 32 ? kFlopPerMicro16 / 2 : kFlopPerMicro16;
-  const double step = 2.0 * sku.tile.m * sku.tile.n * sku.tile.k / flop_per_micro *
-                      (sku.tile.m < 128 ? kShortTilePenalty : 1.0) * schedule_factor(sku);
+  const double element_cost = size_bits(s.element) == 32 ? 2 * kMicrosPerLoadedElement16 : kMicrosPerLoadedElement16;
+  const double step = static_cast<double>(sku.tile.m + sku.tile.n) * sku.tile.k * element_cost;
+  const double fill = kFillMicros128 * sku.tile.m * sku.tile.n / (128.0 * 128.0);
   const double mainloop =
-      static_cast<double>(waves) * (static_cast<double>(k_steps) + kFillSteps) * step * cluster_factor(sku, waves);
+      static_cast<double>(waves) * (static_cast<double>(k_steps) * step + fill) * cluster_factor(sku, waves);
   if (split.slices() == 1) return mainloop;  // one kernel writes D directly
   // The slices write fp32 partials that the sum reads back before it writes D.
   const double sum_bytes =

@@ -284,9 +284,9 @@ TEST(ConvPlanCreate, OverrideIsHonoured) {
 // The heuristic by class of shape, as measured faster on an H100 (bench/conv_torch.py, sessions 10
 // and 11): fprop and dgrad take cooperative 256x128 tiles in 1x2 clusters on grids of two waves or
 // more (no cluster on one wave or one tile column), cooperative 256x64 for 64 output channels; wgrad
-// a 64-row tile split over images when there are few filters, the cooperative tile split over rows
-// for one large image. Skipped without the sm_90a conv catalog; with it, every kernel a class
-// expects must be compiled.
+// (session 16) a 64x64 tile split over images when there are few filters of few channels, the
+// cooperative tile split over rows for one large image. Skipped without the sm_90a conv catalog; with it, every kernel
+// a class expects must be compiled.
 TEST(ConvPlanCreate, HeuristicByClassOfShape) {
   const auto has = [](const ConvSpec& spec, Shape3 tile, GemmSchedule schedule, Shape3 cluster = {1, 1, 1}) {
     return find_in_catalog(ConvPlan::sku_for(spec, kHopper, tile, cluster, schedule)) != nullptr;
@@ -331,12 +331,22 @@ TEST(ConvPlanCreate, HeuristicByClassOfShape) {
     EXPECT_EQ(narrow_plan.sku().tile, (Shape3{256, 64, 64})) << narrow_plan.sku().to_string();
     EXPECT_EQ(narrow_plan.sku().schedule, GemmSchedule::cooperative) << narrow_plan.sku().to_string();
   }
+  // Few filters of few channels (K = C = 64): the 64x64 tile (a tile covers one filter tap's
+  // channels), split over image ranges; over rows too when there are few images.
   const ConvSpec few_filters = spec_of(ConvOperation::wgrad, 32, 56, 64, 64);
-  ASSERT_TRUE(has(few_filters, {64, 128, 64}, GemmSchedule::warpspecialized));
+  ASSERT_TRUE(has(few_filters, {64, 64, 64}, GemmSchedule::warpspecialized));
   CUACTOR_ASSERT_OK_AND_ASSIGN(few_plan, ConvPlan::create(few_filters, kHopper, o));
-  EXPECT_EQ(few_plan.sku().tile.m, 64) << few_plan.sku().to_string();
-  EXPECT_GE(few_plan.split().images, 16);
+  EXPECT_EQ(few_plan.sku().tile, (Shape3{64, 64, 64})) << few_plan.sku().to_string();
+  EXPECT_GE(few_plan.split().images, 8);
   EXPECT_EQ(few_plan.split().rows, 1);
+  CUACTOR_ASSERT_OK_AND_ASSIGN(few_images, ConvPlan::create(spec_of(ConvOperation::wgrad, 4, 112, 64, 64), kHopper, o));
+  EXPECT_EQ(few_images.sku().tile, (Shape3{64, 64, 64})) << few_images.sku().to_string();
+  EXPECT_EQ(few_images.split().images, 4);
+  EXPECT_GT(few_images.split().rows, 1);
+  // Many filters of many channels in one wave or more of 128x128 tiles: no 64-wide tile.
+  CUACTOR_ASSERT_OK_AND_ASSIGN(wide, ConvPlan::create(spec_of(ConvOperation::wgrad, 4, 32, 640, 640), kHopper, o));
+  EXPECT_GE(wide.sku().tile.m, 128) << wide.sku().to_string();
+  EXPECT_GE(wide.sku().tile.n, 128) << wide.sku().to_string();
   const ConvSpec one_image = spec_of(ConvOperation::wgrad, 1, 256, 512, 512);
   ASSERT_TRUE(has(one_image, {256, 128, 64}, GemmSchedule::cooperative));
   CUACTOR_ASSERT_OK_AND_ASSIGN(one_plan, ConvPlan::create(one_image, kHopper, o));
@@ -822,10 +832,10 @@ ConvSpec wgrad_spec(std::int64_t n, std::int64_t hw, std::int64_t c, std::int64_
 TEST_F(ConvFakePlan, WgradSplitsWhenTheFilterHasFewTiles) {
   ConvPlanOptions o;
   o.sm_count = 132;
-  // 64 filters of 3x3x64: 5 tiles of 128x128, a long reduction over 32 images: one slice per image
-  // range, enough to fill the device.
+  // 64 filters of 3x3x64: 9 tiles of 128x128 (one per filter tap), a long reduction over 32 images:
+  // one slice per image range, enough to fill the device.
   CUACTOR_ASSERT_OK_AND_ASSIGN(many_images, fake_plan(wgrad_spec(32, 56, 64, 64, 3), o));
-  EXPECT_GE(many_images.split().images, 16);
+  EXPECT_GE(many_images.split().images, 8);
   EXPECT_EQ(many_images.split().rows, 1);
   // One image: its rows are split instead.
   CUACTOR_ASSERT_OK_AND_ASSIGN(one_image, fake_plan(wgrad_spec(1, 128, 64, 64, 3), o));
