@@ -223,7 +223,7 @@ bool grouped_sku_runs_on(const GemmSku& sku, GpuArch device) noexcept {
 GroupedSizeClass grouped_size_class(const GroupedGemmSpec& spec) noexcept {
   // Sweeps (`cuactor tune grouped`, H100, rows per group jittered by +-90%): 64x128 pingpong is the
   // decode kernel. 16-bit: pingpong 64x256 and cooperative 128x256 tie at 128 rows per group (within
-  // 3%), the cooperative one wins from 256 rows (1.03-1.14x) and on large groups; e4m3 keeps pingpong
+  // 4%: 0.98-1.04x), the cooperative one wins from 256 rows (1.03-1.14x) and on large groups; e4m3 keeps pingpong
   // 64x256 to 256 rows (the session-8 sweep; not re-measured).
   constexpr int kDecodeRows = 64, kMediumNK = 4096;
   const int medium_rows = spec.a == DType::e4m3 ? 256 : 128;
