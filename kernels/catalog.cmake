@@ -6,7 +6,8 @@
 # Budget: one sm_90a configuration costs 25-60 s of nvcc and ~3.3 GB on one core; CI (2 cores,
 # 24 GiB) builds the whole matrix, so keep it to about 25 sm_90a entries plus a few sm_80 ones. Stream-K configurations
 # (cooperative_streamk) come through the JIT when the tuning database picks them.
-# CUACTOR_KERNEL_ARCHS ("sm90a;sm80") selects which architecture families are compiled at all.
+# CUACTOR_KERNEL_ARCHS ("sm90a;sm80") selects which architecture families are compiled at all, and
+# CUACTOR_CATALOG_FILTER (a regular expression on the symbol) which instances, for targeted builds.
 
 set(CUACTOR_KERNELS_TEMPLATE_DIR ${CMAKE_CURRENT_LIST_DIR})
 
@@ -70,6 +71,9 @@ function(cuactor_gemm_instance)
   set(SYMBOL "cuactor_gemm_${FAMILY}_${arch_key}_${ELEMENT_A}_${ELEMENT_B}_${ELEMENT_C}_${ELEMENT_D}_${ELEMENT_ACC}")
   string(APPEND SYMBOL "_${la}${lb}${lc}_${TILE_M}x${TILE_N}x${TILE_K}_${CLUSTER_M}x${CLUSTER_N}x${CLUSTER_K}")
   string(APPEND SYMBOL "_s${STAGES}_${SCHEDULE}_${epilogue_key}")
+  if(NOT CUACTOR_CATALOG_FILTER STREQUAL "" AND NOT SYMBOL MATCHES "${CUACTOR_CATALOG_FILTER}")
+    return()
+  endif()
   set(source ${CMAKE_CURRENT_BINARY_DIR}/instances/${SYMBOL}.cu)
   configure_file(${CUACTOR_KERNELS_TEMPLATE_DIR}/${ARG_TEMPLATE} ${source} @ONLY)
   add_library(${SYMBOL} OBJECT ${source})

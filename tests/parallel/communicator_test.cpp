@@ -191,6 +191,9 @@ TEST_F(CommunicatorGpuTest, CollectivesOverEveryVisibleDevice) {
   std::vector<Buffers> bufs(static_cast<std::size_t>(ranks));
   const std::size_t total = kCount * static_cast<std::size_t>(ranks);
   for (int r = 0; r < ranks; ++r) {
+    // A pageable copy must be issued with the stream's device current (CUDA refuses it otherwise).
+    auto device = gpu::ScopedDevice::make(r);
+    ASSERT_TRUE(device.has_value());
     auto& b = bufs[static_cast<std::size_t>(r)];
     const cudaStream_t s = g.streams[static_cast<std::size_t>(r)].get();
     const auto& pool = g.pools[static_cast<std::size_t>(r)];
@@ -218,6 +221,8 @@ TEST_F(CommunicatorGpuTest, CollectivesOverEveryVisibleDevice) {
   ASSERT_TRUE(status.has_value()) << status.error().to_string();
   const std::int32_t rank_sum = ranks * (ranks + 1) / 2;
   for (int r = 0; r < ranks; ++r) {
+    auto device = gpu::ScopedDevice::make(r);
+    ASSERT_TRUE(device.has_value());
     auto& b = bufs[static_cast<std::size_t>(r)];
     ASSERT_TRUE(g.streams[static_cast<std::size_t>(r)].synchronize().has_value());
     auto download = [&](const gpu::DeviceBuffer& d) {

@@ -150,6 +150,9 @@ class ExpertParallelGpuTest : public test_support::GpuTest {
       s.arch = props_[static_cast<std::size_t>(r)].arch;
       s.sm_count = props_[static_cast<std::size_t>(r)].multiprocessors;
       s.device = r;
+      // Rank r's buffers, streams and pageable copies are made with its device current.
+      auto device = gpu::ScopedDevice::make(r);
+      ASSERT_TRUE(device.has_value());
       auto layer = ExpertParallelMoe::create(s);
       ASSERT_TRUE(layer.has_value()) << layer.error().to_string();
       layers_.push_back(*layer);
@@ -189,6 +192,8 @@ class ExpertParallelGpuTest : public test_support::GpuTest {
   /// Writes each rank's share of `routing` and poisons its output (0xFF: bf16 NaN).
   void set_routing(const Routing& routing) {
     for (int r = 0; r < ranks_; ++r) {
+      auto device = gpu::ScopedDevice::make(r);
+      ASSERT_TRUE(device.has_value());
       Rank& k = ranks_state_[static_cast<std::size_t>(r)];
       const std::size_t at = static_cast<std::size_t>(r) * kTokens * kTopK;
       upload(k.ids, &routing.ids[at], kTokens * kTopK * 4, k.stream.get());
@@ -226,6 +231,8 @@ class ExpertParallelGpuTest : public test_support::GpuTest {
   std::vector<__nv_bfloat16> outputs() {
     std::vector<__nv_bfloat16> all(static_cast<std::size_t>(ranks_) * kTokens * kHidden);
     for (int r = 0; r < ranks_; ++r) {
+      auto device = gpu::ScopedDevice::make(r);
+      EXPECT_TRUE(device.has_value());
       Rank& k = ranks_state_[static_cast<std::size_t>(r)];
       EXPECT_TRUE(k.stream.synchronize().has_value());
       EXPECT_EQ(cudaMemcpy(&all[static_cast<std::size_t>(r) * kTokens * kHidden], k.out.data(), k.out.size(),
@@ -237,6 +244,8 @@ class ExpertParallelGpuTest : public test_support::GpuTest {
 
   std::int32_t routing_errors(int r) {
     std::int32_t n = -1;
+    auto device = gpu::ScopedDevice::make(r);
+    EXPECT_TRUE(device.has_value());
     const Rank& k = ranks_state_[static_cast<std::size_t>(r)];
     EXPECT_EQ(cudaMemcpy(&n, layers_[static_cast<std::size_t>(r)].routing_error_count(k.workspace.data()), sizeof n,
                          cudaMemcpyDeviceToHost),
@@ -309,11 +318,19 @@ TEST_F(ExpertParallelGpuTest, CapturedForwardReplaysNewRoutingAsEagerDoes) {
   // Eager first, as a service warms up: NCCL connects its peers on first use, outside the capture.
   const Status warm = run_all();
   ASSERT_TRUE(warm.has_value()) << warm.error().to_string();
-  for (Rank& k : ranks_state_)
-    ASSERT_TRUE(gpu::begin_stream_capture(k.stream.get(), gpu::CaptureMode::relaxed).has_value());
+  for (int r = 0; r < ranks_; ++r) {
+    auto device = gpu::ScopedDevice::make(r);
+    ASSERT_TRUE(device.has_value());
+    ASSERT_TRUE(
+        gpu::begin_stream_capture(ranks_state_[static_cast<std::size_t>(r)].stream.get(), gpu::CaptureMode::relaxed)
+            .has_value());
+  }
   const Status captured = run_all();
   std::vector<gpu::GraphExec> execs;
-  for (Rank& k : ranks_state_) {
+  for (int r = 0; r < ranks_; ++r) {
+    auto device = gpu::ScopedDevice::make(r);
+    ASSERT_TRUE(device.has_value());
+    Rank& k = ranks_state_[static_cast<std::size_t>(r)];
     auto graph = gpu::end_stream_capture(k.stream.get());
     ASSERT_TRUE(graph.has_value()) << graph.error().to_string();
     auto exec = gpu::GraphExec::instantiate(*graph);

@@ -113,7 +113,8 @@ class PinnedBuffer {
   std::size_t bytes_ = 0;
 };
 
-/// Asynchronous copy of `bytes` (any direction; cudaMemcpyDefault) on `stream`.
+/// Asynchronous copy of `bytes` (any direction; cudaMemcpyDefault) on `stream`. With pageable host
+/// memory, `stream`'s device must be the current one: CUDA refuses the copy otherwise (invalid argument).
 Status copy_async(void* dst, const void* src, std::size_t bytes, cudaStream_t stream);
 /// Asynchronous byte fill on `stream`.
 Status memset_async(void* dst, int value, std::size_t bytes, cudaStream_t stream);
