@@ -15,7 +15,8 @@ Communication alone, on equal bytes: cuactor's token all-gather + output reduce-
 all_to_all_single calls of ranks * tokens * hidden elements (each moves (R-1) * tokens * hidden per rank
 each way, as the gather and the scatter do). Ratios > 1: cuactor faster.
 
-Usage: bench/ep_torch.py [--out DIR] [--cuactor PATH] [--reps N] [--warmup N] [--only TEXT]
+Usage: bench/ep_torch.py [--out DIR] [--cuactor PATH] [--reps N] [--warmup N] [--only TEXT] [--interleaved]
+(--interleaved: cuactor's gate/up weights interleaved, so its SwiGLU runs in the gate/up GEMM's epilogue)
 """
 import argparse
 import json
@@ -136,6 +137,7 @@ def main():
     parser.add_argument("--reps", type=int, default=20)
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--only", default="", help="only the shapes whose name contains this text")
+    parser.add_argument("--interleaved", action="store_true", help="cuactor with interleaved gate/up weights")
     args = parser.parse_args()
     import torch
     import torch.multiprocessing as mp
@@ -153,6 +155,8 @@ def main():
     cmd = [str(binary), "bench", "ep", "--json", "--reps", str(args.reps), "--warmup", str(args.warmup)]
     if args.only:
         cmd += ["--only", args.only]
+    if args.interleaved:
+        cmd += ["--interleaved"]
     proc = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ, NCCL_NVLS_ENABLE="0"))
     if proc.returncode != 0:
         print(proc.stdout, proc.stderr, sep="\n")
@@ -160,7 +164,8 @@ def main():
     ours = json.loads(next((line for line in proc.stdout.splitlines() if line.startswith("[")), "[]"))
 
     lines = [f"expert-parallel MoE layer on {ranks} x {torch.cuda.get_device_name(0)}, torch {torch.__version__}, "
-             f"NCCL {'.'.join(map(str, torch.cuda.nccl.version()))}; wall ms per forward (PyTorch: slowest rank)",
+             f"NCCL {'.'.join(map(str, torch.cuda.nccl.version()))}; wall ms per forward (PyTorch: slowest rank); "
+             f"cuactor's gate/up weights {'interleaved' if args.interleaved else 'stacked'}",
              f"{'shape':<30} {'torch ms':>9} {'eager ms':>9} {'graph ms':>9} {'eager x':>8} {'graph x':>8} "
              f"{'a2a GB/s':>9} {'ours GB/s':>9} {'bw x':>6}"]
     rows = []

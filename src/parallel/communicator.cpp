@@ -146,6 +146,9 @@ struct Communicator::State {
   // Polls until NCCL no longer reports the communicator's last call as in progress, up to `deadline`.
   Status settle(std::string_view what) { return wait_ready(std::chrono::steady_clock::now() + kSettleDeadline, what); }
   Status wait_ready(std::chrono::steady_clock::time_point deadline, std::string_view what) {
+    // A call's own progress takes microseconds: poll briskly for the first millisecond, then nap, so
+    // that an initialisation waiting for its peers (up to init_timeout) does not burn a core.
+    const auto brisk_until = std::chrono::steady_clock::now() + std::chrono::milliseconds(1);
     for (;;) {
       const auto state = async_state();
       if (!state) return fail(gone(what));
@@ -157,7 +160,10 @@ struct Communicator::State {
       if (std::chrono::steady_clock::now() > deadline)
         return fail(errc::timeout, fmt::format("{} (rank {} of {}, device {}): still in progress at the deadline", what,
                                                rank, size, device));
-      std::this_thread::yield();
+      if (std::chrono::steady_clock::now() < brisk_until)
+        std::this_thread::yield();
+      else
+        std::this_thread::sleep_for(std::chrono::microseconds(200));
     }
   }
 
@@ -188,22 +194,29 @@ struct Communicator::State {
   void start_watcher() {
     if (!on_async_error) return;
     watcher = std::jthread([this](std::stop_token stop) {
-      while (!stop.stop_requested()) {
-        std::optional<ncclResult_t> state = ncclSuccess;
-        if (std::unique_lock lock(calls, std::try_to_lock); lock.owns_lock())  // busy: poll next round
-          state = async_state_locked();
-        if (!state) return;
-        if (*state != ncclSuccess && *state != ncclInProgress) {
-          const Error error = async_failure(*state);
-          abort();
-          (void)result_or_error("communicator error hook", [&]() -> Status {
-            on_async_error(rank, error);
+      // Nothing thrown here may leave the thread (formatting the error can run out of memory).
+      (void)result_or_error("communicator watcher", [&]() -> Status {
+        while (!stop.stop_requested()) {
+          std::optional<ncclResult_t> state = ncclSuccess;
+          if (std::unique_lock lock(calls, std::try_to_lock); lock.owns_lock())  // busy: poll next round
+            state = async_state_locked();
+          if (!state) return ok();
+          if (*state != ncclSuccess && *state != ncclInProgress) {
+            const Error error = async_failure(*state);
+            abort();
+            // The hook may destroy this communicator (and so this State): call a copy, touch nothing after.
+            const auto hook = on_async_error;
+            const int failed_rank = rank;
+            (void)result_or_error("communicator error hook", [&]() -> Status {
+              hook(failed_rank, error);
+              return ok();
+            });
             return ok();
-          });
-          return;
+          }
+          std::this_thread::sleep_for(watch_interval);
         }
-        std::this_thread::sleep_for(watch_interval);
-      }
+        return ok();
+      });
     });
   }
 
@@ -543,7 +556,11 @@ Status Communicator::grouped(std::span<Communicator> group, const std::function<
     return first;
   }
   if (ended == ncclInProgress)
-    for (State* m : members) CUACTOR_TRY(m->settle("ncclGroupEnd"));
+    for (State* m : members)
+      if (Status settled = m->settle("ncclGroupEnd"); !settled) {
+        for (State* other : members) other->abort();  // the others' kernels would wait for this member
+        return settled;
+      }
   return ok();
 }
 

@@ -105,6 +105,7 @@ Result<ExpertParallelMoe> ExpertParallelMoe::create(const ExpertParallelSpec& s)
   f.experts = s.experts / s.ranks;
   f.capacity_rows = slots;
   f.weighted = true;
+  f.gate_up_layout = s.gate_up_layout;
   f.arch = s.arch;
   f.sm_count = s.sm_count;
   f.device = s.device;
@@ -247,6 +248,11 @@ Status ExpertParallelMoe::run_local(std::span<const ExpertParallelMoe> layers, s
         errc::invalid_argument,
         fmt::format("expert parallel: {} communicators but {} layers, {} tensor sets, {} workspaces, {} streams", n,
                     layers.size(), tensors.size(), workspaces.size(), streams.size()));
+  // Every rank of the layer takes part in each collective: a missing one would leave the others waiting.
+  if (n == 0 || n != static_cast<std::size_t>(layers[0].spec_.ranks))
+    return fail(errc::invalid_argument,
+                fmt::format("expert parallel: run_local drives every rank of the layer: {} given, the layer has {}", n,
+                            n == 0 ? 0 : layers[0].spec_.ranks));
   std::vector<Buffers> buffers;
   for (std::size_t i = 0; i < n; ++i) {
     if (!same_layer(layers[i].spec_, layers[0].spec_))

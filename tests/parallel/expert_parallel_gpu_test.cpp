@@ -1,7 +1,7 @@
 // The expert-parallel MoE layer on every visible device (one rank each, driven by this thread)
 // against an fp64 host evaluation of the same layer: uneven routing (an expert no token chooses, on
 // two or more devices a rank whose experts no token chooses, empty slots, a token with no expert),
-// invalid expert ids, and a captured forward replayed on new routing.
+// invalid expert ids, interleaved gate/up weights, and a captured forward replayed on new routing.
 #include <cuda_bf16.h>
 #include <gtest/gtest.h>
 
@@ -10,6 +10,8 @@
 #include <cstring>
 #include <numeric>
 #include <random>
+#include <span>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -17,6 +19,7 @@
 #include "cuactor/gpu/graph.hpp"
 #include "cuactor/gpu/memory.hpp"
 #include "cuactor/gpu/stream.hpp"
+#include "cuactor/kernels/moe_ffn.hpp"
 #include "cuactor/parallel/expert_parallel.hpp"
 #include "support/bf16_data.hpp"
 #include "support/gpu_test.hpp"
@@ -214,16 +217,21 @@ class ExpertParallelGpuTest : public test_support::GpuTest {
     return t;
   }
 
-  Status run_all() {
+  /// run_local over every rank; `layers` and `w_gate_up` (one per rank), when given, replace the
+  /// fixture's plans and gate/up weights (the workspaces fit any plan no larger than the fixture's).
+  Status run_all(std::span<const ExpertParallelMoe> layers = {}, std::span<const void* const> w_gate_up = {}) {
     std::vector<ExpertParallelTensors> tensors;
     std::vector<void*> workspaces;
     std::vector<cudaStream_t> streams;
-    for (Rank& k : ranks_state_) {
+    for (std::size_t i = 0; i < ranks_state_.size(); ++i) {
+      Rank& k = ranks_state_[i];
       tensors.push_back(tensors_of(k));
+      if (!w_gate_up.empty()) tensors.back().w_gate_up = w_gate_up[i];
       workspaces.push_back(k.workspace.data());
       streams.push_back(k.stream.get());
     }
-    return ExpertParallelMoe::run_local(layers_, comms_, tensors, workspaces, layers_.front().workspace_size(),
+    const std::span<const ExpertParallelMoe> planned = layers.empty() ? std::span(layers_) : layers;
+    return ExpertParallelMoe::run_local(planned, comms_, tensors, workspaces, planned.front().workspace_size(),
                                         streams);
   }
 
@@ -300,6 +308,39 @@ TEST_F(ExpertParallelGpuTest, OneThreadPerRankMatchesTheFp64Layer) {
   EXPECT_LT(relative_error(outputs(), reference(x_, routing, w_gate_up_, w_down_, ranks_)), kTolerance);
 }
 
+TEST_F(ExpertParallelGpuTest, InterleavedGateUpWeightsMatchTheFp64Layer) {
+  // Each rank's gate/up weights interleaved on its device (kernels::interleave_gate_up), planned with
+  // that layout: the local FFN fuses the SwiGLU where the catalog has the kernel, and the layer
+  // computes what the stacked one does.
+  const Routing routing = make_routing(ranks_, 26);
+  set_routing(routing);
+  std::vector<ExpertParallelMoe> layers;
+  std::vector<gpu::DeviceBuffer> interleaved;
+  for (int r = 0; r < ranks_; ++r) {
+    auto device = gpu::ScopedDevice::make(r);
+    ASSERT_TRUE(device.has_value());
+    const auto i = static_cast<std::size_t>(r);
+    ExpertParallelSpec s = layers_[i].spec();
+    s.gate_up_layout = kernels::GateUpLayout::interleaved;
+    CUACTOR_ASSERT_OK_AND_ASSIGN(layer, ExpertParallelMoe::create(s));
+    ASSERT_LE(layer.workspace_size(), layers_[i].workspace_size());
+    RecordProperty("rank" + std::to_string(r) + "_fused_swiglu", layer.ffn().fused_swiglu() ? "yes" : "no");
+    layers.push_back(layer);
+    Rank& k = ranks_state_[i];
+    auto buffer = gpu::DeviceBuffer::allocate(k.pool, k.w_gate_up.size(), k.stream.get());
+    ASSERT_TRUE(buffer.has_value()) << buffer.error().to_string();
+    interleaved.push_back(std::move(*buffer));
+    ASSERT_TRUE(kernels::interleave_gate_up(DType::bf16, k.w_gate_up.data(), interleaved.back().data(), kExpertsPerRank,
+                                            kFfn, kHidden, k.stream.get())
+                    .has_value());
+  }
+  std::vector<const void*> w_gate_up;
+  for (const gpu::DeviceBuffer& b : interleaved) w_gate_up.push_back(b.data());
+  const Status st = run_all(layers, w_gate_up);
+  ASSERT_TRUE(st.has_value()) << st.error().to_string();
+  EXPECT_LT(relative_error(outputs(), reference(x_, routing, w_gate_up_, w_down_, ranks_)), kTolerance);
+}
+
 TEST_F(ExpertParallelGpuTest, InvalidExpertIdsAreCountedAndSkipped) {
   Routing routing = make_routing(ranks_, 22);
   routing.ids[5] = ranks_ * kExpertsPerRank;  // one past the last expert
@@ -366,6 +407,16 @@ TEST_F(ExpertParallelGpuTest, MismatchedCallsAreRejected) {
   ASSERT_FALSE(st.has_value());
   EXPECT_EQ(st.error(), errc::invalid_argument);
   EXPECT_NE(st.error().message().find("0 tensor sets"), std::string::npos) << st.error().message();
+  if (ranks_ > 1) {  // rank 0 alone of a layer of several ranks: its peers' parts would never come
+    std::vector<ExpertParallelTensors> first{tensors_of(ranks_state_.front())};
+    std::vector<void*> first_workspace{ranks_state_.front().workspace.data()};
+    std::vector<cudaStream_t> first_stream{ranks_state_.front().stream.get()};
+    const Status alone = ExpertParallelMoe::run_local(std::span(layers_).first(1), std::span(comms_).first(1), first,
+                                                      first_workspace, layers_.front().workspace_size(), first_stream);
+    ASSERT_FALSE(alone.has_value());
+    EXPECT_EQ(alone.error(), errc::invalid_argument);
+    EXPECT_NE(alone.error().message().find("1 given, the layer has"), std::string::npos) << alone.error().message();
+  }
   ExpertParallelTensors t;  // all null
   const Status one = layers_.front().run(comms_.front(), t, ranks_state_.front().workspace.data(),
                                          layers_.front().workspace_size(), ranks_state_.front().stream.get());

@@ -1,9 +1,18 @@
-// The expert-parallel layer's rules without a device: every field of the spec that create() rejects,
-// each error naming the value and the rule.
+// The expert-parallel layer without a device: every field of the spec that create() rejects, each
+// error naming the value and the rule; and what create() plans (each rank's share of the experts,
+// the worst-case row layout, the workspace, the local FFN's gate/up layout).
 #include "cuactor/parallel/expert_parallel.hpp"
 
 #include <gtest/gtest.h>
 
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "cuactor/kernels/catalog.hpp"
+#include "cuactor/kernels/epilogue.hpp"
+#include "support/gpu_test.hpp"
 #include "support/plan_checks.hpp"
 
 namespace cuactor::parallel {
@@ -68,6 +77,84 @@ TEST(ExpertParallelRules, TheExpertFfnRulesApplyToTheLocalExperts) {
   s = valid();
   s.dtype = DType::f32;
   expect_error(ExpertParallelMoe::create(s), errc::unsupported, "dtype=f32");
+}
+
+// run_local drives every rank of the layer in one thread: with none (or, on devices, with fewer than
+// the layer's ranks) the collectives would wait for the missing ones, so the call is refused first.
+TEST(ExpertParallelRules, RunLocalNeedsEveryRank) {
+  expect_error(ExpertParallelMoe::run_local({}, {}, {}, {}, 0, {}), errc::invalid_argument,
+               "run_local drives every rank of the layer: 0 given");
+}
+
+// The plans below take the local experts' FFN from the bf16 grouped catalog.
+bool catalog_has_bf16_grouped() {
+  for (const kernels::CatalogEntry* e : kernels::catalog_entries(kernels::GemmFamily::grouped))
+    if (e->sku.a == DType::bf16) return true;
+  return false;
+}
+
+// Every rank owns E / R consecutive experts; the local experts' rows cover the worst routing (every
+// slot of every gathered token local, R T k rows) and the workspace holds every buffer of a forward.
+TEST(ExpertParallelLayout, EachRankOwnsItsShareAndTheWorkspaceHoldsTheWorstRouting) {
+  if (!catalog_has_bf16_grouped()) GTEST_SKIP() << "no bf16 grouped kernels in this build (CUACTOR_KERNEL_ARCHS)";
+  constexpr int kExperts = 24;
+  for (const int ranks : {1, 2, 3, 8}) {
+    std::size_t first_workspace = 0;
+    for (int rank = 0; rank < ranks; ++rank) {
+      SCOPED_TRACE("rank " + std::to_string(rank) + " of " + std::to_string(ranks));
+      ExpertParallelSpec s = valid();
+      s.experts = kExperts;
+      s.ranks = ranks;
+      s.rank = rank;
+      CUACTOR_ASSERT_OK_AND_ASSIGN(layer, ExpertParallelMoe::create(s));
+      const int local = kExperts / ranks;
+      EXPECT_EQ(layer.local_experts(), local);
+      EXPECT_EQ(layer.first_local_expert(), rank * local);
+      const std::int64_t slots = static_cast<std::int64_t>(ranks) * s.tokens_per_rank * s.top_k;
+      EXPECT_EQ(layer.capacity_rows(), slots);
+      EXPECT_EQ(layer.ffn().spec().experts, local);
+      EXPECT_EQ(layer.ffn().spec().capacity_rows, slots);
+      EXPECT_TRUE(layer.ffn().spec().weighted) << "the down projection scales rows by their routing weight";
+
+      const std::size_t workspace = layer.workspace_size();
+      EXPECT_EQ(workspace % 256, 0u);
+      const auto rows = static_cast<std::size_t>(slots);
+      const auto row_bytes = static_cast<std::size_t>(s.hidden) * 2;
+      // Expert inputs and outputs, each slot's row, each row's token and weight, the FFN's own space.
+      std::size_t least = 2 * rows * row_bytes + rows * (4 + 4 + 4) + layer.ffn().workspace_size();
+      // With peers: the gathered tokens and the per-token partial sums, the gathered ids and weights.
+      const auto gathered = static_cast<std::size_t>(ranks) * static_cast<std::size_t>(s.tokens_per_rank);
+      if (ranks > 1) least += 2 * gathered * row_bytes + rows * (4 + 4);
+      EXPECT_GE(workspace, least);
+      std::vector<std::byte> host(workspace);
+      const auto counter = reinterpret_cast<const std::byte*>(layer.routing_error_count(host.data())) - host.data();
+      EXPECT_GE(counter, 0);
+      EXPECT_LE(static_cast<std::size_t>(counter) + sizeof(std::int32_t), workspace);
+      if (rank == 0) first_workspace = workspace;
+      EXPECT_EQ(workspace, first_workspace) << "every rank of one layer needs the same workspace";
+    }
+  }
+}
+
+// The gate/up layout reaches the local experts' FFN: interleaved weights fuse the SwiGLU into the
+// gate/up GEMM where the catalog has that kernel's swiglu form (MoeExpertFfn's rule), stacked never.
+TEST(ExpertParallelLayout, InterleavedGateUpWeightsReachTheLocalFfn) {
+  if (!catalog_has_bf16_grouped()) GTEST_SKIP() << "no bf16 grouped kernels in this build (CUACTOR_KERNEL_ARCHS)";
+  ExpertParallelSpec s = valid();
+  CUACTOR_ASSERT_OK_AND_ASSIGN(stacked, ExpertParallelMoe::create(s));
+  EXPECT_EQ(stacked.ffn().spec().gate_up_layout, kernels::GateUpLayout::stacked);
+  EXPECT_FALSE(stacked.ffn().fused_swiglu());
+  s.gate_up_layout = kernels::GateUpLayout::interleaved;
+  CUACTOR_ASSERT_OK_AND_ASSIGN(interleaved, ExpertParallelMoe::create(s));
+  EXPECT_EQ(interleaved.ffn().spec().gate_up_layout, kernels::GateUpLayout::interleaved);
+  kernels::GemmSku swiglu_form = stacked.ffn().gate_up_sku();
+  swiglu_form.epilogue = interleaved.ffn().gate_up_sku().epilogue;
+  EXPECT_EQ(interleaved.ffn().fused_swiglu(), kernels::find_in_catalog(swiglu_form) != nullptr)
+      << swiglu_form.to_string();
+  if (interleaved.ffn().fused_swiglu()) {
+    EXPECT_TRUE(kernels::pairs_columns(interleaved.ffn().gate_up_sku().epilogue));
+    EXPECT_LT(interleaved.workspace_size(), stacked.workspace_size()) << "the fused FFN writes no 2F-wide h";
+  }
 }
 
 }  // namespace

@@ -44,6 +44,7 @@ struct Options {
   int warmup = 3;
   int ranks = 0;  // 0: every visible device
   bool json = false;
+  bool interleaved = false;  // gate/up weights interleaved: the SwiGLU in the gate/up GEMM's epilogue
   std::string only;
 };
 
@@ -96,6 +97,7 @@ struct EpRow {
   double eager_ms = 0, graph_ms = 0, comm_ms = 0;
   double comm_bytes = 0;  // per rank: gathered tokens in, partial sums out
   double flops = 0;       // all ranks: 2 * routed rows * 3 * H * F
+  bool fused_swiglu = false;
 };
 
 Result<EpRow> bench_shape(const EpShape& shape, std::vector<parallel::Communicator>& comms, const Options& opt) {
@@ -122,6 +124,8 @@ Result<EpRow> bench_shape(const EpShape& shape, std::vector<parallel::Communicat
     s.arch = props->arch;
     s.sm_count = props->multiprocessors;
     s.device = r;
+    // The weights are random either way, so their row order needs no conversion here.
+    s.gate_up_layout = opt.interleaved ? kernels::GateUpLayout::interleaved : kernels::GateUpLayout::stacked;
     auto layer = parallel::ExpertParallelMoe::create(s);
     if (!layer) return fail(layer.error());
     layers.push_back(*layer);
@@ -179,6 +183,7 @@ Result<EpRow> bench_shape(const EpShape& shape, std::vector<parallel::Communicat
 
   EpRow row;
   row.shape = shape;
+  row.fused_swiglu = layers.front().ffn().fused_swiglu();
   row.ranks = ranks;
   row.flops = 2.0 * ranks * shape.tokens * shape.top_k * 3.0 * shape.hidden * shape.ffn;
   auto eager = wall_ms(state, opt.warmup, opt.reps, forward);
@@ -216,16 +221,21 @@ Result<EpRow> bench_shape(const EpShape& shape, std::vector<parallel::Communicat
   row.graph_ms = *replay;
 
   // Dispatch + combine alone: the token all-gather and the output reduce-scatter (the routing's
-  // gathers are 1/H of it), on the same bytes.
+  // gathers are 1/H of it), on the same bytes, as the forward issues them: one after the other, in
+  // separate NCCL groups (one group could overlap them, which PyTorch's two all_to_all_single calls
+  // cannot).
   const std::size_t block = static_cast<std::size_t>(shape.tokens) * static_cast<std::size_t>(shape.hidden);
   row.comm_bytes = 2.0 * (ranks - 1) * static_cast<double>(block) * 2.0;
   if (ranks > 1) {
-    auto comm = wall_ms(state, opt.warmup, opt.reps, [&] {
-      return parallel::Communicator::grouped(comms, [&](parallel::Communicator& c) -> Status {
+    auto comm = wall_ms(state, opt.warmup, opt.reps, [&]() -> Status {
+      CUACTOR_TRY(parallel::Communicator::grouped(comms, [&](parallel::Communicator& c) -> Status {
         Rank& k = state[static_cast<std::size_t>(c.rank())];
         auto* send = static_cast<std::byte*>(k.comm_send.data());
-        CUACTOR_TRY(c.all_gather(send + static_cast<std::size_t>(c.rank()) * block * 2, k.comm_recv.data(), block,
-                                 DType::bf16, k.stream.get()));
+        return c.all_gather(send + static_cast<std::size_t>(c.rank()) * block * 2, k.comm_recv.data(), block,
+                            DType::bf16, k.stream.get());
+      }));
+      return parallel::Communicator::grouped(comms, [&](parallel::Communicator& c) -> Status {
+        Rank& k = state[static_cast<std::size_t>(c.rank())];
         return c.reduce_scatter(k.comm_send.data(), k.out.data(), block, DType::bf16, k.stream.get());
       });
     });
@@ -247,10 +257,12 @@ Status run_bench_ep(const Options& opt) {
   std::vector<EpRow> rows;
   if (!opt.json) {
     auto props = gpu::device_properties(0);
-    std::cout << fmt::format("expert-parallel MoE layer, {} rank(s) on {} (bf16; wall time per forward)\n", ranks,
-                             props ? props->name : "?");
-    std::cout << fmt::format("{:<30} {:>10} {:>10} {:>9} {:>10} {:>10}\n", "shape", "eager ms", "graph ms", "TFLOP/s",
-                             "comm ms", "comm GB/s");
+    std::cout << fmt::format(
+        "expert-parallel MoE layer, {} rank(s) on {} (bf16, {} gate/up weights; wall time per "
+        "forward)\n",
+        ranks, props ? props->name : "?", opt.interleaved ? "interleaved" : "stacked");
+    std::cout << fmt::format("{:<30} {:>10} {:>10} {:>9} {:>10} {:>10} {:>9}\n", "shape", "eager ms", "graph ms",
+                             "TFLOP/s", "comm ms", "comm GB/s", "swiglu");
   }
   for (const EpShape& shape : kShapes) {
     if (!opt.only.empty() && shape.name.find(opt.only) == std::string::npos) continue;
@@ -259,9 +271,10 @@ Status run_bench_ep(const Options& opt) {
     if (!row) return fail(Error(row.error().code(), fmt::format("{}: {}", shape.name, row.error().message())));
     rows.push_back(*row);
     if (!opt.json)
-      std::cout << fmt::format("{:<30} {:>10.3f} {:>10.3f} {:>9.1f} {:>10.3f} {:>10.1f}\n", shape.name, row->eager_ms,
-                               row->graph_ms, row->flops / (row->graph_ms * 1e9), row->comm_ms,
-                               row->comm_ms > 0 ? row->comm_bytes / (row->comm_ms * 1e6) : 0.0);
+      std::cout << fmt::format("{:<30} {:>10.3f} {:>10.3f} {:>9.1f} {:>10.3f} {:>10.1f} {:>9}\n", shape.name,
+                               row->eager_ms, row->graph_ms, row->flops / (row->graph_ms * 1e9), row->comm_ms,
+                               row->comm_ms > 0 ? row->comm_bytes / (row->comm_ms * 1e6) : 0.0,
+                               row->fused_swiglu ? "fused" : "separate");
   }
   if (opt.json) {
     std::string json = "[";
@@ -270,9 +283,10 @@ Status run_bench_ep(const Options& opt) {
       json += fmt::format(
           "{}{{\"shape\": \"{}\", \"ranks\": {}, \"tokens\": {}, \"hidden\": {}, \"ffn\": {}, \"experts\": {}, "
           "\"top_k\": {}, \"eager_ms\": {:.4f}, \"graph_ms\": {:.4f}, \"comm_ms\": {:.4f}, \"comm_bytes\": {:.0f}, "
-          "\"flops\": {:.0f}}}",
+          "\"flops\": {:.0f}, \"gate_up\": \"{}\", \"fused_swiglu\": {}}}",
           i ? ", " : "", r.shape.name, r.ranks, r.shape.tokens, r.shape.hidden, r.shape.ffn, r.shape.experts,
-          r.shape.top_k, r.eager_ms, r.graph_ms, r.comm_ms, r.comm_bytes, r.flops);
+          r.shape.top_k, r.eager_ms, r.graph_ms, r.comm_ms, r.comm_bytes, r.flops,
+          opt.interleaved ? "interleaved" : "stacked", r.fused_swiglu);
     }
     std::cout << json << "]\n";
   }
@@ -290,6 +304,9 @@ void add_bench_ep_command(CLI::App& app) {
   cmd->add_option("--ranks", opt->ranks, "Devices to use (default: all visible)");
   cmd->add_option("--only", opt->only, "Only the shapes whose name contains this text");
   cmd->add_flag("--json", opt->json, "Print one JSON array instead of the table (for bench/ep_torch.py)");
+  cmd->add_flag("--interleaved", opt->interleaved,
+                "Interleaved gate/up weights: the SwiGLU runs in the gate/up GEMM's epilogue where the catalog has "
+                "that kernel (default: stacked weights, a separate SwiGLU kernel)");
   cmd->callback([opt] {
     // Checked before any device is touched (and without one).
     if (opt->reps < 1 || opt->warmup < 0 || opt->ranks < 0) {

@@ -13,8 +13,10 @@
 /// every routing. One rank runs no communication at all. The price of fixed sizes is memory: the
 /// expert buffers are sized for the worst routing (every slot of every gathered token local: R T k
 /// rows, since a token may repeat an expert), and a token none of whose experts lives on a rank still
-/// crosses to it. A failure after the dispatch was issued aborts the communicator(s), so that no peer
-/// waits forever for this rank's part.
+/// crosses to it. A failure after the dispatch was issued aborts the communicator(s): with every rank
+/// in this process (run_local) no rank then waits for another's part. NCCL does not carry an abort
+/// to other processes, so with one process per GPU (run) the peers of a failed rank wait in the
+/// combine until their launcher stops them or they abort their own communicator.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -44,6 +46,10 @@ struct ExpertParallelSpec {
   GpuArch arch{9, 0, true};   ///< Best target of this rank's device.
   int sm_count = 0;           ///< Its multiprocessor count.
   int device = 0;             ///< Its ordinal.
+  /// Row order of this rank's w_gate_up (a local choice: ranks may differ). Interleaved weights
+  /// (kernels::interleave_gate_up converts at load time) let the local experts' FFN compute the SwiGLU
+  /// in the gate/up GEMM's epilogue where the catalog has that kernel (MoeExpertFfn::fused_swiglu()).
+  kernels::GateUpLayout gate_up_layout = kernels::GateUpLayout::stacked;
   friend bool operator==(const ExpertParallelSpec&, const ExpertParallelSpec&) = default;
 };
 
@@ -52,7 +58,7 @@ struct ExpertParallelTensors {
   const void* x = nullptr;                   ///< T x H tokens, row-major.
   const std::int32_t* expert_ids = nullptr;  ///< T x k global expert ids; -1 leaves a slot empty.
   const float* routing_weights = nullptr;    ///< T x k weights of those slots.
-  const void* w_gate_up = nullptr;           ///< (E/R) x 2F x H: this rank's experts, gate rows then up rows.
+  const void* w_gate_up = nullptr;           ///< (E/R) x 2F x H: this rank's experts, rows in the spec's GateUpLayout.
   const void* w_down = nullptr;              ///< (E/R) x H x F: this rank's experts.
   void* out = nullptr;                       ///< T x H: sum over slots of weight * FFN_expert(x).
 };
