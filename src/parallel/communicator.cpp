@@ -79,6 +79,8 @@ Status check_device(int device, std::string_view who) {
 
 // How long a call NCCL reports in progress may take to be enqueued (the work itself is on the stream).
 constexpr std::chrono::seconds kSettleDeadline{30};
+// How long an initialisation waiting for its peers sleeps between polls (after its first millisecond).
+constexpr std::chrono::microseconds kInitNap{200};
 
 // NVLink multicast can put a shared host's GPUs out of service; it stays off unless the user chose.
 void keep_multicast_off() {
@@ -144,10 +146,13 @@ struct Communicator::State {
   }
 
   // Polls until NCCL no longer reports the communicator's last call as in progress, up to `deadline`.
+  // A call's own progress takes microseconds, so a settle only yields between polls (a nap would
+  // delay every collective it follows). An initialisation waits for its peers, up to init_timeout:
+  // there `nap` > 0 puts the thread to sleep between polls after the first millisecond, so that the
+  // wait does not burn a core.
   Status settle(std::string_view what) { return wait_ready(std::chrono::steady_clock::now() + kSettleDeadline, what); }
-  Status wait_ready(std::chrono::steady_clock::time_point deadline, std::string_view what) {
-    // A call's own progress takes microseconds: poll briskly for the first millisecond, then nap, so
-    // that an initialisation waiting for its peers (up to init_timeout) does not burn a core.
+  Status wait_ready(std::chrono::steady_clock::time_point deadline, std::string_view what,
+                    std::chrono::microseconds nap = std::chrono::microseconds(0)) {
     const auto brisk_until = std::chrono::steady_clock::now() + std::chrono::milliseconds(1);
     for (;;) {
       const auto state = async_state();
@@ -160,10 +165,10 @@ struct Communicator::State {
       if (std::chrono::steady_clock::now() > deadline)
         return fail(errc::timeout, fmt::format("{} (rank {} of {}, device {}): still in progress at the deadline", what,
                                                rank, size, device));
-      if (std::chrono::steady_clock::now() < brisk_until)
+      if (nap.count() == 0 || std::chrono::steady_clock::now() < brisk_until)
         std::this_thread::yield();
       else
-        std::this_thread::sleep_for(std::chrono::microseconds(200));
+        std::this_thread::sleep_for(nap);
     }
   }
 
@@ -202,8 +207,8 @@ struct Communicator::State {
             state = async_state_locked();
           if (!state) return ok();
           if (*state != ncclSuccess && *state != ncclInProgress) {
+            abort();  // first: formatting the error below may throw (caught above), the abort may not wait
             const Error error = async_failure(*state);
-            abort();
             // The hook may destroy this communicator (and so this State): call a copy, touch nothing after.
             const auto hook = on_async_error;
             const int failed_rank = rank;
@@ -328,7 +333,8 @@ Result<std::vector<std::unique_ptr<Communicator::State>>> init_ranks(const Uniqu
     if (!issued) break;
     if (s->comm == nullptr) continue;
     issued = s->wait_ready(
-        deadline, fmt::format("communicator init (waited {} ms for {} ranks)", options.init_timeout.count(), size));
+        deadline, fmt::format("communicator init (waited {} ms for {} ranks)", options.init_timeout.count(), size),
+        kInitNap);
   }
   if (!issued) {
     for (auto& s : states) s->abort();  // the destructors see failed and do not finalise

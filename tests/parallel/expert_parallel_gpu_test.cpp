@@ -19,6 +19,8 @@
 #include "cuactor/gpu/graph.hpp"
 #include "cuactor/gpu/memory.hpp"
 #include "cuactor/gpu/stream.hpp"
+#include "cuactor/kernels/catalog.hpp"
+#include "cuactor/kernels/epilogue.hpp"
 #include "cuactor/kernels/moe_ffn.hpp"
 #include "cuactor/parallel/expert_parallel.hpp"
 #include "support/bf16_data.hpp"
@@ -231,7 +233,8 @@ class ExpertParallelGpuTest : public test_support::GpuTest {
       streams.push_back(k.stream.get());
     }
     const std::span<const ExpertParallelMoe> planned = layers.empty() ? std::span(layers_) : layers;
-    return ExpertParallelMoe::run_local(planned, comms_, tensors, workspaces, planned.front().workspace_size(),
+    // The bytes each workspace has: the fixture's plans', at least any replacement's.
+    return ExpertParallelMoe::run_local(planned, comms_, tensors, workspaces, layers_.front().workspace_size(),
                                         streams);
   }
 
@@ -324,7 +327,11 @@ TEST_F(ExpertParallelGpuTest, InterleavedGateUpWeightsMatchTheFp64Layer) {
     s.gate_up_layout = kernels::GateUpLayout::interleaved;
     CUACTOR_ASSERT_OK_AND_ASSIGN(layer, ExpertParallelMoe::create(s));
     ASSERT_LE(layer.workspace_size(), layers_[i].workspace_size());
-    RecordProperty("rank" + std::to_string(r) + "_fused_swiglu", layer.ffn().fused_swiglu() ? "yes" : "no");
+    // Fused exactly where the catalog has the swiglu form of the kernel the stacked plan runs.
+    CUACTOR_ASSERT_OK_AND_ASSIGN(swiglu, kernels::EpilogueSpec::parse("swiglu(acc)"));
+    kernels::GemmSku swiglu_form = layers_[i].ffn().gate_up_sku();
+    swiglu_form.epilogue = swiglu;
+    EXPECT_EQ(layer.ffn().fused_swiglu(), kernels::find_in_catalog(swiglu_form) != nullptr) << swiglu_form.to_string();
     layers.push_back(layer);
     Rank& k = ranks_state_[i];
     auto buffer = gpu::DeviceBuffer::allocate(k.pool, k.w_gate_up.size(), k.stream.get());

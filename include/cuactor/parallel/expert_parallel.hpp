@@ -46,7 +46,8 @@ struct ExpertParallelSpec {
   GpuArch arch{9, 0, true};   ///< Best target of this rank's device.
   int sm_count = 0;           ///< Its multiprocessor count.
   int device = 0;             ///< Its ordinal.
-  /// Row order of this rank's w_gate_up (a local choice: ranks may differ). Interleaved weights
+  /// Row order of this rank's w_gate_up (a local choice: ranks may differ, and run_local's
+  /// workspace_bytes must then cover the largest workspace_size() among them). Interleaved weights
   /// (kernels::interleave_gate_up converts at load time) let the local experts' FFN compute the SwiGLU
   /// in the gate/up GEMM's epilogue where the catalog has that kernel (MoeExpertFfn::fused_swiglu()).
   kernels::GateUpLayout gate_up_layout = kernels::GateUpLayout::stacked;
