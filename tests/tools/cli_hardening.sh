@@ -102,7 +102,9 @@ case $case in
     run "$cli" bench ep --ranks -2
     expect_rc 2; expect_in err "ranks=-2 >= 0"
     run "$cli" bench ep --reps many
-    expect_failure; expect_in err "reps" ;;
+    expect_failure; expect_in err "reps"
+    run "$cli" bench ep --interleaved=banana
+    expect_failure; expect_in err "interleaved" ;;
   tune_bad_input)  # tune's shapes, types and files are checked before anything is compiled or timed
     run "$cli" tune gemm
     expect_failure; expect_in err "nothing to tune"

@@ -48,6 +48,11 @@ struct Options {
   std::string only;
 };
 
+/// The gate/up weight layout the options ask for, as printed.
+const char* layout_name(const Options& opt) {
+  return opt.interleaved ? "interleaved" : "stacked";
+}
+
 /// One rank's tensors.
 struct Rank {
   gpu::Stream stream;
@@ -257,10 +262,8 @@ Status run_bench_ep(const Options& opt) {
   std::vector<EpRow> rows;
   if (!opt.json) {
     auto props = gpu::device_properties(0);
-    std::cout << fmt::format(
-        "expert-parallel MoE layer, {} rank(s) on {} (bf16, {} gate/up weights; wall time per "
-        "forward)\n",
-        ranks, props ? props->name : "?", opt.interleaved ? "interleaved" : "stacked");
+    std::cout << fmt::format("expert-parallel MoE layer, {} rank(s) on {} (bf16, {} gate/up; wall time per forward)\n",
+                             ranks, props ? props->name : "?", layout_name(opt));
     std::cout << fmt::format("{:<30} {:>10} {:>10} {:>9} {:>10} {:>10} {:>9}\n", "shape", "eager ms", "graph ms",
                              "TFLOP/s", "comm ms", "comm GB/s", "swiglu");
   }
@@ -285,8 +288,7 @@ Status run_bench_ep(const Options& opt) {
           "\"top_k\": {}, \"eager_ms\": {:.4f}, \"graph_ms\": {:.4f}, \"comm_ms\": {:.4f}, \"comm_bytes\": {:.0f}, "
           "\"flops\": {:.0f}, \"gate_up\": \"{}\", \"fused_swiglu\": {}}}",
           i ? ", " : "", r.shape.name, r.ranks, r.shape.tokens, r.shape.hidden, r.shape.ffn, r.shape.experts,
-          r.shape.top_k, r.eager_ms, r.graph_ms, r.comm_ms, r.comm_bytes, r.flops,
-          opt.interleaved ? "interleaved" : "stacked", r.fused_swiglu);
+          r.shape.top_k, r.eager_ms, r.graph_ms, r.comm_ms, r.comm_bytes, r.flops, layout_name(opt), r.fused_swiglu);
     }
     std::cout << json << "]\n";
   }
