@@ -13,7 +13,8 @@ Both sides: bf16, uniform top-k routing without repeats, wall time per forward o
 after a warm-up, every GPU synchronised before and after (the slowest rank for PyTorch).
 Communication alone, on equal bytes: cuactor's token all-gather + output reduce-scatter against two
 all_to_all_single calls of ranks * tokens * hidden elements (each moves (R-1) * tokens * hidden per rank
-each way, as the gather and the scatter do). Ratios > 1: cuactor faster.
+each way, as the gather and the scatter do), issued eagerly and replayed from a CUDA graph on both sides.
+Ratios > 1: cuactor faster.
 
 Usage: bench/ep_torch.py [--out DIR] [--cuactor PATH] [--reps N] [--warmup N] [--only TEXT] [--interleaved]
 (--interleaved: cuactor's gate/up weights interleaved, so its SwiGLU runs in the gate/up GEMM's epilogue)
@@ -87,6 +88,20 @@ def wall_ms(torch, dist, fn, warmup, reps):
     return float(ms.item())
 
 
+def graph_ms(torch, dist, fn, warmup, reps):
+    """wall_ms of fn captured into a CUDA graph and replayed (no host launch time), as cuactor's
+    "graph" communication column is timed."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        fn()  # outside the capture: NCCL's lazy set-up
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn()
+    return wall_ms(torch, dist, graph.replay, warmup, reps)
+
+
 def worker(rank, ranks, port, args, result_path):
     os.environ.setdefault("NCCL_NVLS_ENABLE", "0")
     import torch
@@ -116,7 +131,8 @@ def worker(rank, ranks, port, args, result_path):
             dist.all_to_all_single(a2a_in, a2a_out)
 
         a2a_ms = wall_ms(torch, dist, two_all_to_all, args.warmup, args.reps) if ranks > 1 else 0.0
-        rows.append({"shape": name, "torch_ms": layer_ms, "a2a_ms": a2a_ms})
+        a2a_graph_ms = graph_ms(torch, dist, two_all_to_all, args.warmup, args.reps) if ranks > 1 else 0.0
+        rows.append({"shape": name, "torch_ms": layer_ms, "a2a_ms": a2a_ms, "a2a_graph_ms": a2a_graph_ms})
         del x, scores, ids, w, wgu, wd, a2a_in, a2a_out
         torch.cuda.empty_cache()
     if rank == 0:
@@ -167,19 +183,24 @@ def main():
              f"NCCL {'.'.join(map(str, torch.cuda.nccl.version()))}; wall ms per forward (PyTorch: slowest rank); "
              f"cuactor's gate/up weights {'interleaved' if args.interleaved else 'stacked'}",
              f"{'shape':<30} {'torch ms':>9} {'eager ms':>9} {'graph ms':>9} {'eager x':>8} {'graph x':>8} "
-             f"{'a2a GB/s':>9} {'ours GB/s':>9} {'bw x':>6}"]
+             f"{'a2a GB/s':>9} {'ours GB/s':>9} {'bw x':>6} {'graphs: a2a':>11} {'ours':>7} {'bw x':>6}"]
     rows = []
     for r in ours:
         t = torch_rows.get(r["shape"])
         if t is None:
             continue
-        row = dict(r, torch_ms=t["torch_ms"], a2a_ms=t["a2a_ms"])
+        row = dict(r, torch_ms=t["torch_ms"], a2a_ms=t["a2a_ms"], a2a_graph_ms=t["a2a_graph_ms"])
         rows.append(row)
-        a2a_bw = r["comm_bytes"] / (t["a2a_ms"] * 1e6) if t["a2a_ms"] > 0 else float("nan")
-        our_bw = r["comm_bytes"] / (r["comm_ms"] * 1e6) if r["comm_ms"] > 0 else float("nan")
+
+        def gbs(ms):
+            return r["comm_bytes"] / (ms * 1e6) if ms > 0 else float("nan")
+
+        a2a_bw, our_bw = gbs(t["a2a_ms"]), gbs(r["comm_ms"])
+        a2a_gbw, our_gbw = gbs(t["a2a_graph_ms"]), gbs(r["comm_graph_ms"])
         lines.append(f"{r['shape']:<30} {t['torch_ms']:>9.3f} {r['eager_ms']:>9.3f} {r['graph_ms']:>9.3f} "
                      f"{t['torch_ms'] / r['eager_ms']:>8.2f} {t['torch_ms'] / r['graph_ms']:>8.2f} "
-                     f"{a2a_bw:>9.1f} {our_bw:>9.1f} {our_bw / a2a_bw:>6.2f}")
+                     f"{a2a_bw:>9.1f} {our_bw:>9.1f} {our_bw / a2a_bw:>6.2f} {a2a_gbw:>11.1f} {our_gbw:>7.1f} "
+                     f"{our_gbw / a2a_gbw:>6.2f}")
     text = "\n".join(lines)
     print(text)
     if args.out:

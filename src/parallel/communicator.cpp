@@ -82,15 +82,25 @@ constexpr std::chrono::seconds kSettleDeadline{30};
 // How long an initialisation waiting for its peers sleeps between polls (after its first millisecond).
 constexpr std::chrono::microseconds kInitNap{200};
 
+// The most CTAs (channels) an NCCL operation may take (NCCL's MAXCHANNELS).
+constexpr int kMaxCtas = 64;
+
 // NVLink multicast can put a shared host's GPUs out of service; it stays off unless the user chose.
 void keep_multicast_off() {
   static std::once_flag once;
   std::call_once(once, [] { ::setenv("NCCL_NVLS_ENABLE", "0", /*overwrite=*/0); });
 }
 
-ncclConfig_t nonblocking_config() {
+ncclConfig_t nonblocking_config(const CommunicatorOptions& options) {
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
   config.blocking = 0;
+  // The user's environment wins, as it does for multicast. NCCL takes a minimum only with a maximum.
+  const bool user_chose = std::getenv("NCCL_MIN_CTAS") != nullptr || std::getenv("NCCL_MAX_CTAS") != nullptr ||
+                          std::getenv("NCCL_MIN_NCHANNELS") != nullptr || std::getenv("NCCL_MAX_NCHANNELS") != nullptr;
+  if (options.min_ctas > 0 && !user_chose) {
+    config.minCTAs = options.min_ctas;
+    config.maxCTAs = kMaxCtas;
+  }
   return config;
 }
 
@@ -288,6 +298,10 @@ Result<std::vector<std::unique_ptr<Communicator::State>>> init_ranks(const Uniqu
                                                                      std::span<const std::pair<int, int>> ranks,
                                                                      const CommunicatorOptions& options) {
   keep_multicast_off();
+  if (options.min_ctas < 0 || options.min_ctas > kMaxCtas)
+    return fail(errc::invalid_argument,
+                fmt::format("CommunicatorOptions::min_ctas={} must be in [0, {}] (0: NCCL's choice)", options.min_ctas,
+                            kMaxCtas));
   for (const auto& [rank, device] : ranks) {
     if (size < 1) return fail(errc::invalid_argument, fmt::format("communicator size={} must be at least 1", size));
     if (rank < 0 || rank >= size)
@@ -318,7 +332,7 @@ Result<std::vector<std::unique_ptr<Communicator::State>>> init_ranks(const Uniqu
         issued = fail(guard.error());
         break;
       }
-      ncclConfig_t config = nonblocking_config();
+      ncclConfig_t config = nonblocking_config(options);
       if (Status st =
               nccl_check(ncclCommInitRankConfig(&s->comm, size, nccl_id, s->rank, &config),
                          fmt::format("ncclCommInitRankConfig(rank {} of {}, device {})", s->rank, size, s->device));
@@ -513,9 +527,25 @@ Status Communicator::collective(std::string_view what, DType dtype, Enqueue&& en
   return state_->call(what, [&](ncclComm_t c) { return enqueue(*t, c); });
 }
 
-Status Communicator::all_gather(const void* send, void* recv, std::size_t count, DType dtype, cudaStream_t stream) {
-  return collective("ncclAllGather", dtype,
-                    [&](ncclDataType_t t, ncclComm_t c) { return ncclAllGather(send, recv, count, t, c, stream); });
+Status Communicator::all_gather(const void* send, void* recv, std::size_t count, DType dtype, cudaStream_t stream,
+                                GatherAlgorithm algorithm) {
+  if (algorithm == GatherAlgorithm::collective)
+    return collective("ncclAllGather", dtype,
+                      [&](ncclDataType_t t, ncclComm_t c) { return ncclAllGather(send, recv, count, t, c, stream); });
+  const std::size_t block_bytes = storage_bytes(dtype, count);
+  return collective("all_gather (ncclSend/ncclRecv)", dtype, [&](ncclDataType_t t, ncclComm_t c) {
+    // A nested group: inside Communicator::grouped it joins the caller's.
+    if (ncclResult_t r = ncclGroupStart(); r != ncclSuccess) return r;
+    ncclResult_t first = ncclSuccess;
+    for (int peer = 0; peer < size() && first == ncclSuccess; ++peer) {
+      first = ncclSend(send, count, t, peer, c, stream);
+      if (first == ncclSuccess)
+        first = ncclRecv(static_cast<std::byte*>(recv) + static_cast<std::size_t>(peer) * block_bytes, count, t, peer,
+                         c, stream);
+    }
+    const ncclResult_t ended = ncclGroupEnd();
+    return first != ncclSuccess ? first : ended;
+  });
 }
 
 Status Communicator::reduce_scatter(const void* send, void* recv, std::size_t count, DType dtype, cudaStream_t stream) {

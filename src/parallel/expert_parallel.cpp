@@ -190,9 +190,10 @@ Status ExpertParallelMoe::dispatch(Communicator& comm, const ExpertParallelTenso
   if (spec_.ranks == 1) return ok();
   const auto tokens = static_cast<std::size_t>(spec_.tokens_per_rank);
   const auto slots = tokens * static_cast<std::size_t>(spec_.top_k);
-  CUACTOR_TRY(comm.all_gather(t.x, b.gathered_x, tokens * static_cast<std::size_t>(spec_.hidden), spec_.dtype, stream));
-  CUACTOR_TRY(comm.all_gather(t.expert_ids, b.gathered_ids, slots, DType::i32, stream));
-  return comm.all_gather(t.routing_weights, b.gathered_weights, slots, DType::f32, stream);
+  CUACTOR_TRY(comm.all_gather(t.x, b.gathered_x, tokens * static_cast<std::size_t>(spec_.hidden), spec_.dtype, stream,
+                              kDispatchGather));
+  CUACTOR_TRY(comm.all_gather(t.expert_ids, b.gathered_ids, slots, DType::i32, stream, kDispatchGather));
+  return comm.all_gather(t.routing_weights, b.gathered_weights, slots, DType::f32, stream, kDispatchGather);
 }
 
 Status ExpertParallelMoe::compute(const ExpertParallelTensors& t, const Buffers& b, cudaStream_t stream) const {

@@ -2,6 +2,7 @@
 // aborts on the visible devices.
 #include "cuactor/parallel/communicator.hpp"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -146,6 +147,12 @@ TEST(CommunicatorRules, RejectsBadGroupsBeforeTouchingNccl) {
   expect_error(Communicator::create_rank(*id, 2, 2, 0), errc::invalid_argument, "rank=2 must be in [0, size=2)");
   expect_error(Communicator::create_rank(*id, 1, 0, 4096), errc::no_device,
                "rank 0: device ordinal 4096 does not exist");
+  for (int bad : {-1, 65}) {
+    CommunicatorOptions options;
+    options.min_ctas = bad;
+    expect_error(Communicator::create_rank(*id, 1, 0, 0, options), errc::invalid_argument,
+                 fmt::format("CommunicatorOptions::min_ctas={} must be in [0, 64]", bad));
+  }
 }
 
 TEST(CommunicatorRules, NcclCategoryNamesItsCodes) {
@@ -186,7 +193,7 @@ TEST_F(CommunicatorGpuTest, CollectivesOverEveryVisibleDevice) {
   const int ranks = static_cast<int>(g.comms.size());
   constexpr std::size_t kCount = 1000;  // not a multiple of any chunk size
   struct Buffers {
-    gpu::DeviceBuffer send, gathered, reduced, scattered, exchanged;
+    gpu::DeviceBuffer send, gathered, gathered_p2p, reduced, scattered, exchanged;
   };
   std::vector<Buffers> bufs(static_cast<std::size_t>(ranks));
   const std::size_t total = kCount * static_cast<std::size_t>(ranks);
@@ -199,6 +206,7 @@ TEST_F(CommunicatorGpuTest, CollectivesOverEveryVisibleDevice) {
     const auto& pool = g.pools[static_cast<std::size_t>(r)];
     b.send = std::move(*gpu::DeviceBuffer::allocate(pool, total * sizeof(std::int32_t), s));
     b.gathered = std::move(*gpu::DeviceBuffer::allocate(pool, total * sizeof(std::int32_t), s));
+    b.gathered_p2p = std::move(*gpu::DeviceBuffer::allocate(pool, total * sizeof(std::int32_t), s));
     b.reduced = std::move(*gpu::DeviceBuffer::allocate(pool, total * sizeof(std::int32_t), s));
     b.scattered = std::move(*gpu::DeviceBuffer::allocate(pool, kCount * sizeof(std::int32_t), s));
     b.exchanged = std::move(*gpu::DeviceBuffer::allocate(pool, total * sizeof(std::int32_t), s));
@@ -206,7 +214,7 @@ TEST_F(CommunicatorGpuTest, CollectivesOverEveryVisibleDevice) {
     std::vector<std::int32_t> host(total);
     for (std::size_t i = 0; i < total; ++i) host[i] = 1000000 * (r + 1) + static_cast<std::int32_t>(i);
     ASSERT_TRUE(gpu::copy_async(b.send.data(), host.data(), total * sizeof(std::int32_t), s).has_value());
-    for (auto* out : {&b.gathered, &b.reduced, &b.scattered, &b.exchanged})
+    for (auto* out : {&b.gathered, &b.gathered_p2p, &b.reduced, &b.scattered, &b.exchanged})
       ASSERT_TRUE(gpu::memset_async(out->data(), 0xA5, out->size(), s).has_value());
     ASSERT_TRUE(g.streams[static_cast<std::size_t>(r)].synchronize().has_value());
   }
@@ -214,6 +222,8 @@ TEST_F(CommunicatorGpuTest, CollectivesOverEveryVisibleDevice) {
     auto& b = bufs[static_cast<std::size_t>(c.rank())];
     const cudaStream_t s = g.streams[static_cast<std::size_t>(c.rank())].get();
     CUACTOR_TRY(c.all_gather(b.send.data(), b.gathered.data(), kCount, DType::i32, s));
+    CUACTOR_TRY(
+        c.all_gather(b.send.data(), b.gathered_p2p.data(), kCount, DType::i32, s, GatherAlgorithm::point_to_point));
     CUACTOR_TRY(c.all_reduce(b.send.data(), b.reduced.data(), total, DType::i32, s));
     CUACTOR_TRY(c.reduce_scatter(b.send.data(), b.scattered.data(), kCount, DType::i32, s));
     return c.all_to_all(b.send.data(), b.exchanged.data(), kCount, DType::i32, s);
@@ -230,11 +240,12 @@ TEST_F(CommunicatorGpuTest, CollectivesOverEveryVisibleDevice) {
       EXPECT_EQ(cudaMemcpy(h.data(), d.data(), d.size(), cudaMemcpyDeviceToHost), cudaSuccess);
       return h;
     };
-    const auto gathered = download(b.gathered), reduced = download(b.reduced), scattered = download(b.scattered),
-               exchanged = download(b.exchanged);
+    const auto gathered = download(b.gathered), gathered_p2p = download(b.gathered_p2p), reduced = download(b.reduced),
+               scattered = download(b.scattered), exchanged = download(b.exchanged);
     for (std::size_t i = 0; i < total; ++i) {
       const auto p = static_cast<std::int32_t>(i / kCount), j = static_cast<std::int32_t>(i % kCount);
       ASSERT_EQ(gathered[i], 1000000 * (p + 1) + j) << "all_gather, rank " << r << ", element " << i;
+      ASSERT_EQ(gathered_p2p[i], 1000000 * (p + 1) + j) << "point-to-point all_gather, rank " << r << ", element " << i;
       ASSERT_EQ(reduced[i], 1000000 * rank_sum + ranks * static_cast<std::int32_t>(i)) << "all_reduce " << i;
       // Block r of peer p's send comes to rank r as block p.
       ASSERT_EQ(exchanged[i], 1000000 * (p + 1) + r * static_cast<std::int32_t>(kCount) + j) << "all_to_all " << i;

@@ -96,10 +96,42 @@ Result<double> wall_ms(std::vector<Rank>& ranks, int warmup, int reps, Step&& st
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count() / reps;
 }
 
+/// Milliseconds per replay of `step` captured into one graph per rank (this thread issues it on every
+/// rank's stream while they all capture), timed like `wall_ms`.
+template <class Step>
+Result<double> replayed_ms(std::vector<Rank>& ranks, const Options& opt, Step&& step) {
+  for (Rank& k : ranks) CUACTOR_TRY(gpu::begin_stream_capture(k.stream.get(), gpu::CaptureMode::relaxed));
+  const Status captured = step();
+  std::vector<gpu::GraphExec> execs;
+  Status ended = ok();
+  for (Rank& k : ranks) {  // every capture ends, even after a failure, so no stream is left capturing
+    auto graph = gpu::end_stream_capture(k.stream.get());
+    if (!graph) {
+      ended = fail(graph.error());
+      continue;
+    }
+    auto exec = gpu::GraphExec::instantiate(*graph);
+    if (!exec)
+      ended = fail(exec.error());
+    else
+      execs.push_back(std::move(*exec));
+  }
+  CUACTOR_TRY(captured);
+  CUACTOR_TRY(ended);
+  return wall_ms(ranks, opt.warmup, opt.reps, [&]() -> Status {
+    for (std::size_t r = 0; r < execs.size(); ++r) {
+      auto device = gpu::ScopedDevice::make(static_cast<int>(r));
+      if (!device) return fail(device.error());
+      CUACTOR_TRY(execs[r].launch(ranks[r].stream.get()));
+    }
+    return ok();
+  });
+}
+
 struct EpRow {
   EpShape shape;
   int ranks = 0;
-  double eager_ms = 0, graph_ms = 0, comm_ms = 0;
+  double eager_ms = 0, graph_ms = 0, comm_ms = 0, comm_graph_ms = 0;
   double comm_bytes = 0;  // per rank: gathered tokens in, partial sums out
   double flops = 0;       // all ranks: 2 * routed rows * 3 * H * F
   bool fused_swiglu = false;
@@ -195,57 +227,36 @@ Result<EpRow> bench_shape(const EpShape& shape, std::vector<parallel::Communicat
   if (!eager) return fail(eager.error());
   row.eager_ms = *eager;
 
-  // One graph per rank, captured while this thread issues the whole forward.
-  for (Rank& k : state) CUACTOR_TRY(gpu::begin_stream_capture(k.stream.get(), gpu::CaptureMode::relaxed));
-  const Status captured = forward();
-  std::vector<gpu::GraphExec> execs;
-  Status ended = ok();
-  for (Rank& k : state) {
-    auto graph = gpu::end_stream_capture(k.stream.get());
-    if (!graph) {
-      ended = fail(graph.error());
-      continue;
-    }
-    auto exec = gpu::GraphExec::instantiate(*graph);
-    if (!exec)
-      ended = fail(exec.error());
-    else
-      execs.push_back(std::move(*exec));
-  }
-  CUACTOR_TRY(captured);
-  CUACTOR_TRY(ended);
-  auto replay = wall_ms(state, opt.warmup, opt.reps, [&]() -> Status {
-    for (std::size_t r = 0; r < execs.size(); ++r) {
-      auto device = gpu::ScopedDevice::make(static_cast<int>(r));
-      if (!device) return fail(device.error());
-      CUACTOR_TRY(execs[r].launch(state[r].stream.get()));
-    }
-    return ok();
-  });
+  auto replay = replayed_ms(state, opt, forward);
   if (!replay) return fail(replay.error());
   row.graph_ms = *replay;
 
-  // Dispatch + combine alone: the token all-gather and the output reduce-scatter (the routing's
-  // gathers are 1/H of it), on the same bytes, as the forward issues them: one after the other, in
-  // separate NCCL groups (one group could overlap them, which PyTorch's two all_to_all_single calls
-  // cannot).
+  // Dispatch + combine alone: the token gather (by the layer's algorithm) and the output
+  // reduce-scatter (the routing's gathers are 1/H of it), on the same bytes, as the forward issues
+  // them: one after the other, in separate NCCL groups (one group could overlap them, which
+  // PyTorch's two all_to_all_single calls cannot).
   const std::size_t block = static_cast<std::size_t>(shape.tokens) * static_cast<std::size_t>(shape.hidden);
   row.comm_bytes = 2.0 * (ranks - 1) * static_cast<double>(block) * 2.0;
   if (ranks > 1) {
-    auto comm = wall_ms(state, opt.warmup, opt.reps, [&]() -> Status {
+    auto comm_step = [&]() -> Status {
       CUACTOR_TRY(parallel::Communicator::grouped(comms, [&](parallel::Communicator& c) -> Status {
         Rank& k = state[static_cast<std::size_t>(c.rank())];
         auto* send = static_cast<std::byte*>(k.comm_send.data());
         return c.all_gather(send + static_cast<std::size_t>(c.rank()) * block * 2, k.comm_recv.data(), block,
-                            DType::bf16, k.stream.get());
+                            DType::bf16, k.stream.get(), parallel::ExpertParallelMoe::kDispatchGather);
       }));
       return parallel::Communicator::grouped(comms, [&](parallel::Communicator& c) -> Status {
         Rank& k = state[static_cast<std::size_t>(c.rank())];
         return c.reduce_scatter(k.comm_send.data(), k.out.data(), block, DType::bf16, k.stream.get());
       });
-    });
+    };
+    auto comm = wall_ms(state, opt.warmup, opt.reps, comm_step);
     if (!comm) return fail(comm.error());
     row.comm_ms = *comm;
+    // Replayed from graphs as well, as the captured forward issues them: no host launch time.
+    auto comm_graph = replayed_ms(state, opt, comm_step);
+    if (!comm_graph) return fail(comm_graph.error());
+    row.comm_graph_ms = *comm_graph;
   }
   return row;
 }
@@ -264,8 +275,8 @@ Status run_bench_ep(const Options& opt) {
     auto props = gpu::device_properties(0);
     std::cout << fmt::format("expert-parallel MoE layer, {} rank(s) on {} (bf16, {} gate/up; wall time per forward)\n",
                              ranks, props ? props->name : "?", layout_name(opt));
-    std::cout << fmt::format("{:<30} {:>10} {:>10} {:>9} {:>10} {:>10} {:>9}\n", "shape", "eager ms", "graph ms",
-                             "TFLOP/s", "comm ms", "comm GB/s", "swiglu");
+    std::cout << fmt::format("{:<30} {:>10} {:>10} {:>9} {:>10} {:>10} {:>11} {:>9}\n", "shape", "eager ms", "graph ms",
+                             "TFLOP/s", "comm ms", "comm GB/s", "graph GB/s", "swiglu");
   }
   for (const EpShape& shape : kShapes) {
     if (!opt.only.empty() && shape.name.find(opt.only) == std::string::npos) continue;
@@ -274,9 +285,10 @@ Status run_bench_ep(const Options& opt) {
     if (!row) return fail(Error(row.error().code(), fmt::format("{}: {}", shape.name, row.error().message())));
     rows.push_back(*row);
     if (!opt.json)
-      std::cout << fmt::format("{:<30} {:>10.3f} {:>10.3f} {:>9.1f} {:>10.3f} {:>10.1f} {:>9}\n", shape.name,
+      std::cout << fmt::format("{:<30} {:>10.3f} {:>10.3f} {:>9.1f} {:>10.3f} {:>10.1f} {:>11.1f} {:>9}\n", shape.name,
                                row->eager_ms, row->graph_ms, row->flops / (row->graph_ms * 1e9), row->comm_ms,
                                row->comm_ms > 0 ? row->comm_bytes / (row->comm_ms * 1e6) : 0.0,
+                               row->comm_graph_ms > 0 ? row->comm_bytes / (row->comm_graph_ms * 1e6) : 0.0,
                                row->fused_swiglu ? "fused" : "separate");
   }
   if (opt.json) {
@@ -285,10 +297,12 @@ Status run_bench_ep(const Options& opt) {
       const EpRow& r = rows[i];
       json += fmt::format(
           "{}{{\"shape\": \"{}\", \"ranks\": {}, \"tokens\": {}, \"hidden\": {}, \"ffn\": {}, \"experts\": {}, "
-          "\"top_k\": {}, \"eager_ms\": {:.4f}, \"graph_ms\": {:.4f}, \"comm_ms\": {:.4f}, \"comm_bytes\": {:.0f}, "
+          "\"top_k\": {}, \"eager_ms\": {:.4f}, \"graph_ms\": {:.4f}, \"comm_ms\": {:.4f}, \"comm_graph_ms\": {:.4f}, "
+          "\"comm_bytes\": {:.0f}, "
           "\"flops\": {:.0f}, \"gate_up\": \"{}\", \"fused_swiglu\": {}}}",
           i ? ", " : "", r.shape.name, r.ranks, r.shape.tokens, r.shape.hidden, r.shape.ffn, r.shape.experts,
-          r.shape.top_k, r.eager_ms, r.graph_ms, r.comm_ms, r.comm_bytes, r.flops, layout_name(opt), r.fused_swiglu);
+          r.shape.top_k, r.eager_ms, r.graph_ms, r.comm_ms, r.comm_graph_ms, r.comm_bytes, r.flops, layout_name(opt),
+          r.fused_swiglu);
     }
     std::cout << json << "]\n";
   }

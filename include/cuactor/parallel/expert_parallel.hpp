@@ -2,8 +2,9 @@
 /// The expert-parallel mixture-of-experts layer ([M3]). R ranks (devices) each hold T tokens and an
 /// equal share of the E experts (rank r owns experts [r E/R, (r+1) E/R)). One forward pass:
 ///   1. dispatch: every rank gathers all ranks' tokens, top-k expert ids and routing weights
-///      (NCCL all-gather: each token crosses to each other rank once, however many of its k experts
-///      live there, where an all-to-all of (token, expert) pairs would send it once per expert);
+///      (an all-gather by NCCL send / receive: each token crosses to each other rank once, however many
+///      of its k experts live there, where an all-to-all of (token, expert) pairs would send it once
+///      per expert);
 ///   2. on each rank, the (token, local expert) pairs are counted, laid out by expert and gathered on
 ///      the device, and its experts run as the fused expert FFN (kernels/moe_ffn.hpp: grouped GEMM,
 ///      SwiGLU, grouped GEMM scaled by the routing weight) with the group sizes in device memory;
@@ -68,6 +69,11 @@ struct ExpertParallelTensors {
 /// run(...), which allocates nothing and does not synchronise.
 class ExpertParallelMoe {
  public:
+  /// How the dispatch gathers every rank's tokens, routing ids and weights: send / receive, as an
+  /// all-to-all does, which beat NCCL's all-gather collective on every size measured (see
+  /// GatherAlgorithm). The combine is NCCL's reduce-scatter.
+  static constexpr GatherAlgorithm kDispatchGather = GatherAlgorithm::point_to_point;
+
   /// Checks `spec` (`invalid_argument` naming the field and the rule) and plans the local experts'
   /// FFN (`unsupported` without kernels for the dtype on the device).
   static Result<ExpertParallelMoe> create(const ExpertParallelSpec& spec);
