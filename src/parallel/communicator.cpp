@@ -406,6 +406,16 @@ Result<int> env_int(const char* name, int min) {
 
 }  // namespace
 
+namespace {
+
+/// Removes the unique id file at `path` if it still holds `id` (a file someone else put there stays).
+void remove_id_file_if_ours(const std::filesystem::path& path, const UniqueId& id) noexcept {
+  auto held = UniqueId::read_file(path, std::chrono::milliseconds(0));
+  if (held && held->bytes() == id.bytes()) ::unlink(path.c_str());
+}
+
+}  // namespace
+
 Result<Communicator> Communicator::from_environment(const CommunicatorOptions& options) {
   auto size = env_int("WORLD_SIZE", 1);
   if (!size) return fail(size.error());
@@ -416,26 +426,33 @@ Result<Communicator> Communicator::from_environment(const CommunicatorOptions& o
   if (*rank >= *size)
     return fail(errc::invalid_argument, fmt::format("RANK={} must be below WORLD_SIZE={}", *rank, *size));
   std::optional<UniqueId> id;
+  const char* id_file = std::getenv("CUACTOR_NCCL_ID_FILE");
+  bool published = false;
   if (const char* hex = std::getenv("CUACTOR_NCCL_ID"); hex != nullptr && *hex != '\0') {
     auto parsed = UniqueId::parse(hex);
     if (!parsed) return fail(errc::invalid_argument, fmt::format("CUACTOR_NCCL_ID: {}", parsed.error().message()));
     id = *parsed;
-  } else if (const char* file = std::getenv("CUACTOR_NCCL_ID_FILE"); file != nullptr && *file != '\0') {
+  } else if (id_file != nullptr && *id_file != '\0') {
     if (*rank == 0) {
       CUACTOR_TRY(check_device(*device, "LOCAL_RANK"));  // before the id starts NCCL's bootstrap listener
       auto made = UniqueId::create();
       if (!made) return fail(made.error());
-      CUACTOR_TRY(made->write_file(file));
+      CUACTOR_TRY(made->write_file(id_file));
       id = *made;
+      published = true;
     } else {
-      auto read = UniqueId::read_file(file, options.init_timeout);
+      auto read = UniqueId::read_file(id_file, options.init_timeout);
       if (!read) return fail(read.error());
       id = *read;
     }
   } else {
     return fail(errc::invalid_argument, "neither CUACTOR_NCCL_ID nor CUACTOR_NCCL_ID_FILE is set");
   }
-  return create_rank(*id, *size, *rank, *device, options);
+  auto comm = create_rank(*id, *size, *rank, *device, options);
+  // Once the group is made every rank has read the id (after a failure none will need it): the file
+  // is spent, and left behind it would stop the next run's rank 0 from publishing its own.
+  if (published) remove_id_file_if_ours(id_file, *id);
+  return comm;
 }
 
 // ---- unique ids ----

@@ -105,7 +105,8 @@ class Communicator {
                                           const CommunicatorOptions& options = {});
   /// One rank as a launcher describes it in the environment: WORLD_SIZE, RANK and LOCAL_RANK (the
   /// device; torchrun's names), and the id as CUACTOR_NCCL_ID (hex) or CUACTOR_NCCL_ID_FILE (rank 0
-  /// creates the id and writes the file, the others wait for it up to init_timeout).
+  /// creates the id and writes the file, the others wait for it up to init_timeout; once the group is
+  /// made, or has failed, rank 0 removes the file if it still holds its id, so a rerun can publish).
   /// `invalid_argument` naming the variable that is missing or malformed.
   static Result<Communicator> from_environment(const CommunicatorOptions& options = {});
 
