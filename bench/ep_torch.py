@@ -196,7 +196,7 @@ def main():
             return r["comm_bytes"] / (ms * 1e6) if ms > 0 else float("nan")
 
         a2a_bw, our_bw = gbs(t["a2a_ms"]), gbs(r["comm_ms"])
-        a2a_gbw, our_gbw = gbs(t["a2a_graph_ms"]), gbs(r["comm_graph_ms"])
+        a2a_gbw, our_gbw = gbs(t["a2a_graph_ms"]), gbs(r.get("comm_graph_ms", 0))  # absent from older binaries
         lines.append(f"{r['shape']:<30} {t['torch_ms']:>9.3f} {r['eager_ms']:>9.3f} {r['graph_ms']:>9.3f} "
                      f"{t['torch_ms'] / r['eager_ms']:>8.2f} {t['torch_ms'] / r['graph_ms']:>8.2f} "
                      f"{a2a_bw:>9.1f} {our_bw:>9.1f} {our_bw / a2a_bw:>6.2f} {a2a_gbw:>11.1f} {our_gbw:>7.1f} "

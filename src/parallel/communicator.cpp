@@ -13,12 +13,15 @@
 #include <charconv>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <mutex>
 #include <optional>
+#include <string>
 #include <thread>
 #include <unordered_set>
 
 #include "cuactor/core/files.hpp"
+#include "cuactor/core/log.hpp"
 #include "cuactor/core/no_throw.hpp"
 #include "cuactor/gpu/check.hpp"
 #include "cuactor/gpu/device.hpp"
@@ -84,6 +87,17 @@ constexpr std::chrono::microseconds kInitNap{200};
 
 // The most CTAs (channels) an NCCL operation may take (NCCL's MAXCHANNELS).
 constexpr int kMaxCtas = 64;
+// Environment variables with which a user sets NCCL's channel count.
+constexpr const char* kChannelVariables[] = {"NCCL_MIN_CTAS",      "NCCL_MAX_CTAS",   "NCCL_MIN_NCHANNELS",
+                                             "NCCL_MAX_NCHANNELS", "NCCL_MIN_NRINGS", "NCCL_MAX_NRINGS"};
+
+Status check_options(const CommunicatorOptions& options) {
+  if (options.min_ctas < 0 || options.min_ctas > kMaxCtas)
+    return fail(errc::invalid_argument,
+                fmt::format("CommunicatorOptions::min_ctas={} must be in [0, {}] (0: NCCL's choice)", options.min_ctas,
+                            kMaxCtas));
+  return ok();
+}
 
 // NVLink multicast can put a shared host's GPUs out of service; it stays off unless the user chose.
 void keep_multicast_off() {
@@ -95,8 +109,10 @@ ncclConfig_t nonblocking_config(const CommunicatorOptions& options) {
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
   config.blocking = 0;
   // The user's environment wins, as it does for multicast. NCCL takes a minimum only with a maximum.
-  const bool user_chose = std::getenv("NCCL_MIN_CTAS") != nullptr || std::getenv("NCCL_MAX_CTAS") != nullptr ||
-                          std::getenv("NCCL_MIN_NCHANNELS") != nullptr || std::getenv("NCCL_MAX_NCHANNELS") != nullptr;
+  const bool user_chose = std::ranges::any_of(kChannelVariables, [](const char* name) {
+    const char* v = std::getenv(name);
+    return v != nullptr && *v != '\0';
+  });
   if (options.min_ctas > 0 && !user_chose) {
     config.minCTAs = options.min_ctas;
     config.maxCTAs = kMaxCtas;
@@ -298,10 +314,7 @@ Result<std::vector<std::unique_ptr<Communicator::State>>> init_ranks(const Uniqu
                                                                      std::span<const std::pair<int, int>> ranks,
                                                                      const CommunicatorOptions& options) {
   keep_multicast_off();
-  if (options.min_ctas < 0 || options.min_ctas > kMaxCtas)
-    return fail(errc::invalid_argument,
-                fmt::format("CommunicatorOptions::min_ctas={} must be in [0, {}] (0: NCCL's choice)", options.min_ctas,
-                            kMaxCtas));
+  CUACTOR_TRY(check_options(options));
   for (const auto& [rank, device] : ranks) {
     if (size < 1) return fail(errc::invalid_argument, fmt::format("communicator size={} must be at least 1", size));
     if (rank < 0 || rank >= size)
@@ -363,6 +376,7 @@ Result<std::vector<std::unique_ptr<Communicator::State>>> init_ranks(const Uniqu
 Result<std::vector<Communicator>> Communicator::create_local(std::span<const int> devices,
                                                              const CommunicatorOptions& options) {
   if (devices.empty()) return fail(errc::invalid_argument, "create_local: devices is empty (need at least one)");
+  CUACTOR_TRY(check_options(options));
   std::unordered_set<int> seen;
   std::vector<std::pair<int, int>> ranks;
   for (std::size_t i = 0; i < devices.size(); ++i) {
@@ -404,14 +418,53 @@ Result<int> env_int(const char* name, int min) {
   return value;
 }
 
-}  // namespace
-
-namespace {
-
 /// Removes the unique id file at `path` if it still holds `id` (a file someone else put there stays).
-void remove_id_file_if_ours(const std::filesystem::path& path, const UniqueId& id) noexcept {
+void remove_id_file_if_ours(const std::filesystem::path& path, const UniqueId& id) {
   auto held = UniqueId::read_file(path, std::chrono::milliseconds(0));
-  if (held && held->bytes() == id.bytes()) ::unlink(path.c_str());
+  if (!held || held->bytes() != id.bytes()) return;
+  if (::unlink(path.c_str()) != 0)
+    log(LogLevel::warn, fmt::format("could not remove the spent unique id file '{}': {}; remove it before the next run",
+                                    path.string(), std::strerror(errno)));
+}
+
+/// The id this process last took from each id file. A rank that makes a second communicator from
+/// the same file must not take the spent id again, which rank 0 may not have removed yet.
+struct TakenIds {
+  std::mutex mutex;
+  std::map<std::string, UniqueId> last;
+};
+
+TakenIds& taken_ids() {
+  static TakenIds ids;
+  return ids;
+}
+
+/// The id in `path` once it is not the one this process took from it last, waiting up to `timeout`.
+Result<UniqueId> take_fresh_id(const std::filesystem::path& path, std::chrono::milliseconds timeout) {
+  TakenIds& taken = taken_ids();
+  std::optional<UniqueId> spent;
+  {
+    std::lock_guard lock(taken.mutex);
+    if (auto it = taken.last.find(path.string()); it != taken.last.end()) spent = it->second;
+  }
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  for (;;) {
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    auto id = UniqueId::read_file(path, std::max(left, std::chrono::milliseconds(0)));
+    if (!id) return fail(id.error());
+    if (!spent || id->bytes() != spent->bytes()) {
+      std::lock_guard lock(taken.mutex);
+      taken.last.insert_or_assign(path.string(), *id);
+      return *id;
+    }
+    if (std::chrono::steady_clock::now() >= deadline)
+      return fail(errc::timeout,
+                  fmt::format("unique id file '{}' still held the id this process used before after {} ms "
+                              "(rank 0 publishes a new one for each communicator)",
+                              path.string(), timeout.count()));
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
 }
 
 }  // namespace
@@ -425,14 +478,16 @@ Result<Communicator> Communicator::from_environment(const CommunicatorOptions& o
   if (!device) return fail(device.error());
   if (*rank >= *size)
     return fail(errc::invalid_argument, fmt::format("RANK={} must be below WORLD_SIZE={}", *rank, *size));
+  CUACTOR_TRY(check_options(options));  // before an id file is published that no rank could use
   std::optional<UniqueId> id;
-  const char* id_file = std::getenv("CUACTOR_NCCL_ID_FILE");
+  const char* file_variable = std::getenv("CUACTOR_NCCL_ID_FILE");
+  const std::string id_file = file_variable != nullptr ? file_variable : "";
   bool published = false;
   if (const char* hex = std::getenv("CUACTOR_NCCL_ID"); hex != nullptr && *hex != '\0') {
     auto parsed = UniqueId::parse(hex);
     if (!parsed) return fail(errc::invalid_argument, fmt::format("CUACTOR_NCCL_ID: {}", parsed.error().message()));
     id = *parsed;
-  } else if (id_file != nullptr && *id_file != '\0') {
+  } else if (!id_file.empty()) {
     if (*rank == 0) {
       CUACTOR_TRY(check_device(*device, "LOCAL_RANK"));  // before the id starts NCCL's bootstrap listener
       auto made = UniqueId::create();
@@ -441,7 +496,7 @@ Result<Communicator> Communicator::from_environment(const CommunicatorOptions& o
       id = *made;
       published = true;
     } else {
-      auto read = UniqueId::read_file(id_file, options.init_timeout);
+      auto read = take_fresh_id(id_file, options.init_timeout);
       if (!read) return fail(read.error());
       id = *read;
     }
@@ -451,7 +506,11 @@ Result<Communicator> Communicator::from_environment(const CommunicatorOptions& o
   auto comm = create_rank(*id, *size, *rank, *device, options);
   // Once the group is made every rank has read the id (after a failure none will need it): the file
   // is spent, and left behind it would stop the next run's rank 0 from publishing its own.
-  if (published) remove_id_file_if_ours(id_file, *id);
+  if (published)
+    (void)result_or_error("removing the unique id file", [&]() -> Status {
+      remove_id_file_if_ours(id_file, *id);
+      return ok();
+    });
   return comm;
 }
 
@@ -551,17 +610,27 @@ Status Communicator::all_gather(const void* send, void* recv, std::size_t count,
                       [&](ncclDataType_t t, ncclComm_t c) { return ncclAllGather(send, recv, count, t, c, stream); });
   const std::size_t block_bytes = storage_bytes(dtype, count);
   return collective("all_gather (ncclSend/ncclRecv)", dtype, [&](ncclDataType_t t, ncclComm_t c) {
-    // A nested group: inside Communicator::grouped it joins the caller's.
+    // A nested group: inside Communicator::grouped it joins the caller's. A non-blocking
+    // communicator's calls may answer ncclInProgress (its state), which is no reason to stop issuing:
+    // a peer would wait for the rest.
     if (ncclResult_t r = ncclGroupStart(); r != ncclSuccess) return r;
-    ncclResult_t first = ncclSuccess;
-    for (int peer = 0; peer < size() && first == ncclSuccess; ++peer) {
-      first = ncclSend(send, count, t, peer, c, stream);
-      if (first == ncclSuccess)
-        first = ncclRecv(static_cast<std::byte*>(recv) + static_cast<std::size_t>(peer) * block_bytes, count, t, peer,
-                         c, stream);
+    ncclResult_t failed = ncclSuccess;
+    bool in_progress = false;
+    auto note = [&](ncclResult_t r) {
+      if (r == ncclInProgress)
+        in_progress = true;
+      else if (r != ncclSuccess && failed == ncclSuccess)
+        failed = r;
+    };
+    for (int peer = 0; peer < size() && failed == ncclSuccess; ++peer) {
+      note(ncclSend(send, count, t, peer, c, stream));
+      if (failed == ncclSuccess)
+        note(ncclRecv(static_cast<std::byte*>(recv) + static_cast<std::size_t>(peer) * block_bytes, count, t, peer, c,
+                      stream));
     }
-    const ncclResult_t ended = ncclGroupEnd();
-    return first != ncclSuccess ? first : ended;
+    note(ncclGroupEnd());
+    if (failed != ncclSuccess) return failed;
+    return in_progress ? ncclInProgress : ncclSuccess;
   });
 }
 

@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <map>
 #include <numeric>
 #include <optional>
@@ -136,6 +137,19 @@ TEST(CommunicatorRules, EnvironmentNamesTheMissingOrMalformedVariable) {
     ScopedEnv env({{"WORLD_SIZE", "2"}, {"RANK", "1"}, {"LOCAL_RANK", "0"}, {"CUACTOR_NCCL_ID", "zz"}});
     expect_error(Communicator::from_environment(), errc::invalid_argument, "CUACTOR_NCCL_ID: an NCCL unique id");
   }
+  {  // Bad options are refused before rank 0 publishes an id file no rank could use.
+    const auto dir = fresh_dir();
+    ScopedEnv env({{"WORLD_SIZE", "2"},
+                   {"RANK", "0"},
+                   {"LOCAL_RANK", "0"},
+                   {"CUACTOR_NCCL_ID", std::nullopt},
+                   {"CUACTOR_NCCL_ID_FILE", (dir / "id").string()}});
+    CommunicatorOptions options;
+    options.min_ctas = 65;
+    expect_error(Communicator::from_environment(options), errc::invalid_argument, "min_ctas=65");
+    EXPECT_FALSE(std::filesystem::exists(dir / "id"));
+    std::filesystem::remove_all(dir);
+  }
 }
 
 TEST(CommunicatorRules, RejectsBadGroupsBeforeTouchingNccl) {
@@ -172,11 +186,11 @@ struct LocalGroup {
   std::vector<gpu::MemPool> pools;
 };
 
-LocalGroup make_group() {
+LocalGroup make_group(const CommunicatorOptions& options = {}, int ranks = gpu::device_count()) {
   LocalGroup g;
-  std::vector<int> devices(static_cast<std::size_t>(gpu::device_count()));
+  std::vector<int> devices(static_cast<std::size_t>(ranks));
   std::iota(devices.begin(), devices.end(), 0);
-  auto comms = Communicator::create_local(devices);
+  auto comms = Communicator::create_local(devices, options);
   EXPECT_TRUE(comms.has_value()) << comms.error().to_string();
   if (!comms) return g;
   g.comms = std::move(*comms);
@@ -187,8 +201,22 @@ LocalGroup make_group() {
   return g;
 }
 
-TEST_F(CommunicatorGpuTest, CollectivesOverEveryVisibleDevice) {
-  LocalGroup g = make_group();
+/// Device 0's used memory in MiB.
+double used_mib() {
+  std::size_t free = 0, total = 0;
+  EXPECT_EQ(cudaMemGetInfo(&free, &total), cudaSuccess);
+  return static_cast<double>(total - free) / (1 << 20);
+}
+
+class CommunicatorChannelsTest : public CommunicatorGpuTest, public ::testing::WithParamInterface<int> {};
+
+INSTANTIATE_TEST_SUITE_P(MinCtas, CommunicatorChannelsTest, ::testing::Values(0, 64));
+
+TEST_P(CommunicatorChannelsTest, CollectivesOverEveryVisibleDevice) {
+  CommunicatorOptions options;
+  options.min_ctas = GetParam();
+  const double before = used_mib();
+  LocalGroup g = make_group(options);
   ASSERT_FALSE(g.comms.empty());
   const int ranks = static_cast<int>(g.comms.size());
   constexpr std::size_t kCount = 1000;  // not a multiple of any chunk size
@@ -255,6 +283,32 @@ TEST_F(CommunicatorGpuTest, CollectivesOverEveryVisibleDevice) {
           << "reduce_scatter " << j;
     EXPECT_TRUE(g.comms[static_cast<std::size_t>(r)].check().has_value());
   }
+  // Not a check: what the channel floor costs, for the docs.
+  std::cout << "min_ctas=" << GetParam() << ": device 0 holds " << used_mib() - before
+            << " MiB more after the collectives on " << ranks << " rank(s)\n";
+}
+
+TEST_F(CommunicatorGpuTest, PointToPointGatherOutsideAGroupSettles) {
+  // One rank, no Communicator::grouped around it: the gather's own group ends non-blocking.
+  LocalGroup g = make_group({}, 1);
+  ASSERT_EQ(g.comms.size(), 1u);
+  constexpr std::size_t kCount = 4099;
+  const cudaStream_t s = g.streams[0].get();
+  auto send = gpu::DeviceBuffer::allocate(g.pools[0], kCount * sizeof(float), s);
+  auto recv = gpu::DeviceBuffer::allocate(g.pools[0], kCount * sizeof(float), s);
+  ASSERT_TRUE(send && recv);
+  std::vector<float> host(kCount);
+  for (std::size_t i = 0; i < kCount; ++i) host[i] = 0.5f + static_cast<float>(i);
+  ASSERT_TRUE(gpu::copy_async(send->data(), host.data(), kCount * sizeof(float), s).has_value());
+  ASSERT_TRUE(gpu::memset_async(recv->data(), 0xFF, kCount * sizeof(float), s).has_value());  // NaN
+  auto status =
+      g.comms[0].all_gather(send->data(), recv->data(), kCount, DType::f32, s, GatherAlgorithm::point_to_point);
+  ASSERT_TRUE(status.has_value()) << status.error().to_string();
+  ASSERT_TRUE(g.streams[0].synchronize().has_value());
+  std::vector<float> out(kCount);
+  ASSERT_EQ(cudaMemcpy(out.data(), recv->data(), kCount * sizeof(float), cudaMemcpyDeviceToHost), cudaSuccess);
+  EXPECT_EQ(out, host);
+  EXPECT_TRUE(g.comms[0].check().has_value());
 }
 
 TEST_F(CommunicatorGpuTest, UnsupportedDtypeIsRejected) {
@@ -326,6 +380,12 @@ TEST_F(CommunicatorGpuTest, RankFromEnvironmentPublishesItsIdFile) {
   auto again = Communicator::from_environment();
   ASSERT_TRUE(again.has_value()) << again.error().to_string();
   EXPECT_FALSE(std::filesystem::exists(dir / "id"));
+  // A file rank 0 did not publish is never replaced nor removed.
+  std::ofstream(dir / "id") << "someone else's\n";
+  expect_error(Communicator::from_environment(), errc::invalid_argument, "already exists");
+  std::string kept;
+  std::getline(std::ifstream(dir / "id"), kept);
+  EXPECT_EQ(kept, "someone else's");
   std::filesystem::remove_all(dir);
 }
 

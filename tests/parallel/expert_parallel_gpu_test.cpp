@@ -136,7 +136,7 @@ class ExpertParallelGpuTest : public test_support::GpuTest {
     }
     std::vector<int> devices(static_cast<std::size_t>(ranks_));
     std::iota(devices.begin(), devices.end(), 0);
-    auto comms = Communicator::create_local(devices);
+    auto comms = Communicator::create_local(devices, ExpertParallelMoe::communicator_options());
     ASSERT_TRUE(comms.has_value()) << comms.error().to_string();
     comms_ = std::move(*comms);
     const int experts = ranks_ * kExpertsPerRank;

@@ -100,12 +100,16 @@ Result<double> wall_ms(std::vector<Rank>& ranks, int warmup, int reps, Step&& st
 /// rank's stream while they all capture), timed like `wall_ms`.
 template <class Step>
 Result<double> replayed_ms(std::vector<Rank>& ranks, const Options& opt, Step&& step) {
-  for (Rank& k : ranks) CUACTOR_TRY(gpu::begin_stream_capture(k.stream.get(), gpu::CaptureMode::relaxed));
-  const Status captured = step();
+  std::size_t begun = 0;
+  Status captured = ok();
+  for (; begun < ranks.size() && captured; ++begun)
+    captured = gpu::begin_stream_capture(ranks[begun].stream.get(), gpu::CaptureMode::relaxed);
+  if (!captured) --begun;  // the failed one did not begin
+  if (captured) captured = step();
   std::vector<gpu::GraphExec> execs;
   Status ended = ok();
-  for (Rank& k : ranks) {  // every capture ends, even after a failure, so no stream is left capturing
-    auto graph = gpu::end_stream_capture(k.stream.get());
+  for (std::size_t r = 0; r < begun; ++r) {  // every begun capture ends, so no stream is left capturing
+    auto graph = gpu::end_stream_capture(ranks[r].stream.get());
     if (!graph) {
       ended = fail(graph.error());
       continue;
@@ -268,7 +272,7 @@ Status run_bench_ep(const Options& opt) {
     return fail(errc::invalid_argument, fmt::format("--ranks={} but {} devices are visible", ranks, visible));
   std::vector<int> devices(static_cast<std::size_t>(ranks));
   std::iota(devices.begin(), devices.end(), 0);
-  auto comms = parallel::Communicator::create_local(devices);
+  auto comms = parallel::Communicator::create_local(devices, parallel::ExpertParallelMoe::communicator_options());
   if (!comms) return fail(comms.error());
   std::vector<EpRow> rows;
   if (!opt.json) {

@@ -73,12 +73,12 @@ struct CommunicatorOptions {
   std::function<void(int rank, const Error&)> on_async_error;
   /// How often the watcher polls.
   std::chrono::milliseconds watch_interval{50};
-  /// The fewest CTAs (channels) NCCL runs each operation with (ncclConfig_t::minCTAs), in [0, 64];
-  /// 0 leaves it to NCCL. NCCL's own choice left two H100s on NVLink at 0.86 of all-to-all bandwidth for the
-  /// expert-parallel gather and scatter; with 64 they were 1.04x it. Larger values take more SMs while
-  /// communication runs, which matters only for compute overlapped with it. NCCL_{MIN,MAX}_CTAS or
-  /// NCCL_{MIN,MAX}_NCHANNELS in the environment win over this.
-  int min_ctas = 64;
+  /// The fewest channels (CTAs) the communicator sets up (ncclConfig_t::minCTAs, with maxCTAs 64), in
+  /// [0, 64]; 0 leaves the count to NCCL, which still runs small messages on fewer. More channels
+  /// move large blocks faster but hold more NCCL buffers per peer and take more SMs while they run.
+  /// The expert-parallel layer's communication wants 64 (ExpertParallelMoe::communicator_options()).
+  /// NCCL_{MIN,MAX}_CTAS, NCCL_{MIN,MAX}_NCHANNELS or NCCL_{MIN,MAX}_NRINGS in the environment win.
+  int min_ctas = 0;
 };
 
 /// How Communicator::all_gather moves the blocks.
