@@ -94,11 +94,11 @@ def bench_shape(cuactor, torch, shape, dtype_name, args):
         return torch.ops.aten.convolution_backward(dy, x, wt, None, [stride] * 2, [pad] * 2, [1, 1], False, [0, 0], 1,
                                                    mask)
 
-    def ours_with(sku):
+    def ours_with(sku, split=None):
         return {
             "fprop": lambda: cuactor.conv2d(xv, wv, out=yv, sku=sku, **geom),
             "dgrad": lambda: cuactor.conv2d_backward_data(dyv, wv, (h, w), out=dxv, sku=sku, **geom),
-            "wgrad": lambda: cuactor.conv2d_backward_weight(dyv, xv, (r, r), out=dwv, sku=sku, **geom),
+            "wgrad": lambda: cuactor.conv2d_backward_weight(dyv, xv, (r, r), out=dwv, sku=sku, split=split, **geom),
         }
 
     ours = ours_with(None)
@@ -118,12 +118,16 @@ def bench_shape(cuactor, torch, shape, dtype_name, args):
             reference = theirs[op]()
             row["rel_err"] = rel_err(result[op], reference)
             alts = []  # (sku, function) of the --alt kernels that run here, each checked like the plan's choice
-            for sku in (sku for alt_op, sku in args.alt if alt_op == op and f":{dtype_name}," in sku):
+            for alt in (a for alt_op, a in args.alt if alt_op == op):
+                sku, _, split_text = alt.partition("@")  # SKU[@IMAGESxROWS]; an empty SKU: the plan's kernel
+                if sku and f":{dtype_name}," not in sku:
+                    continue
                 try:
+                    split = tuple(int(v) for v in split_text.split("x")) if split_text else None
                     result[op].fill_(float("nan"))
-                    ours_with(sku)[op]()
-                    row.setdefault("alt", []).append({"sku": sku, "rel_err": rel_err(result[op], reference)})
-                    alts.append(ours_with(sku)[op])
+                    ours_with(sku or None, split)[op]()
+                    row.setdefault("alt", []).append({"sku": alt, "rel_err": rel_err(result[op], reference)})
+                    alts.append(ours_with(sku or None, split)[op])
                 except Exception as e:  # report, keep the row
                     row.setdefault("alt", []).append({"sku": sku, "note": f"{type(e).__name__}: {e}"})
             times = time_interleaved([ours[op], theirs[op], *alts], args.reps, args.warmup, args.sleep_cycles, torch)
@@ -171,13 +175,14 @@ def main():
                         help="a shape to run instead of the built-in list (repeatable)")
     parser.add_argument("--sleep-cycles", type=int, default=2_000_000,
                         help="GPU clock cycles slept before each sample (hides the host's launch time)")
-    parser.add_argument("--alt", action="append", default=[], metavar="OP=SKU",
-                        help="also time this catalog kernel on OP's rows (fprop, dgrad, wgrad; repeatable)")
+    parser.add_argument("--alt", action="append", default=[], metavar="OP=SKU[@IxR]",
+                        help="also time this catalog kernel on OP's rows (fprop, dgrad, wgrad; repeatable); "
+                             "wgrad takes a split after @ (an empty SKU: the plan's kernel)")
     args = parser.parse_args()
     alts = []
     for text in args.alt:
         op, _, sku = text.partition("=")
-        if op not in OPS or not sku:
+        if op not in OPS or not sku or ("@" in sku and op != "wgrad"):
             sys.exit(f"conv_torch.py: --alt {text}: give OP=SKU with OP one of {', '.join(OPS)}")
         alts.append((op, sku))
     args.alt = alts

@@ -261,6 +261,19 @@ foreach(t bf16 f16)
   cuactor_gemm_instance(FAMILY conv_wgrad ${conv90coop} TYPES ${t} ${t} ${t} ${t} f32 LAYOUTS nhwc nhwc krsc
                         TILE 256 128 64)
 endforeach()
+# Wgrad, coresident (cuactor's kernel: one producer and one consumer warpgroup per CTA, registers and
+# shared memory for two CTAs per multiprocessor): grids of one to two waves of lone CTAs run as one
+# wave. Beside cuDNN on an H100 (bf16): 2x64x64x320 -> 320 3x3 0.76x -> 0.85x (64x64), 4x32x32x640 ->
+# 640 3x3 0.71x -> 0.80x (128x128). 64x128 never won; as fprop and dgrad kernels coresident tiles ran
+# 0.58-1.04x the plans' choices, so none is compiled.
+set(conv90cores ARCH sm_90a TEMPLATE conv_sm90_instance.cu.in CLUSTER 1 1 1 SCHEDULE coresident
+                EPILOGUE linear_combination)
+foreach(t bf16 f16)
+  cuactor_gemm_instance(FAMILY conv_wgrad ${conv90cores} TYPES ${t} ${t} ${t} ${t} f32 LAYOUTS nhwc nhwc krsc
+                        TILE 128 128 64)
+  cuactor_gemm_instance(FAMILY conv_wgrad ${conv90cores} TYPES ${t} ${t} ${t} ${t} f32 LAYOUTS nhwc nhwc krsc
+                        TILE 64 64 64)
+endforeach()
 cuactor_gemm_instance(FAMILY conv_fprop ${conv90} TYPES f32 f32 f32 f32 f32 LAYOUTS nhwc krsc nhwc TILE 128 128 32)
 # sm_80 (CUTLASS 2.x implicit GEMM; also runs on Hopper): strided dgrad, which the sm_90a kernels do
 # not compute (CUTLASS's strided-dgrad kernel visits each output phase's filter taps), 128x128x64 with

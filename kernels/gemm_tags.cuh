@@ -60,6 +60,9 @@ struct cooperative_fp8_fast_accum_streamk {};
 struct multistage {};
 /// sm_90a convolution: one TMA producer warp and one consumer warpgroup, one tile per CTA.
 struct warpspecialized {};
+/// sm_90a convolution: one TMA producer and one consumer warpgroup per CTA, registers and shared
+/// memory sized for two CTAs per multiprocessor.
+struct coresident {};
 
 /// Convolution families (the @FAMILY@ token of conv instances): which implicit GEMM is computed.
 struct conv_fprop {};

@@ -1,10 +1,16 @@
 /// @file
-/// An sm_90a implicit-GEMM convolution kernel whose tile is shared by two consumer warpgroups
-/// (cooperative: each computes half of the tile's rows) fed by one producer warpgroup through TMA.
-/// CUTLASS 4.2 builds cooperative conv mainloops and epilogues, but its only sm_90a conv kernel runs
-/// one consumer warpgroup, whose registers cap the tile at 128x128 and the kernel at about 630
-/// TFLOP/s on an H100; two warpgroups hold 256x128 or 128x256 tiles. Non-persistent: one CTA per
-/// output tile on a grid of (M tiles, N tiles), so its blockIdx.z is free (SlicedWgradConv uses it).
+/// cuactor's sm_90a implicit-GEMM convolution kernel: one producer warpgroup feeding consumer
+/// warpgroups through TMA, in two layouts CUTLASS 4.2's only sm_90a conv kernel (one consumer
+/// warpgroup, one CTA per multiprocessor) lacks:
+/// - cooperative: two consumer warpgroups share a tile, each computing half of its rows. One
+///   warpgroup's registers cap CUTLASS's tile at 128x128 and the kernel at about 630 TFLOP/s on an
+///   H100; two hold 256x128 or 128x256 tiles.
+/// - coresident: one consumer warpgroup, with registers and shared memory sized so that two CTAs
+///   share a multiprocessor. One CTA's pipeline fill and epilogue then overlap the other's mainloop,
+///   and a grid of up to twice the multiprocessor count runs as one wave, as cuDNN's sm_90 wgrad
+///   kernels run two consumer warpgroups on separate tiles.
+/// Non-persistent: one CTA per output tile on a grid of (M tiles, N tiles), so its blockIdx.z is free
+/// (SlicedWgradConv uses it).
 #pragma once
 
 #include <cutlass/arch/grid_dependency_control.h>
@@ -12,6 +18,7 @@
 #include <cutlass/cutlass.h>
 #include <cutlass/gemm/gemm.h>
 
+#include <algorithm>
 #include <cute/arch/cluster_sm90.hpp>
 #include <cute/tensor.hpp>
 #include <cutlass/conv/collective/collective_builder.hpp>
@@ -22,18 +29,40 @@
 
 namespace cuactor::kernels::sm90 {
 
-/// The kernel schedule tag of cooperative conv mainloops. CUTLASS's conv dispatch policy rejects its
-/// own cooperative tag (no CUTLASS conv kernel runs it), and nothing in the collective reads the
-/// tag; CooperativeConvKernel is what runs these mainloops.
-struct CooperativeConvSchedule {};
+/// How ProducerConsumerConvKernel lays out its warpgroups: consumer warpgroups per CTA (sharing its
+/// tile by rows) and CTAs resident per multiprocessor (each holding its share of the registers and
+/// shared memory).
+template <int ConsumerGroups, int ResidentCtas>
+struct ConvWarpLayout {
+  static_assert((ConsumerGroups == 2 && ResidentCtas == 1) || (ConsumerGroups == 1 && ResidentCtas == 2),
+                "cooperative (two consumer warpgroups, one CTA per multiprocessor) or coresident (one, two)");
+  static constexpr int kConsumerGroups = ConsumerGroups;
+  static constexpr int kResidentCtas = ResidentCtas;
+  /// Shared memory of one CTA: a multiprocessor's 228 KiB shared by the resident CTAs, less the 1 KiB
+  /// the driver reserves for each (CUTLASS's 227 KiB for one).
+  static constexpr int kSmemCapacity = cutlass::gemm::collective::detail::sm90_smem_capacity_bytes;
+  static constexpr int kSmemPerCta = ResidentCtas == 1 ? kSmemCapacity : (228 * 1024) / ResidentCtas - 1024;
+  /// What the stage count may fill: all of it for one CTA; for several, 1 KiB less, for the
+  /// pipelines' barriers and the layouts' alignment beside the stages.
+  static constexpr int kStageCapacity = ResidentCtas == 1 ? kSmemPerCta : kSmemPerCta - 1024;
+};
+using CooperativeConvLayout = ConvWarpLayout<2, 1>;
+using CoresidentConvLayout = ConvWarpLayout<1, 2>;
 
-/// The sm_90a implicit-GEMM conv mainloop collective of a cooperative tile: what CUTLASS's conv
-/// collective builder assembles, with the MMA atoms laid 2x1 over the tile's rows (one per consumer
-/// warpgroup) and as many pipeline stages as `carveout_bytes` of epilogue storage leave room for.
+/// The kernel schedule tag of cuactor's conv mainloops. CUTLASS's conv dispatch policy rejects its
+/// own cooperative tag (no CUTLASS conv kernel runs it), and nothing in the collective reads the
+/// tag; ProducerConsumerConvKernel is what runs these mainloops.
+struct ProducerConsumerConvSchedule {};
+
+/// The sm_90a implicit-GEMM conv mainloop collective of ProducerConsumerConvKernel: what CUTLASS's
+/// conv collective builder assembles, with the MMA atoms laid over the tile's rows (one per consumer
+/// warpgroup) and as many pipeline stages as one CTA's shared memory holds beside `carveout_bytes`
+/// of epilogue storage.
 template <cutlass::conv::Operator Op, class ElementA, class ElementB, class ElementAccumulator, class TileShape,
-          class ClusterShape, int carveout_bytes>
-struct CooperativeConvMainloop {
-  static_assert(cute::size<0>(TileShape{}) >= 128, "each of the two consumer warpgroups takes 64 rows or more");
+          class ClusterShape, int carveout_bytes, class WarpLayout>
+struct ProducerConsumerConvMainloop {
+  static_assert(cute::size<0>(TileShape{}) >= 64 * WarpLayout::kConsumerGroups,
+                "each consumer warpgroup takes 64 rows or more");
   // fp32 tensors run on tf32 tensor cores.
   using ElementAMma = cute::conditional_t<cute::is_same_v<ElementA, float>, cutlass::tfloat32_t, ElementA>;
   using ElementBMma = cute::conditional_t<cute::is_same_v<ElementB, float>, cutlass::tfloat32_t, ElementB>;
@@ -44,7 +73,7 @@ struct CooperativeConvMainloop {
       Op == cutlass::conv::Operator::kFprop ? cute::GMMA::Major::K : cute::GMMA::Major::MN;
   using TiledMma = decltype(cute::make_tiled_mma(
       cute::GMMA::ss_op_selector<ElementAMma, ElementBMma, ElementAccumulator, TileShape, kMajorA, kMajorB>(),
-      cute::Layout<cute::Shape<cute::_2, cute::_1, cute::_1>>{}));
+      cute::Layout<cute::Shape<cute::Int<WarpLayout::kConsumerGroups>, cute::_1, cute::_1>>{}));
   // wgrad loads A (dy) with tiled TMA and B (x) with im2col TMA; fprop and dgrad the other way round.
   static constexpr bool kWgrad = Op == cutlass::conv::Operator::kWgrad;
   using GmemTiledCopyA =
@@ -65,9 +94,10 @@ struct CooperativeConvMainloop {
   using SmemLayoutAtomB =
       decltype(cutlass::gemm::collective::detail::ss_smem_selector<
                kMajorB, ElementBMma, decltype(cute::get<1>(TileShape{})), decltype(cute::get<2>(TileShape{}))>());
-  static constexpr int kStages = cutlass::conv::collective::detail::compute_stage_count_or_override<
-      cutlass::gemm::collective::detail::sm90_smem_capacity_bytes, ElementAMma, ElementBMma, TileShape>(
-      cutlass::conv::collective::StageCountAutoCarveout<carveout_bytes>{});
+  static constexpr int kStages =
+      cutlass::conv::collective::detail::compute_stage_count_or_override<WarpLayout::kStageCapacity, ElementAMma,
+                                                                         ElementBMma, TileShape>(
+          cutlass::conv::collective::StageCountAutoCarveout<carveout_bytes>{});
   using SmemLayoutA = decltype(cute::tile_to_shape(
       SmemLayoutAtomA{},
       cute::make_shape(cute::shape<0>(TileShape{}), cute::shape<2>(TileShape{}), cute::Int<kStages>{}),
@@ -77,15 +107,16 @@ struct CooperativeConvMainloop {
       cute::make_shape(cute::shape<1>(TileShape{}), cute::shape<2>(TileShape{}), cute::Int<kStages>{}),
       cute::Step<cute::_2, cute::_1, cute::_3>{}));
   using DispatchPolicy = cutlass::conv::MainloopSm90TmaGmmaWarpSpecializedImplicitGemm<Op, kStages, 2, ClusterShape,
-                                                                                       CooperativeConvSchedule>;
+                                                                                       ProducerConsumerConvSchedule>;
   using CollectiveOp = cutlass::conv::collective::CollectiveConv<
       DispatchPolicy, TileShape, ElementA, ElementB, TiledMma,
       cutlass::conv::collective::detail::Sm90ImplicitGemmTileTraits<GmemTiledCopyA, SmemLayoutA>,
       cutlass::conv::collective::detail::Sm90ImplicitGemmTileTraits<GmemTiledCopyB, SmemLayoutB>>;
 };
 
-template <class ProblemShape_, class CollectiveMainloop_, class CollectiveEpilogue_>
-class CooperativeConvKernel {
+/// The kernel over ProducerConsumerConvMainloop of the same WarpLayout.
+template <class ProblemShape_, class CollectiveMainloop_, class CollectiveEpilogue_, class WarpLayout>
+class ProducerConsumerConvKernel {
  public:
   using ProblemShape = ProblemShape_;
   using CollectiveMainloop = CollectiveMainloop_;
@@ -113,12 +144,20 @@ class CooperativeConvKernel {
   using GridHelper = cutlass::gemm::kernel::detail::PersistentTileSchedulerSm90;
 
   static constexpr uint32_t kMmaThreads = cute::size(TiledMma{});
-  static_assert(kMmaThreads == 2 * cutlass::NumThreadsPerWarpGroup, "two consumer warpgroups share a tile");
+  static_assert(kMmaThreads == WarpLayout::kConsumerGroups * cutlass::NumThreadsPerWarpGroup,
+                "one MMA warpgroup per consumer warpgroup");
   static constexpr uint32_t MaxThreadsPerBlock = kMmaThreads + cutlass::NumThreadsPerWarpGroup;
-  static constexpr uint32_t MinBlocksPerMultiprocessor = 1;
-  // Registers moved from the producer (TMA issue only) to the consumers (the accumulators).
+  static constexpr uint32_t MinBlocksPerMultiprocessor = WarpLayout::kResidentCtas;
+  // Registers moved from the producer (TMA issue only) to the consumers (the accumulators): a CTA
+  // owns 64 Ki registers over its resident count, launched evenly over its threads; the producer
+  // keeps 40 a thread and the consumers take the rest (232 for two, 216 for one of two CTAs).
   static constexpr uint32_t kProducerRegisters = 40;
-  static constexpr uint32_t kConsumerRegisters = 232;
+  static constexpr uint32_t kCtaRegisters = 65536 / WarpLayout::kResidentCtas;
+  static constexpr uint32_t kConsumerRegisters =
+      std::min<uint32_t>(256, (kCtaRegisters / cutlass::NumThreadsPerWarpGroup - kProducerRegisters) /
+                                  WarpLayout::kConsumerGroups / 8 * 8);
+  static_assert(kCtaRegisters / MaxThreadsPerBlock >= kProducerRegisters,
+                "the launch gives each thread at least the producer's registers");
 
   /// Mainloop and epilogue storage side by side (never a union: one consumer warpgroup may start its
   /// epilogue while the other still reads the last mainloop stage).
@@ -133,6 +172,7 @@ class CooperativeConvKernel {
     } pipelines;
   };
   static constexpr int SharedStorageSize = sizeof(SharedStorage);
+  static_assert(SharedStorageSize <= WarpLayout::kSmemPerCta, "the resident CTAs' shared memory fits a multiprocessor");
 
   struct Arguments {
     cutlass::gemm::GemmUniversalMode mode{cutlass::gemm::GemmUniversalMode::kGemm};

@@ -318,13 +318,21 @@ def _require_dy_shape(dy_shape: tuple[int, ...], hw: tuple[int, int], rs: tuple[
                                    f"dilation={params[2]} gives P x Q = {want[0]} x {want[1]}")
 
 
+def _split_pair(split: Any) -> tuple[int, int]:
+    """``split`` as an (images, rows) pair of ints."""
+    if (not isinstance(split, (tuple, list)) or len(split) != 2
+            or not all(isinstance(v, int) and not isinstance(v, bool) for v in split)):
+        raise InvalidArgumentError(f"split={split!r}: give a pair of ints (images, rows)")
+    return (split[0], split[1])
+
+
 def _conv_launch(run: Any, a: Any, b: Any, shape: tuple[int, ...], params: tuple[tuple[int, int], ...],
-                 out: Any, stream: int | None, sku: str | None) -> Any:
+                 out: Any, stream: int | None, sku: str | None, split: tuple[int, int] | None = None) -> Any:
     """Allocates the result (torch, out=None) and runs ``run`` (a _core.conv2d* function) on the stream."""
     torch = _torch_of(a)
     out = _prepare_out(torch, a, shape, out, None, getattr(a, "dtype", None),
                        "on the device of the inputs, packed with the channels contiguous")
-    run(a, b, out, stream, *params, None, sku)
+    run(a, b, out, stream, *params, None, sku, split)
     return out
 
 
@@ -383,11 +391,15 @@ def conv2d_backward_data(dy: Any, w: Any, input_hw: int | tuple[int, int], *, st
 
 def conv2d_backward_weight(dy: Any, x: Any, filter_rs: int | tuple[int, int], *, stride: int | tuple[int, int] = 1,
                            padding: int | tuple[int, int] = 0, dilation: int | tuple[int, int] = 1, out: Any = None,
-                           stream: int | None = None, sku: str | None = None) -> Any:
+                           stream: int | None = None, sku: str | None = None,
+                           split: tuple[int, int] | None = None) -> Any:
     """The filter gradient of :func:`conv2d`: dw (K, R, S, C) from dy (N, P, Q, K) and x (N, H, W, C), as
     ``torch.nn.grad.conv2d_weight`` on channels-last tensors. ``filter_rs`` = (R, S).
 
-    The layout, dtype, stream and sku rules are those of :func:`conv2d` (bf16 and f16 only).
+    The layout, dtype, stream and sku rules are those of :func:`conv2d` (bf16 and f16 only). ``split``
+    = (images, rows) slices the reduction over N x P x Q into that many fp32 partial filter gradients
+    (summed by a second kernel) instead of the cost model's choice: for tuning and benchmarks. Its
+    rules: images in [1, N], rows in [1, P], at most 32 slices, rows > 1 only with images = N.
 
     Raises:
         InvalidArgumentError: shapes, dtypes, devices, layouts or stride / padding / dilation break a rule.
@@ -398,4 +410,5 @@ def conv2d_backward_weight(dy: Any, x: Any, filter_rs: int | tuple[int, int], *,
     rs = _pair("filter_rs", filter_rs, 1)
     params = _conv_params(stride, padding, dilation)
     _require_dy_shape(dy_shape, (h, wd), rs, params, f"x's {h}x{wd} and filter_rs={rs}")
-    return _conv_launch(_core.conv2d_backward_weight, dy, x, (dy_shape[3], *rs, c), params, out, stream, sku)
+    return _conv_launch(_core.conv2d_backward_weight, dy, x, (dy_shape[3], *rs, c), params, out, stream, sku,
+                        None if split is None else _split_pair(split))

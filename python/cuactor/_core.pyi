@@ -34,17 +34,17 @@ def grouped_mm(a: object | None, b: object | None, offs: object | None, out: obj
     torch._grouped_mm's 2-D x 3-D case on `stream` (as for mm): a (T, K), b (G, K, N), offs (G,) int32 cumulative end rows in device memory, out (T, N); rows past offs[-1] are not written. fp8 (e4m3) inputs take scale_a (1 or G float32) and scale_b (G float32); `ab_dtype` reinterprets a's and b's storage (fp8 passed as uint8). `alloc` gives the workspace: a callable alloc(nbytes) returning a device tensor, or a pair (raw_alloc(nbytes, stream) -> int, raw_delete(ptr)) of a stream-ordered allocator (default as for mm).
     """
 
-def conv2d(x: object | None, w: object | None, out: object | None, stream: int | None, stride: Sequence[int], padding: Sequence[int], dilation: Sequence[int], alloc: object | None = None, sku: str | None = None) -> None:
+def conv2d(x: object | None, w: object | None, out: object | None, stream: int | None, stride: Sequence[int], padding: Sequence[int], dilation: Sequence[int], alloc: object | None = None, sku: str | None = None, split: Sequence[int] | None = None) -> None:
     """
-    Convolution forward on `stream` (a cudaStream_t as an integer; None: torch's current stream for torch tensors) with a cached ConvPlan: out (N, P, Q, K) = conv(x (N, H, W, C), w (K, R, S, C)); `stride`, `padding` (symmetric) and `dilation` are (height, width) pairs. Every tensor is packed in the order of its dimensions (channels contiguous) and on one CUDA device. `alloc` gives the plan's workspace, if any, as for mm (default: torch's caching allocator for torch tensors, else stream-ordered from the device's pool). `sku` (a GemmSku text) runs exactly that catalog kernel instead of the heuristic's choice. Raises the cuactor.errors class of the failure.
+    Convolution forward on `stream` (a cudaStream_t as an integer; None: torch's current stream for torch tensors) with a cached ConvPlan: out (N, P, Q, K) = conv(x (N, H, W, C), w (K, R, S, C)); `stride`, `padding` (symmetric) and `dilation` are (height, width) pairs. Every tensor is packed in the order of its dimensions (channels contiguous) and on one CUDA device. `alloc` gives the plan's workspace, if any, as for mm (default: torch's caching allocator for torch tensors, else stream-ordered from the device's pool). `sku` (a GemmSku text) runs exactly that catalog kernel instead of the heuristic's choice; `split` (wgrad only: images, rows) slices the reduction into that many ranges instead of the cost model's split. Raises the cuactor.errors class of the failure.
     """
 
-def conv2d_backward_data(dy: object | None, w: object | None, out: object | None, stream: int | None, stride: Sequence[int], padding: Sequence[int], dilation: Sequence[int], alloc: object | None = None, sku: str | None = None) -> None:
+def conv2d_backward_data(dy: object | None, w: object | None, out: object | None, stream: int | None, stride: Sequence[int], padding: Sequence[int], dilation: Sequence[int], alloc: object | None = None, sku: str | None = None, split: Sequence[int] | None = None) -> None:
     """
     Convolution data gradient, as conv2d: out = dx (N, H, W, C) from dy (N, P, Q, K) and w (K, R, S, C); H and W are out's.
     """
 
-def conv2d_backward_weight(dy: object | None, x: object | None, out: object | None, stream: int | None, stride: Sequence[int], padding: Sequence[int], dilation: Sequence[int], alloc: object | None = None, sku: str | None = None) -> None:
+def conv2d_backward_weight(dy: object | None, x: object | None, out: object | None, stream: int | None, stride: Sequence[int], padding: Sequence[int], dilation: Sequence[int], alloc: object | None = None, sku: str | None = None, split: Sequence[int] | None = None) -> None:
     """
     Convolution filter gradient, as conv2d: out = dw (K, R, S, C) from dy (N, P, Q, K) and x (N, H, W, C); R and S are out's.
     """

@@ -97,18 +97,20 @@ Result<InstanceRequest> instance_request(const GemmSku& sku, std::optional<GpuAr
   if (kernels::is_stream_k(sku.schedule) && (sku.family != kernels::GemmFamily::dense || !sku.arch.arch_specific))
     return fail(errc::unsupported, fmt::format("SKU {}: schedule {} (stream-K) exists for dense sm_90a kernels only",
                                                sku.to_string(), name(sku.schedule)));
-  // The conv template takes CUTLASS's one-warpgroup kernel (warpspecialized) or cuactor's cooperative
-  // one (two warpgroups: 128 rows or more); GEMM templates do not know warpspecialized.
+  // The conv template takes CUTLASS's one-warpgroup kernel (warpspecialized), cuactor's cooperative
+  // one (two warpgroups: 128 rows or more) or its coresident one; GEMM templates know neither
+  // warpspecialized nor coresident.
   if (kernels::is_conv(sku.family)) {
     if (!kernels::conv_schedule_fits(sku))
       return fail(errc::unsupported,
-                  fmt::format("SKU {}: convolution takes schedule warpspecialized, or cooperative with tiles of 128 "
-                              "rows or more, on sm_90a, and multistage with 2 or more stages on sm_80 (not {} with "
-                              "{} rows and {} stages)",
+                  fmt::format("SKU {}: convolution takes schedule warpspecialized, coresident, or cooperative with "
+                              "tiles of 128 rows or more, on sm_90a, and multistage with 2 or more stages on sm_80 "
+                              "(not {} with {} rows and {} stages)",
                               sku.to_string(), name(sku.schedule), sku.tile.m, sku.stages));
-  } else if (sku.schedule == kernels::GemmSchedule::warpspecialized) {
-    return fail(errc::unsupported,
-                fmt::format("SKU {}: schedule warpspecialized is for convolution families only", sku.to_string()));
+  } else if (sku.schedule == kernels::GemmSchedule::warpspecialized ||
+             sku.schedule == kernels::GemmSchedule::coresident) {
+    return fail(errc::unsupported, fmt::format("SKU {}: schedule {} is for convolution families only", sku.to_string(),
+                                               name(sku.schedule)));
   }
   if (kernels::is_conv(sku.family) && sku.epilogue != kernels::GemmEpilogue::linear_combination)
     return fail(errc::unsupported,

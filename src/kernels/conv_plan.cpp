@@ -8,6 +8,7 @@
 #include <climits>
 #include <cstdint>
 #include <initializer_list>
+#include <limits>
 #include <tuple>
 #include <utility>
 
@@ -60,8 +61,11 @@ bool sku_computes(const GemmSku& s, const ConvSpec& spec) {
 }
 
 /// Kernels the cost models know: one CTA per cluster, or for fprop and dgrad (where it was measured)
-/// a 1x2 cluster, two CTAs of one row band sharing the activation tile by multicast.
+/// a 1x2 cluster, two CTAs of one row band sharing the activation tile by multicast; coresident
+/// kernels for wgrad only (as fprop and dgrad kernels they ran 0.58-1.04x the plans' choices on 11
+/// shapes, bf16 on an H100, session 18).
 bool heuristic_candidate(const GemmSku& s) {
+  if (s.schedule == GemmSchedule::coresident) return s.family == GemmFamily::conv_wgrad && s.cluster == Shape3{1, 1, 1};
   if (s.cluster == Shape3{1, 1, 1}) return true;
   return s.cluster == Shape3{1, 2, 1} && (s.family == GemmFamily::conv_fprop || s.family == GemmFamily::conv_dgrad);
 }
@@ -148,21 +152,69 @@ constexpr double kFillMicros128 = 7.0;                                    // per
 constexpr double kSumBytesPerMicro = 2.5e6;
 constexpr double kSumLaunchMicros = 2.0;
 
+// Coresident wgrad kernels (two CTAs per multiprocessor), fitted on an H100 to 27 runs of 11 shapes
+// (session 18, bf16; 64x64 to 128x128 tiles, unsplit and split; 15% rms error): a step of two CTAs
+// sharing a multiprocessor takes 1.24x (64x64) to 1.41x (128x128) a lone CTA's step, so a pair
+// computes 1.6x (64x64) to 1.4x (128x128) as fast; the fill and epilogue of a wave take about 5 us
+// plus 6.3 us per 128x128 of tile. The gain is the pairing: a grid of up to twice the multiprocessor
+// count runs as one wave. On grids of a wave or less the CTAs run alone; on grids of more than two
+// waves the cooperative and one-warpgroup kernels measured faster (a 1 x 256 x 256 x 512 problem:
+// 0.66x cuDNN coresident, 0.90x cooperative), so coresident splits are considered only where their
+// CTAs fill more than one lone wave and at most one coresident wave, and their estimates, less sure
+// than the lone kernels', must beat those by kCoresidentMargin.
+constexpr double kCoresidentStepShare64 = 1.24;
+constexpr double kCoresidentStepShare128 = 1.41;
+constexpr double kCoresidentFillMicros = 4.95;
+constexpr double kCoresidentFillMicros128 = 6.32;
+constexpr double kCoresidentMargin = 0.9;
+
+bool coresident(const GemmSku& sku) {
+  return sku.schedule == GemmSchedule::coresident;
+}
+
+/// A coresident step's share of a lone step's time, by tile area (linear between 64x64 and 128x128).
+double coresident_step_share(const GemmSku& sku) {
+  const double area = static_cast<double>(sku.tile.m) * sku.tile.n;
+  const double t = std::clamp((area - 64.0 * 64.0) / (128.0 * 128.0 - 64.0 * 64.0), 0.0, 1.0);
+  return kCoresidentStepShare64 + t * (kCoresidentStepShare128 - kCoresidentStepShare64);
+}
+
 /// Estimated time of wgrad with `sku` split as `split`.
 double wgrad_micros(const GemmSku& sku, const ConvSpec& s, ConvSplit split, int sm_count) {
   // The largest slice sets the length of a wave.
   const std::int64_t k_steps = ceil_div(ceil_div(s.n, split.images) * ceil_div(s.p(), split.rows) * s.q(), sku.tile.k);
-  const std::int64_t waves = ceil_div(output_tiles(sku, s) * split.slices(), planned_sms(sm_count));
+  const std::int64_t ctas = output_tiles(sku, s) * split.slices();
+  const std::int64_t sms = planned_sms(sm_count);
   const double element_cost = size_bits(s.element) == 32 ? 2 * kMicrosPerLoadedElement16 : kMicrosPerLoadedElement16;
   const double step = static_cast<double>(sku.tile.m + sku.tile.n) * sku.tile.k * element_cost;
-  const double fill = kFillMicros128 * sku.tile.m * sku.tile.n / (128.0 * 128.0);
-  const double mainloop =
-      static_cast<double>(waves) * (static_cast<double>(k_steps) * step + fill) * cluster_factor(sku, waves);
+  const double area128 = sku.tile.m * sku.tile.n / (128.0 * 128.0);
+  double mainloop = 0;
+  if (coresident(sku)) {
+    // Full waves of pairs, then a last wave whose CTAs run alone if it holds a lone wave or less.
+    const double fill = kCoresidentFillMicros + kCoresidentFillMicros128 * area128;
+    const double pair_wave = static_cast<double>(k_steps) * step * coresident_step_share(sku) + fill;
+    const std::int64_t full = ctas / (2 * sms), rest = ctas % (2 * sms);
+    mainloop = static_cast<double>(full) * pair_wave;
+    if (rest > sms) mainloop += pair_wave;
+    if (rest > 0 && rest <= sms) mainloop += static_cast<double>(k_steps) * step + fill;
+  } else {
+    const std::int64_t waves = ceil_div(ctas, sms);
+    mainloop = static_cast<double>(waves) * (static_cast<double>(k_steps) * step + kFillMicros128 * area128) *
+               cluster_factor(sku, waves);
+  }
   if (split.slices() == 1) return mainloop;  // one kernel writes D directly
   // The slices write fp32 partials that the sum reads back before it writes D.
   const double sum_bytes =
       static_cast<double>(s.filter_elements()) * (8.0 * split.slices() + size_bits(s.output) / 8.0);
   return mainloop + sum_bytes / kSumBytesPerMicro + kSumLaunchMicros;
+}
+
+/// Whether the cost model considers `split` for `sku`: every split for a lone kernel; for a
+/// coresident one, those whose CTAs fill more than one lone wave and at most one coresident wave.
+bool considered(const GemmSku& sku, const ConvSpec& s, ConvSplit split, int sm_count) {
+  if (!coresident(sku)) return true;
+  const std::int64_t ctas = output_tiles(sku, s) * split.slices(), sms = planned_sms(sm_count);
+  return ctas > sms && ctas <= 2 * sms;
 }
 
 /// Whether every slice of a split of the output rows reads at least one input row: no output row's
@@ -178,18 +230,23 @@ struct WgradChoice {
 };
 
 /// The split of the least estimated time: image ranges, or, when every image is its own slice,
-/// row ranges within each image too.
-WgradChoice best_wgrad_split(const GemmSku& sku, const ConvSpec& s, int sm_count) {
-  WgradChoice best{ConvSplit{}, wgrad_micros(sku, s, ConvSplit{}, sm_count)};
+/// row ranges within each image too. For the heuristic's comparison of kernels only the splits the
+/// model considers for `sku` count (micros is infinite where there is none); a kernel chosen by
+/// override takes the best of all.
+WgradChoice best_wgrad_split(const GemmSku& sku, const ConvSpec& s, int sm_count, bool heuristic) {
+  WgradChoice best{ConvSplit{}, std::numeric_limits<double>::infinity()};
   const auto consider = [&](ConvSplit c) {
+    if (heuristic && !considered(sku, s, c, sm_count)) return;
     const double t = wgrad_micros(sku, s, c, sm_count);
     if (t < best.micros) best = {c, t};
   };
+  consider({});
   for (std::int64_t images = 2; images <= std::min<std::int64_t>(s.n, kMaxConvSlices); ++images)
     consider({static_cast<int>(images), 1});
   if (s.n <= kMaxConvSlices / 2 && rows_can_split(s))
     for (std::int64_t rows = 2; rows <= std::min<std::int64_t>(s.p(), kMaxConvSlices / s.n); ++rows)
       consider({static_cast<int>(s.n), static_cast<int>(rows)});
+  if (heuristic && coresident(sku)) best.micros /= kCoresidentMargin;
   return best;
 }
 
@@ -579,8 +636,9 @@ Result<ConvPlan> ConvPlan::create(const ConvSpec& spec, GpuArch device_arch, con
         continue;
       }
       const bool split_wgrad = spec.operation == ConvOperation::wgrad && e.sku.arch.arch_specific;
-      const double cost = split_wgrad ? best_wgrad_split(e.sku, spec, options.sm_count).micros
+      const double cost = split_wgrad ? best_wgrad_split(e.sku, spec, options.sm_count, true).micros
                                       : estimated_cost(e.sku, spec, options.sm_count);
+      if (cost == std::numeric_limits<double>::infinity()) continue;  // no split the model considers
       const bool better_arch = chosen != nullptr && e.sku.arch.arch_specific && !chosen->sku.arch.arch_specific;
       const bool same_arch = chosen != nullptr && e.sku.arch == chosen->sku.arch;
       if (chosen == nullptr || better_arch || (same_arch && cost < best_cost)) {
@@ -634,7 +692,8 @@ Result<ConvPlan> ConvPlan::finish(const ConvSpec& spec, GpuArch arch, const Gemm
                   fmt::format("convolution kernel {}: sm_80 kernels do not split wgrad (split {}x{})", sku.to_string(),
                               split.images, split.rows));
   } else if (spec.operation == ConvOperation::wgrad && sku.arch.arch_specific) {
-    split = best_wgrad_split(sku, spec, options.sm_count).split;
+    // A coresident kernel the heuristic chose keeps the split it was chosen with.
+    split = best_wgrad_split(sku, spec, options.sm_count, source == PlanSource::heuristic).split;
   }
   // can_implement and workspace_size read the problem only; a set SM count keeps the instance from
   // querying the device, so plans can be made on a machine without one.

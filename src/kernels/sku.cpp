@@ -40,7 +40,7 @@ constexpr std::array<std::pair<std::string_view, MatrixLayout>, 4> kLayouts{{
     {"nhwc", MatrixLayout::nhwc},
     {"krsc", MatrixLayout::krsc},
 }};
-constexpr std::array<std::pair<std::string_view, GemmSchedule>, 8> kSchedules{{
+constexpr std::array<std::pair<std::string_view, GemmSchedule>, 9> kSchedules{{
     {"cooperative", GemmSchedule::cooperative},
     {"pingpong", GemmSchedule::pingpong},
     {"cooperative_fp8_fast_accum", GemmSchedule::cooperative_fp8_fast_accum},
@@ -49,6 +49,7 @@ constexpr std::array<std::pair<std::string_view, GemmSchedule>, 8> kSchedules{{
     {"cooperative_fp8_fast_accum_streamk", GemmSchedule::cooperative_fp8_fast_accum_streamk},
     {"multistage", GemmSchedule::multistage},
     {"warpspecialized", GemmSchedule::warpspecialized},
+    {"coresident", GemmSchedule::coresident},
 }};
 
 std::vector<std::string_view> split(std::string_view s, char sep) {
@@ -153,7 +154,7 @@ bool is_stream_k(GemmSchedule s) noexcept {
 bool conv_schedule_fits(const GemmSku& sku) noexcept {
   if (!sku.arch.arch_specific)
     return sku.schedule == GemmSchedule::multistage && sku.stages >= 2 && sku.cluster == Shape3{1, 1, 1};
-  return sku.schedule == GemmSchedule::warpspecialized ||
+  return sku.schedule == GemmSchedule::warpspecialized || sku.schedule == GemmSchedule::coresident ||
          (sku.schedule == GemmSchedule::cooperative && sku.tile.m >= 128);
 }
 

@@ -81,7 +81,7 @@ void require_extent(const TensorArg& t, std::size_t dim, const TensorArg& from, 
 /// `op`, plans it (cached) and enqueues it on `stream` (see LaunchSource).
 void conv(kernels::ConvOperation op, nb::handle a_obj, nb::handle b_obj, nb::handle out_obj,
           std::optional<std::uintptr_t> stream, const Pair& stride, const Pair& padding, const Pair& dilation,
-          nb::handle alloc_obj, const std::optional<std::string>& sku) {
+          nb::handle alloc_obj, const std::optional<std::string>& sku, const std::optional<Pair>& split) {
   using kernels::ConvOperation;
   const LaunchSource source(stream, alloc_obj, a_obj);
   const std::optional<kernels::GemmSku> sku_override =
@@ -130,6 +130,14 @@ void conv(kernels::ConvOperation op, nb::handle a_obj, nb::handle b_obj, nb::han
   options.sm_count = facts.sm_count;
   options.device = a.device;
   options.sku_override = sku_override;
+  if (split) {
+    // The plan checks the split's rules; here only that each count fits its int.
+    for (const std::int64_t v : *split)
+      if (v < 1 || v > kernels::kMaxConvSlices)
+        raise(errc::invalid_argument, fmt::format("split=({}, {}): each count must lie in [1, {}] (images, rows)",
+                                                  (*split)[0], (*split)[1], kernels::kMaxConvSlices));
+    options.split_override = kernels::ConvSplit{static_cast<int>((*split)[0]), static_cast<int>((*split)[1])};
+  }
   // Malformed specs (stride, padding, an empty output, channel alignment) and those without a kernel
   // are rejected here, naming the value and the rule; failures are not cached.
   const kernels::ConvPlan plan = unwrap(conv_plans().get(spec, facts.arch, options));
@@ -174,8 +182,9 @@ void bind_conv(nb::module_& m) {
        "(symmetric) and `dilation` are (height, width) pairs. Every tensor is packed in the order of its dimensions "
        "(channels contiguous) and on one CUDA device. `alloc` gives the plan's workspace, if any, as for mm (default: "
        "torch's caching allocator for torch tensors, else stream-ordered from the device's pool). `sku` (a GemmSku "
-       "text) runs exactly that catalog kernel instead of the heuristic's choice. Raises the cuactor.errors class of "
-       "the failure."},
+       "text) runs exactly that catalog kernel instead of the heuristic's choice; `split` (wgrad only: images, rows) "
+       "slices the reduction into that many ranges instead of the cost model's split. Raises the cuactor.errors class "
+       "of the failure."},
       {"conv2d_backward_data", kernels::ConvOperation::dgrad, "dy", "w",
        "Convolution data gradient, as conv2d: out = dx (N, H, W, C) from dy (N, P, Q, K) and w (K, R, S, C); H and W "
        "are out's."},
@@ -188,12 +197,12 @@ void bind_conv(nb::module_& m) {
         d.name,
         [op = d.op](nb::handle a, nb::handle b, nb::handle out, std::optional<std::uintptr_t> stream,
                     const Pair& stride, const Pair& padding, const Pair& dilation, nb::handle alloc,
-                    const std::optional<std::string>& sku) {
-          conv(op, a, b, out, stream, stride, padding, dilation, alloc, sku);
+                    const std::optional<std::string>& sku, const std::optional<Pair>& split) {
+          conv(op, a, b, out, stream, stride, padding, dilation, alloc, sku, split);
         },
         nb::arg(d.a).none(), nb::arg(d.b).none(), nb::arg("out").none(), nb::arg("stream").none(), nb::arg("stride"),
         nb::arg("padding"), nb::arg("dilation"), nb::arg("alloc").none() = nb::none(),
-        nb::arg("sku").none() = nb::none(), d.doc);
+        nb::arg("sku").none() = nb::none(), nb::arg("split").none() = nb::none(), d.doc);
 }
 
 }  // namespace cuactor::pyext

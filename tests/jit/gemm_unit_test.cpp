@@ -164,6 +164,16 @@ TEST(JitGemm, ConvSkusRenderTheConvTemplate) {
   EXPECT_NE(cooperative_rendered.find("tags::cooperative"), std::string::npos);
   CUACTOR_ASSERT_OK_AND_ASSIGN(cooperative_back, sku_of_identity(cooperative_request.identity()));
   EXPECT_EQ(cooperative_back, cooperative);
+  // So does the coresident one, with tiles of 64 rows too.
+  GemmSku coresident = sku;
+  coresident.schedule = kernels::GemmSchedule::coresident;
+  coresident.tile = {64, 64, 64};
+  CUACTOR_ASSERT_OK_AND_ASSIGN(coresident_request, instance_request(coresident));
+  CUACTOR_ASSERT_OK_AND_ASSIGN(coresident_rendered,
+                               render_template_file(kernels_dir() / request.template_name, coresident_request.values));
+  EXPECT_NE(coresident_rendered.find("tags::coresident"), std::string::npos);
+  CUACTOR_ASSERT_OK_AND_ASSIGN(coresident_back, sku_of_identity(coresident_request.identity()));
+  EXPECT_EQ(coresident_back, coresident);
 
   // sm_80 convolution (CUTLASS 2.x): its own template, the multistage mainloop with its stage count.
   const auto sm80 =
@@ -194,6 +204,12 @@ TEST(JitGemm, ConvSkusRenderTheConvTemplate) {
   wrong = jit_only_sku();
   wrong.schedule = kernels::GemmSchedule::warpspecialized;
   EXPECT_EQ(instance_request(wrong).error(), errc::unsupported);
+  wrong.schedule = kernels::GemmSchedule::coresident;  // a conv schedule only
+  const auto dense_coresident = instance_request(wrong);
+  ASSERT_FALSE(dense_coresident.has_value());
+  EXPECT_NE(dense_coresident.error().message().find("schedule coresident is for convolution families only"),
+            std::string::npos)
+      << dense_coresident.error().message();
   wrong = sku;
   wrong.arch = GpuArch{8, 0, false};  // warpspecialized is an sm_90a schedule
   EXPECT_EQ(instance_request(wrong).error(), errc::unsupported);

@@ -222,7 +222,8 @@ TEST(ConvSku, CatalogEntriesAreWhatSkuForAsks) {
   for (const CatalogEntry* e : entries) {
     SCOPED_TRACE(e->sku.to_string());
     if (e->sku.arch == kHopper) {
-      EXPECT_TRUE(e->sku.schedule == GemmSchedule::warpspecialized || e->sku.schedule == GemmSchedule::cooperative);
+      EXPECT_TRUE(e->sku.schedule == GemmSchedule::warpspecialized || e->sku.schedule == GemmSchedule::cooperative ||
+                  (e->sku.schedule == GemmSchedule::coresident && e->sku.family == GemmFamily::conv_wgrad));
     } else {  // CUTLASS 2.x: strided dgrad (and, through the JIT, devices before Hopper)
       EXPECT_EQ(e->sku.arch, kAmpere);
       EXPECT_EQ(e->sku.schedule, GemmSchedule::multistage);
@@ -343,14 +344,32 @@ TEST(ConvPlanCreate, HeuristicByClassOfShape) {
   EXPECT_EQ(few_images.sku().tile, (Shape3{64, 64, 64})) << few_images.sku().to_string();
   EXPECT_EQ(few_images.split().images, 4);
   EXPECT_GT(few_images.split().rows, 1);
-  // Many filters of many channels in one wave or more of 128x128 tiles: no 64-wide tile.
-  CUACTOR_ASSERT_OK_AND_ASSIGN(wide, ConvPlan::create(spec_of(ConvOperation::wgrad, 4, 32, 640, 640), kHopper, o));
-  EXPECT_GE(wide.sku().tile.m, 128) << wide.sku().to_string();
-  EXPECT_GE(wide.sku().tile.n, 128) << wide.sku().to_string();
+  // Between one and two waves of lone CTAs over a long reduction: coresident CTAs, unsplit, all in
+  // one wave (session 18: 1.11-1.13x the lone kernels). 225 tiles of 128x128 for K = C = 640 over
+  // 4 x 32 x 32, 225 of 64x64 for K = C = 320 over 2 x 64 x 64.
+  const ConvSpec wide_spec = spec_of(ConvOperation::wgrad, 4, 32, 640, 640);
+  ASSERT_TRUE(has(wide_spec, {128, 128, 64}, GemmSchedule::coresident));
+  CUACTOR_ASSERT_OK_AND_ASSIGN(wide, ConvPlan::create(wide_spec, kHopper, o));
+  EXPECT_EQ(wide.sku().tile, (Shape3{128, 128, 64})) << wide.sku().to_string();
+  EXPECT_EQ(wide.sku().schedule, GemmSchedule::coresident) << wide.sku().to_string();
+  EXPECT_EQ(wide.split(), ConvSplit{});
+  const ConvSpec narrow_wide = spec_of(ConvOperation::wgrad, 2, 64, 320, 320);
+  ASSERT_TRUE(has(narrow_wide, {64, 64, 64}, GemmSchedule::coresident));
+  CUACTOR_ASSERT_OK_AND_ASSIGN(narrow_wide_plan, ConvPlan::create(narrow_wide, kHopper, o));
+  EXPECT_EQ(narrow_wide_plan.sku().tile, (Shape3{64, 64, 64})) << narrow_wide_plan.sku().to_string();
+  EXPECT_EQ(narrow_wide_plan.sku().schedule, GemmSchedule::coresident) << narrow_wide_plan.sku().to_string();
+  EXPECT_EQ(narrow_wide_plan.split(), ConvSplit{});
+  // A grid of a lone wave or less, or a reduction too short to pay for the pairing, stays with the
+  // lone kernels: few filters (above) and a short reduction over many filters.
+  EXPECT_NE(few_plan.sku().schedule, GemmSchedule::coresident) << few_plan.sku().to_string();
+  EXPECT_NE(few_images.sku().schedule, GemmSchedule::coresident) << few_images.sku().to_string();
+  CUACTOR_ASSERT_OK_AND_ASSIGN(short_plan,
+                               ConvPlan::create(spec_of(ConvOperation::wgrad, 8, 28, 256, 512), kHopper, o));
+  EXPECT_NE(short_plan.sku().schedule, GemmSchedule::coresident) << short_plan.sku().to_string();
   const ConvSpec one_image = spec_of(ConvOperation::wgrad, 1, 256, 512, 512);
   ASSERT_TRUE(has(one_image, {256, 128, 64}, GemmSchedule::cooperative));
   CUACTOR_ASSERT_OK_AND_ASSIGN(one_plan, ConvPlan::create(one_image, kHopper, o));
-  EXPECT_EQ(one_plan.sku().schedule, GemmSchedule::cooperative) << one_plan.sku().to_string();
+  EXPECT_EQ(one_plan.sku().schedule, GemmSchedule::cooperative) << one_plan.sku().to_string();  // many waves
   EXPECT_GT(one_plan.split().rows, 1);
   EXPECT_EQ(one_plan.workspace_size(), static_cast<std::size_t>(one_plan.split().slices()) *
                                            static_cast<std::size_t>(one_image.filter_elements()) * sizeof(float));

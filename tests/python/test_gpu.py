@@ -487,6 +487,16 @@ def test_conv2d_rules_on_the_device(conv_torch):
         cuactor.conv2d_backward_data(dy, w_krsc.float(), (17, 13), **geom)
     with pytest.raises(NotImplementedError):
         cuactor.conv2d_backward_weight(dy, x_nhwc.float(), 3, **geom)
+    # A forced wgrad split: the same filter gradient as the plan's own choice; splits past the rules
+    # are refused naming them.
+    dy16 = torch.randn(2, 17, 13, 64, device="cuda").to(torch.bfloat16)
+    want = cuactor.conv2d_backward_weight(dy16, x_nhwc, 3, **geom).double()
+    got = cuactor.conv2d_backward_weight(dy16, x_nhwc, 3, split=(2, 3), **geom).double()
+    assert ((got - want).norm() / want.norm()).item() < 1e-2
+    with pytest.raises(cuactor.errors.InvalidArgumentError, match=r"split=\(0, 1\): each count must lie in \[1, 32\]"):
+        cuactor.conv2d_backward_weight(dy16, x_nhwc, 3, split=(0, 1), **geom)
+    with pytest.raises(cuactor.errors.InvalidArgumentError, match="images=3 must be in"):
+        cuactor.conv2d_backward_weight(dy16, x_nhwc, 3, split=(3, 1), **geom)
 
 
 def test_conv2d_runs_on_the_current_stream(conv_torch):

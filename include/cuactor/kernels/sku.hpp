@@ -51,6 +51,8 @@ enum class GemmSchedule {
   multistage,                          ///< sm_80: CUTLASS 2.x cp.async multistage mainloop.
   warpspecialized,                     ///< sm_90a: one TMA producer warp, one consumer warpgroup, one tile per
                                        ///< CTA (CUTLASS 4.2's only sm_90a convolution schedule).
+  coresident,  ///< sm_90a convolution: one producer and one consumer warpgroup per CTA, two CTAs per
+               ///< multiprocessor (one's fill and epilogue overlap the other's mainloop).
 };
 
 /// A (m, n, k) triple: CTA tile or cluster shape.
@@ -110,9 +112,11 @@ struct GemmSku {
 };
 
 /// True when the convolution template of `sku`'s architecture runs its schedule with its tile: on
-/// sm_90a CUTLASS's one-warpgroup kernel (warpspecialized), or cuactor's cooperative one, whose two
-/// consumer warpgroups share a tile of 128 rows or more; on sm_80 the multistage mainloop with 2 or
-/// more stages and no cluster. Says nothing about the family: GEMM templates know no warpspecialized.
+/// sm_90a CUTLASS's one-warpgroup kernel (warpspecialized), cuactor's cooperative one, whose two
+/// consumer warpgroups share a tile of 128 rows or more, or its coresident one (one consumer
+/// warpgroup, two CTAs per multiprocessor); on sm_80 the multistage mainloop with 2 or more stages
+/// and no cluster. Says nothing about the family: GEMM templates know neither warpspecialized nor
+/// coresident.
 bool conv_schedule_fits(const GemmSku& sku) noexcept;
 
 /// Hash of every field of a SKU (stable within a process).
