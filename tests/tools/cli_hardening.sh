@@ -105,6 +105,23 @@ case $case in
     expect_failure; expect_in err "reps"
     run "$cli" bench ep --interleaved=banana
     expect_failure; expect_in err "interleaved" ;;
+  bench_conv_bad_options)  # bench conv's options are checked before any device is touched (runs without a GPU)
+    run "$cli" bench conv --reps 0
+    expect_rc 2; expect_in err "reps=0 >= 1"
+    run "$cli" bench conv --op sideways
+    expect_rc 2; expect_in err "op sideways: choose fprop, dgrad or wgrad"
+    run "$cli" bench conv --dtype f32
+    expect_rc 2; expect_in err "dtype f32: choose bf16 or f16"
+    for bad in 1,2,3 32,56,56,64,64,3,0 32,56,56,64,64,3,1,1 32,56,x,64,64,3,1; do
+      run "$cli" bench conv --shape "$bad"
+      expect_rc 2; expect_in err "shape $bad: give 7 positive integers N,H,W,C,K,R,STRIDE"
+    done
+    run "$cli" bench conv --split 0x1
+    expect_rc 2; expect_in err "split 0x1: give 2 positive integers IMAGESxROWS"
+    run "$cli" bench conv --split 64x1
+    expect_rc 2; expect_in err "split 64x1: each count must lie in \[1, 32\]"
+    run "$cli" bench conv --sku fastest
+    expect_rc 2; expect_in err "fastest" ;;
   tune_bad_input)  # tune's shapes, types and files are checked before anything is compiled or timed
     run "$cli" tune gemm
     expect_failure; expect_in err "nothing to tune"

@@ -17,6 +17,9 @@ CLI::App& bench_command(CLI::App& app);
 void add_bench_gemm_command(CLI::App& app);
 /// `cuactor bench grouped`: grouped GEMM vs a cuBLAS loop and cublasGemmGroupedBatchedEx (MoE shapes).
 void add_bench_grouped_command(CLI::App& app);
+/// `cuactor bench conv`: conv2d plans beside cuBLAS on a matrix product of the same implicit-GEMM
+/// size (bench/conv_torch.py compares them with cuDNN).
+void add_bench_conv_command(CLI::App& app);
 /// `cuactor bench ep`: the expert-parallel MoE layer over every visible device (bench/ep_torch.py
 /// prints it beside the PyTorch formulation).
 void add_bench_ep_command(CLI::App& app);

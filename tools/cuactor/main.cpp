@@ -45,6 +45,7 @@ int main(int argc, char** argv) {
     cuactor::cli::add_demo_command(app);
     cuactor::cli::add_bench_gemm_command(app);
     cuactor::cli::add_bench_grouped_command(app);
+    cuactor::cli::add_bench_conv_command(app);
     cuactor::cli::add_bench_ep_command(app);
     cuactor::cli::add_jit_command(app);
     cuactor::cli::add_tune_command(app);
