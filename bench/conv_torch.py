@@ -129,7 +129,7 @@ def bench_shape(cuactor, torch, shape, dtype_name, args):
                     row.setdefault("alt", []).append({"sku": alt, "rel_err": rel_err(result[op], reference)})
                     alts.append(ours_with(sku or None, split)[op])
                 except Exception as e:  # report, keep the row
-                    row.setdefault("alt", []).append({"sku": sku, "note": f"{type(e).__name__}: {e}"})
+                    row.setdefault("alt", []).append({"sku": alt, "note": f"{type(e).__name__}: {e}"})
             times = time_interleaved([ours[op], theirs[op], *alts], args.reps, args.warmup, args.sleep_cycles, torch)
             row["cuactor_ms"], row["cudnn_ms"] = times[:2]
             for alt, ms in zip((a for a in row.get("alt", []) if "rel_err" in a), times[2:]):

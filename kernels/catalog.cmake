@@ -236,7 +236,7 @@ foreach(t bf16 f16)
   cuactor_gemm_instance(FAMILY conv_wgrad ${conv90} TYPES ${t} ${t} ${t} ${t} f32 LAYOUTS nhwc nhwc krsc
                         TILE 64 64 64)
 endforeach()
-# Two consumer warpgroups per tile (cuactor's CooperativeConvKernel): 256x128 tiles for large outputs;
+# Two consumer warpgroups per tile (cuactor's cooperative ProducerConsumerConvKernel): 256x128 tiles for large outputs;
 # for fprop and dgrad also in 1x2 clusters (the two CTAs of a row band share the activation tile by
 # multicast) and 256x64 tiles. Measured on an H100 (bf16, beside cuDNN): the 1x2 cluster lifts 256x128
 # fprop and dgrad by 1.10-1.13x on grids of two waves or more and loses when the grid is a wave or

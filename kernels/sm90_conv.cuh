@@ -235,13 +235,14 @@ inline int wgrad_slices(const cuactor_conv_args& a, WgradSlice (&out)[CUACTOR_CO
   return count;
 }
 
-/// Whether two argument structs describe the same launch, field by field (the struct has padding).
-inline bool same_conv_args(const cuactor_conv_args& x, const cuactor_conv_args& y) {
+/// Whether two argument structs give the same slice parameters: every field the slices read, compared
+/// one by one (the struct has padding). C, D, alpha and beta reach only the sum kernel, so a training
+/// loop that switches beta or the output between steps keeps its parameters.
+inline bool same_slice_args(const cuactor_conv_args& x, const cuactor_conv_args& y) {
   return x.n == y.n && x.h == y.h && x.w == y.w && x.c == y.c && x.k == y.k && x.r == y.r && x.s == y.s &&
          x.pad_h == y.pad_h && x.pad_w == y.pad_w && x.stride_h == y.stride_h && x.stride_w == y.stride_w &&
          x.dilation_h == y.dilation_h && x.dilation_w == y.dilation_w && x.a == y.a && x.b == y.b &&
-         x.c_source == y.c_source && x.d == y.d && x.alpha == y.alpha && x.beta == y.beta && x.device == y.device &&
-         x.sm_count == y.sm_count && x.split_n == y.split_n && x.split_p == y.split_p;
+         x.device == y.device && x.sm_count == y.sm_count && x.split_n == y.split_n && x.split_p == y.split_p;
 }
 
 /// The launch parameters of every slice, one kernel argument (indexed by blockIdx.z).
@@ -394,14 +395,13 @@ struct SlicedWgradConv {
     auto* partials = static_cast<float*>(workspace);
     // 32 KiB of parameters: static storage per thread rather than the stack (they are copied into the
     // launch), reused by every launch of this instance on the thread. Each slice's parameters hold
-    // two TMA descriptors that the driver encodes on the host (up to 64 per launch): a launch with the
-    // same arguments and workspace as the thread's previous one (a training loop's tensors, reused
-    // by a caching allocator) keeps them.
+    // two TMA descriptors that the driver encodes on the host (up to 64 per launch): a launch whose
+    // slices read what the thread's previous launch read and write the same workspace (a training
+    // loop's tensors, reused by a caching allocator) keeps them.
     static thread_local SliceParams<Kernel> params;
     static thread_local cuactor_conv_args params_args{};
     static thread_local const void* params_workspace = nullptr;
-    if (params_workspace != workspace || !same_conv_args(params_args, a)) {
-      params_workspace = nullptr;  // invalid until every slice is rebuilt
+    if (params_workspace != workspace || !same_slice_args(params_args, a)) {
       for (int i = 0; i < count; ++i)
         params.slice[i] =
             Kernel::to_underlying_arguments(slice_arguments(a, slices[i], partials + i * elements), nullptr);

@@ -38,10 +38,10 @@ struct ConvWarpLayout {
                 "cooperative (two consumer warpgroups, one CTA per multiprocessor) or coresident (one, two)");
   static constexpr int kConsumerGroups = ConsumerGroups;
   static constexpr int kResidentCtas = ResidentCtas;
-  /// Shared memory of one CTA: a multiprocessor's 228 KiB shared by the resident CTAs, less the 1 KiB
-  /// the driver reserves for each (CUTLASS's 227 KiB for one).
-  static constexpr int kSmemCapacity = cutlass::gemm::collective::detail::sm90_smem_capacity_bytes;
-  static constexpr int kSmemPerCta = ResidentCtas == 1 ? kSmemCapacity : (228 * 1024) / ResidentCtas - 1024;
+  /// Shared memory of one CTA: CUTLASS's 227 KiB for one; for several, a multiprocessor's 228 KiB
+  /// shared by the resident CTAs, less the 1 KiB the driver reserves for each.
+  static constexpr int kSmemPerCta = ResidentCtas == 1 ? cutlass::gemm::collective::detail::sm90_smem_capacity_bytes
+                                                       : (228 * 1024) / ResidentCtas - 1024;
   /// What the stage count may fill: all of it for one CTA; for several, 1 KiB less, for the
   /// pipelines' barriers and the layouts' alignment beside the stages.
   static constexpr int kStageCapacity = ResidentCtas == 1 ? kSmemPerCta : kSmemPerCta - 1024;
@@ -158,9 +158,15 @@ class ProducerConsumerConvKernel {
                                   WarpLayout::kConsumerGroups / 8 * 8);
   static_assert(kCtaRegisters / MaxThreadsPerBlock >= kProducerRegisters,
                 "the launch gives each thread at least the producer's registers");
+  // setmaxnreg.inc waits for registers the producer released: what the warpgroups take must fit what
+  // the launch gave (per thread, rounded down to 8) times the threads.
+  static_assert(kProducerRegisters * cutlass::NumThreadsPerWarpGroup + kConsumerRegisters * kMmaThreads <=
+                    kCtaRegisters / MaxThreadsPerBlock / 8 * 8 * MaxThreadsPerBlock,
+                "the warpgroups' registers fit the launch's");
 
-  /// Mainloop and epilogue storage side by side (never a union: one consumer warpgroup may start its
-  /// epilogue while the other still reads the last mainloop stage).
+  /// Mainloop and epilogue storage side by side (never a union: one cooperative consumer warpgroup may
+  /// start its epilogue while the other still reads the last mainloop stage; a coresident kernel could
+  /// share them, but its wgrad epilogue holds no shared memory).
   struct SharedStorage {
     struct TensorStorage {
       typename CollectiveMainloop::TensorStorage mainloop;
@@ -229,7 +235,7 @@ class ProducerConsumerConvKernel {
     const int thread_in_group = thread_idx % cutlass::NumThreadsPerWarpGroup;
     const bool producer_group = cutlass::canonical_warp_group_idx() == 0;
     const bool load_warp = producer_group && warp_in_group == 0;                   // mainloop and epilogue source loads
-    const int mma_thread_idx = thread_idx - int(cutlass::NumThreadsPerWarpGroup);  // [0, 256) in the consumers
+    const int mma_thread_idx = thread_idx - int(cutlass::NumThreadsPerWarpGroup);  // [0, kMmaThreads) in the consumers
     const int lane_predicate = cute::elect_one_sync();
     const uint32_t block_rank_in_cluster = cute::block_rank_in_cluster();
 

@@ -263,20 +263,22 @@ def scaled_grouped_mm(a: Any, b: Any, scale_a: Any, scale_b: Any, offs: Any = No
     return out
 
 
+def _as_int(v: Any) -> int | None:
+    """``v`` as an int if it is an integer (numpy and torch integers too) and not a bool, else None."""
+    if isinstance(v, bool):
+        return None
+    try:
+        return operator.index(v)
+    except TypeError:
+        return None
+
+
 def _pair(name: str, value: Any, least: int) -> tuple[int, int]:
     """(height, width) of an argument given as an int or a pair of ints, each at least ``least``."""
-    def as_int(v: Any) -> int | None:
-        if isinstance(v, bool):
-            return None
-        try:
-            return operator.index(v)
-        except TypeError:
-            return None
-
-    one = as_int(value)
+    one = _as_int(value)
     if one is not None:
         pair = (one, one)
-    elif isinstance(value, (tuple, list)) and len(value) == 2 and None not in (both := tuple(map(as_int, value))):
+    elif isinstance(value, (tuple, list)) and len(value) == 2 and None not in (both := tuple(map(_as_int, value))):
         pair = both
     else:
         raise InvalidArgumentError(f"{name}={value!r}: must be an int or a pair of ints (height, width)")
@@ -320,10 +322,9 @@ def _require_dy_shape(dy_shape: tuple[int, ...], hw: tuple[int, int], rs: tuple[
 
 def _split_pair(split: Any) -> tuple[int, int]:
     """``split`` as an (images, rows) pair of ints."""
-    if (not isinstance(split, (tuple, list)) or len(split) != 2
-            or not all(isinstance(v, int) and not isinstance(v, bool) for v in split)):
+    if not isinstance(split, (tuple, list)) or len(split) != 2 or None in (pair := tuple(map(_as_int, split))):
         raise InvalidArgumentError(f"split={split!r}: give a pair of ints (images, rows)")
-    return (split[0], split[1])
+    return pair  # type: ignore[return-value]
 
 
 def _conv_launch(run: Any, a: Any, b: Any, shape: tuple[int, ...], params: tuple[tuple[int, int], ...],

@@ -70,19 +70,6 @@ bool heuristic_candidate(const GemmSku& s) {
   return s.cluster == Shape3{1, 2, 1} && (s.family == GemmFamily::conv_fprop || s.family == GemmFamily::conv_dgrad);
 }
 
-/// The implicit GEMM's (M, N) extents, for the tile-wave heuristic.
-std::pair<std::int64_t, std::int64_t> gemm_mn(const ConvSpec& s) {
-  switch (s.operation) {
-    case ConvOperation::fprop:
-      return {s.n * s.p() * s.q(), s.k};
-    case ConvOperation::dgrad:
-      return {s.n * s.h * s.w, s.c};
-    case ConvOperation::wgrad:
-      return {s.k, s.r * s.s * s.c};
-  }
-  return {0, 0};
-}
-
 /// Tiles smaller than 128x128 reuse each loaded operand row less: prefer 128x128 unless the larger
 /// tile wastes more than this of its rows, columns or waves.
 double small_tile_penalty(const GemmSku& sku) {
@@ -120,11 +107,11 @@ std::int64_t ceil_div(std::int64_t a, std::int64_t b) {
 /// cover channels of one filter tap: R x S x ceil(C / tile N) of them (the grids launched on an H100
 /// say so), so C = 64 half-fills a 128-wide tile however many taps there are.
 std::int64_t output_tiles(const GemmSku& sku, const ConvSpec& spec) {
-  const auto [m, n] = gemm_mn(spec);
+  const auto gemm = spec.implicit_gemm();  // (M, N, K)
   const auto clustered = [](std::int64_t tiles, int cluster) { return ceil_div(tiles, cluster) * cluster; };
-  const std::int64_t n_tiles =
-      spec.operation == ConvOperation::wgrad ? spec.r * spec.s * ceil_div(spec.c, sku.tile.n) : ceil_div(n, sku.tile.n);
-  return clustered(ceil_div(m, sku.tile.m), sku.cluster.m) * clustered(n_tiles, sku.cluster.n);
+  const std::int64_t n_tiles = spec.operation == ConvOperation::wgrad ? spec.r * spec.s * ceil_div(spec.c, sku.tile.n)
+                                                                      : ceil_div(gemm[1], sku.tile.n);
+  return clustered(ceil_div(gemm[0], sku.tile.m), sku.cluster.m) * clustered(n_tiles, sku.cluster.n);
 }
 
 /// The multiprocessors a plan counts on (the given count, else an H100's).
@@ -564,6 +551,18 @@ double ConvSpec::flops() const noexcept {
          static_cast<double>(c) * static_cast<double>(r) * static_cast<double>(s);
 }
 
+std::array<std::int64_t, 3> ConvSpec::implicit_gemm() const noexcept {
+  switch (operation) {
+    case ConvOperation::fprop:
+      return {n * p() * q(), k, c * r * s};
+    case ConvOperation::dgrad:
+      return {n * h * w, c, k * r * s};
+    case ConvOperation::wgrad:
+      break;
+  }
+  return {k, c * r * s, n * p() * q()};
+}
+
 std::string ConvSpec::to_string() const {
   return fmt::format("{} {}->{} n={} h={} w={} c={} k={} r={} s={} pad={},{} stride={},{} dilation={},{}{}",
                      name(operation), name(element), name(output), n, h, w, c, k, r, s, pad_h, pad_w, stride_h,
@@ -628,7 +627,8 @@ Result<ConvPlan> ConvPlan::create(const ConvSpec& spec, GpuArch device_arch, con
     // sm_90a kernels first wherever one computes the spec; sm_80 ones for the rest (strided dgrad,
     // devices before Hopper). Costs compare kernels of one architecture.
     double best_cost = 0;
-    std::optional<Error> refusal;  // why a kernel that matches the spec's types cannot compute it
+    std::optional<Error> refusal;                // why a kernel that matches the spec's types cannot compute it
+    const CatalogEntry* unconsidered = nullptr;  // a kernel that computes it but whose model has no split for it
     for (const CatalogEntry& e : catalog()) {
       if (!sku_computes(e.sku, spec) || !runs_on(e.sku, device_arch) || !heuristic_candidate(e.sku)) continue;
       if (Status fits = check_sku_computes(e.sku, spec); !fits) {
@@ -638,7 +638,10 @@ Result<ConvPlan> ConvPlan::create(const ConvSpec& spec, GpuArch device_arch, con
       const bool split_wgrad = spec.operation == ConvOperation::wgrad && e.sku.arch.arch_specific;
       const double cost = split_wgrad ? best_wgrad_split(e.sku, spec, options.sm_count, true).micros
                                       : estimated_cost(e.sku, spec, options.sm_count);
-      if (cost == std::numeric_limits<double>::infinity()) continue;  // no split the model considers
+      if (cost == std::numeric_limits<double>::infinity()) {  // no split the model considers
+        if (unconsidered == nullptr) unconsidered = &e;
+        continue;
+      }
       const bool better_arch = chosen != nullptr && e.sku.arch.arch_specific && !chosen->sku.arch.arch_specific;
       const bool same_arch = chosen != nullptr && e.sku.arch == chosen->sku.arch;
       if (chosen == nullptr || better_arch || (same_arch && cost < best_cost)) {
@@ -646,6 +649,9 @@ Result<ConvPlan> ConvPlan::create(const ConvSpec& spec, GpuArch device_arch, con
         best_cost = cost;
       }
     }
+    // A build whose only kernels for the spec are ones the model does not consider (coresident only)
+    // still runs it, with the kernel's best split of all.
+    if (chosen == nullptr) chosen = unconsidered;
     // Without a kernel to ask (a build without this family), the sm_90a rules still explain a refusal.
     if (chosen == nullptr && !refusal && can_run(kSm90a, device_arch))
       if (Status fits = check_sku_computes(sku_for(spec, kSm90a, {128, 128, 64}), spec); !fits) refusal = fits.error();
@@ -692,8 +698,12 @@ Result<ConvPlan> ConvPlan::finish(const ConvSpec& spec, GpuArch arch, const Gemm
                   fmt::format("convolution kernel {}: sm_80 kernels do not split wgrad (split {}x{})", sku.to_string(),
                               split.images, split.rows));
   } else if (spec.operation == ConvOperation::wgrad && sku.arch.arch_specific) {
-    // A coresident kernel the heuristic chose keeps the split it was chosen with.
-    split = best_wgrad_split(sku, spec, options.sm_count, source == PlanSource::heuristic).split;
+    // A coresident kernel the heuristic chose keeps the split it was chosen with; any other kernel, or
+    // one for which the model considers no split (chosen for want of another), takes the best of all.
+    const WgradChoice chosen = best_wgrad_split(sku, spec, options.sm_count, source == PlanSource::heuristic);
+    split = chosen.micros != std::numeric_limits<double>::infinity()
+                ? chosen.split
+                : best_wgrad_split(sku, spec, options.sm_count, false).split;
   }
   // can_implement and workspace_size read the problem only; a set SM count keeps the instance from
   // querying the device, so plans can be made on a machine without one.

@@ -387,7 +387,8 @@ TEST(ConvPlanCreate, OverrideRules) {
   expect_error(ConvPlan::create(base_spec(), kAmpere, o), errc::unsupported, "sm_80");
   o.sku_override = ConvPlan::sku_for(base_spec(), kHopper, {192, 96, 32});  // never compiled ahead of time
   expect_error(ConvPlan::create(base_spec(), kHopper, o), errc::unsupported, "catalog");
-  // Schedules: only CUTLASS's one-warpgroup kernel and cuactor's cooperative one (128 rows or more).
+  // Schedules: CUTLASS's one-warpgroup kernel, cuactor's cooperative one (128 rows or more) and its
+  // coresident one.
   o.sku_override = ConvPlan::sku_for(base_spec(), kHopper, kTile, {1, 1, 1}, GemmSchedule::pingpong);
   expect_error(ConvPlan::create(base_spec(), kHopper, o), errc::invalid_argument, "pingpong");
   o.sku_override = ConvPlan::sku_for(base_spec(), kHopper, {64, 128, 64}, {1, 1, 1}, GemmSchedule::cooperative);

@@ -120,6 +120,8 @@ case $case in
     expect_rc 2; expect_in err "split 0x1: give 2 positive integers IMAGESxROWS"
     run "$cli" bench conv --split 64x1
     expect_rc 2; expect_in err "split 64x1: each count must lie in \[1, 32\]"
+    run "$cli" bench conv --op fprop --split 2x1
+    expect_rc 2; expect_in err "only wgrad splits its reduction, and --op leaves wgrad out"
     run "$cli" bench conv --sku fastest
     expect_rc 2; expect_in err "fastest" ;;
   tune_bad_input)  # tune's shapes, types and files are checked before anything is compiled or timed

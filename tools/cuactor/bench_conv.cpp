@@ -5,6 +5,7 @@
 // (bench/conv_torch.py, on the same shapes): cuDNN is not a dependency of cuactor.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <array>
 #include <charconv>
 #include <cstdint>
@@ -85,19 +86,6 @@ ConvSpec spec_of(const std::vector<std::int64_t>& shape, ConvOperation op, DType
   return s;
 }
 
-/// The implicit GEMM's (M, N, K) of a spec.
-std::array<std::int64_t, 3> gemm_extents(const ConvSpec& s) {
-  switch (s.operation) {
-    case ConvOperation::fprop:
-      return {s.n * s.p() * s.q(), s.k, s.c * s.r * s.s};
-    case ConvOperation::dgrad:
-      return {s.n * s.h * s.w, s.c, s.k * s.r * s.s};
-    case ConvOperation::wgrad:
-      break;
-  }
-  return {s.k, s.c * s.r * s.s, s.n * s.p() * s.q()};
-}
-
 /// Elements of `buffer` (16-bit `dtype`) that are not finite: a result poisoned with NaN before the
 /// checked run must have none left.
 Result<std::size_t> non_finite(const gpu::DeviceBuffer& buffer, std::size_t elements, DType dtype,
@@ -151,7 +139,7 @@ Result<ConvRow> bench_case(const ConvSpec& spec, const kernels::ConvPlanOptions&
 
   // The anchor: cuBLAS on random operands of the implicit GEMM's size, row-major D = A B^T.
   ConvRow row;
-  row.mnk = gemm_extents(spec);
+  row.mnk = spec.implicit_gemm();
   kernels::GemmProblem p;
   p.m = row.mnk[0];
   p.n = row.mnk[1];
@@ -182,7 +170,7 @@ Result<ConvRow> bench_case(const ConvSpec& spec, const kernels::ConvPlanOptions&
 }
 
 Status run_bench_conv(const ConvBenchOptions& opt) {
-  // Every option is checked before a device is touched.
+  // Every option's form is checked before a device is touched (a shape's own rules, by the plan).
   CUACTOR_TRY(check_timing_options(opt.warmup, opt.rounds, opt.reps));
   std::vector<ConvOperation> ops;
   for (const auto& text : opt.ops) {
@@ -217,6 +205,9 @@ Status run_bench_conv(const ConvBenchOptions& opt) {
       return fail(errc::invalid_argument,
                   fmt::format("--split {}: each count must lie in [1, {}]", opt.split, kernels::kMaxConvSlices));
     split = kernels::ConvSplit{static_cast<int>((*counts)[0]), static_cast<int>((*counts)[1])};
+    if (std::find(ops.begin(), ops.end(), ConvOperation::wgrad) == ops.end())
+      return fail(errc::invalid_argument,
+                  fmt::format("--split {}: only wgrad splits its reduction, and --op leaves wgrad out", opt.split));
   }
 
   if (gpu::device_count() == 0)

@@ -13,6 +13,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -91,6 +92,9 @@ struct ConvSpec {
   [[nodiscard]] std::int64_t result_elements() const noexcept;
   /// 2 N P Q K C R S: the multiply-adds of every operation, times two.
   [[nodiscard]] double flops() const noexcept;
+  /// The operation's implicit GEMM (M, N, K): fprop (N P Q, K, C R S), dgrad (N H W, C, K R S), wgrad
+  /// (K, C R S, N P Q).
+  [[nodiscard]] std::array<std::int64_t, 3> implicit_gemm() const noexcept;
   /// e.g. "fprop bf16->bf16 n=32 h=56 w=56 c=64 k=64 r=3 s=3 pad=1,1 stride=1,1 dilation=1,1".
   [[nodiscard]] std::string to_string() const;
 
@@ -165,8 +169,9 @@ class ConvPlan {
 
   /// The SKU a spec needs on an architecture with the given tile: what the JIT compiles for a
   /// configuration the catalog lacks (fp32 accumulation, linear combination). On sm_90a `schedule` is
-  /// warpspecialized (CUTLASS's kernel: one consumer warpgroup, tiles up to 128x128) or cooperative
-  /// (cuactor's: two consumer warpgroups share a tile of 128 or more rows) and `stages` 0; on sm_80
+  /// warpspecialized (CUTLASS's kernel: one consumer warpgroup, tiles up to 128x128), cooperative
+  /// (cuactor's: two consumer warpgroups share a tile of 128 or more rows) or coresident (cuactor's:
+  /// one consumer warpgroup, two CTAs per multiprocessor) and `stages` 0; on sm_80
   /// it is multistage with `stages` >= 2 (CUTLASS 2.x).
   static GemmSku sku_for(const ConvSpec& spec, GpuArch arch, Shape3 tile, Shape3 cluster = {1, 1, 1},
                          GemmSchedule schedule = GemmSchedule::warpspecialized, int stages = 0);
