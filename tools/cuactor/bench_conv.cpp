@@ -210,20 +210,15 @@ Status run_bench_conv(const ConvBenchOptions& opt) {
                   fmt::format("--split {}: only wgrad splits its reduction, and --op leaves wgrad out", opt.split));
   }
 
-  if (gpu::device_count() == 0)
-    return fail(errc::no_device, "cuactor bench conv needs a CUDA device (none is visible)");
-  auto props = gpu::device_properties(0);
-  if (!props) return fail(props.error());
-  auto stream = gpu::Stream::create(0);
-  if (!stream) return fail(stream.error());
-  auto pool = gpu::MemPool::device_default(0);
-  if (!pool) return fail(pool.error());
-  base.sm_count = props->multiprocessors;
+  auto dev = BenchDevice::open("cuactor bench conv needs a CUDA device (none is visible)");
+  if (!dev) return fail(dev.error());
+  const gpu::DeviceProperties& props = dev->props;
+  base.sm_count = props.multiprocessors;
   std::cout << fmt::format(
       "cuactor bench conv: {} ({}, {} SMs); median of {}x{} event-timed launches per side after {} warm-up, "
       "interleaved; anchor: cuBLAS (cublasGemmEx) on a matrix product of the implicit GEMM's M x N x K; cuDNN: "
       "bench/conv_torch.py\n",
-      props->name, props->arch.name(), props->multiprocessors, opt.rounds, opt.reps, opt.warmup);
+      props.name, props.arch.name(), props.multiprocessors, opt.rounds, opt.reps, opt.warmup);
   std::cout << fmt::format("{:<6} {:<5} {:<24} {:>7} {:>6} {:>7}  {:>8} {:>8} {:>6}  {:<10} {:<5} {}\n", "op", "dtype",
                            "N,H,W,C,K,R,stride", "M", "N", "K", "cuactor", "GEMM", "ratio", "plan", "split", "kernel");
   int failures = 0;
@@ -235,7 +230,7 @@ Status run_bench_conv(const ConvBenchOptions& opt) {
         if (op == ConvOperation::wgrad) po.split_override = split;
         const std::string label =
             fmt::format("{},{},{},{},{},{},{}", shape[0], shape[1], shape[2], shape[3], shape[4], shape[5], shape[6]);
-        auto row = bench_case(spec, po, *props, *stream, *pool, opt);
+        auto row = bench_case(spec, po, props, dev->stream, dev->pool, opt);
         if (!row) {
           ++failures;
           std::cout << fmt::format("{:<6} {:<5} {:<24} error: {}\n", kernels::name(op), name(dtype), label,

@@ -146,14 +146,9 @@ Result<double> copy_bandwidth(const gpu::Stream& stream, const gpu::MemPool& poo
 
 Status run_bench_gemm(const GemmBenchOptions& opt) {
   CUACTOR_TRY(check_timing_options(opt.warmup, opt.rounds, opt.reps));
-  if (gpu::device_count() == 0)
-    return fail(errc::no_device, "cuactor bench gemm needs a CUDA device (none is visible)");
-  auto props = gpu::device_properties(0);
-  if (!props) return fail(props.error());
-  auto stream = gpu::Stream::create(0);
-  if (!stream) return fail(stream.error());
-  auto pool = gpu::MemPool::device_default(0);
-  if (!pool) return fail(pool.error());
+  auto dev = BenchDevice::open("cuactor bench gemm needs a CUDA device (none is visible)");
+  if (!dev) return fail(dev.error());
+  const gpu::DeviceProperties& props = dev->props;
   auto device = jit::TuningDevice::of(0);
   if (!device) return fail(device.error());
   // Plans consult the tuning database (`cuactor tune gemm`) first; its kernels outside the catalog
@@ -169,12 +164,12 @@ Status run_bench_gemm(const GemmBenchOptions& opt) {
     if (auto engine = jit::JitEngine::create({})) gemm_jit = std::make_unique<jit::GemmJit>(std::move(*engine));
   }
   // The decode rows' bandwidth anchor: the DRAM traffic (reads + writes) of a device-to-device copy.
-  auto copy_traffic = copy_bandwidth(*stream, *pool, opt.warmup, opt.reps);
+  auto copy_traffic = copy_bandwidth(dev->stream, dev->pool, opt.warmup, opt.reps);
   if (!copy_traffic) return fail(copy_traffic.error());
   std::cout << fmt::format(
       "cuactor bench gemm: {} ({}, {} SMs, L2 {} MiB); median of {}x{} event-timed launches per side "
       "after {} warm-up, interleaved; swizzle {} raster {}; tuning database {}\n",
-      props->name, props->arch.name(), props->multiprocessors, props->l2_cache_bytes >> 20, opt.rounds, opt.reps,
+      props.name, props.arch.name(), props.multiprocessors, props.l2_cache_bytes >> 20, opt.rounds, opt.reps,
       opt.warmup, opt.max_swizzle, opt.raster_order, db_text);
   std::cout << fmt::format(
       "device-to-device copy of 1 GiB moves {:.0f} GB/s (reads + writes; decode rows report their weight "
@@ -186,7 +181,7 @@ Status run_bench_gemm(const GemmBenchOptions& opt) {
   int failures = 0;
   for (const auto& c : gemm_cases(opt.quick)) {
     if (!opt.only.empty() && c.label.find(opt.only) == std::string::npos) continue;
-    auto row = bench_case(c, *props, *stream, *pool, opt, *device, db, gemm_jit.get());
+    auto row = bench_case(c, props, dev->stream, dev->pool, opt, *device, db, gemm_jit.get());
     if (!row) {
       ++failures;
       std::cout << fmt::format("{:<17} {:>5} {:>5} {:>5}  error: {}\n", c.label, c.problem.m, c.problem.n, c.problem.k,

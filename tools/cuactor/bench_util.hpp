@@ -12,6 +12,7 @@
 #include <random>
 #include <sstream>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -19,8 +20,10 @@
 #include "cuactor/core/expected.hpp"
 #include "cuactor/core/files.hpp"
 #include "cuactor/gpu/check.hpp"
+#include "cuactor/gpu/device.hpp"
 #include "cuactor/gpu/event.hpp"
 #include "cuactor/gpu/memory.hpp"
+#include "cuactor/gpu/stream.hpp"
 
 namespace cuactor::cli {
 
@@ -37,6 +40,25 @@ inline cudaDataType_t cuda_data_type(DType t) {
       return CUDA_R_32F;
   }
 }
+
+/// Device 0 as a benchmark or sweep times on it: its properties, a stream and its default memory pool.
+struct BenchDevice {
+  gpu::DeviceProperties props;
+  gpu::Stream stream;
+  gpu::MemPool pool;
+
+  /// Opens device 0; `no_device` with `no_device_message` when no GPU is visible.
+  static Result<BenchDevice> open(std::string_view no_device_message) {
+    if (gpu::device_count() == 0) return fail(errc::no_device, std::string(no_device_message));
+    auto props = gpu::device_properties(0);
+    if (!props) return fail(props.error());
+    auto stream = gpu::Stream::create(0);
+    if (!stream) return fail(stream.error());
+    auto pool = gpu::MemPool::device_default(0);
+    if (!pool) return fail(pool.error());
+    return BenchDevice{std::move(*props), std::move(*stream), std::move(*pool)};
+  }
+};
 
 /// Median of `v` (0 when empty).
 inline double median(std::vector<double> v) {

@@ -50,22 +50,15 @@ struct TuneSession {
   /// Opens device 0 and loads the database `db_option` (empty: the default under the cache root);
   /// `no_device` when no GPU is visible (the candidates are compiled by then).
   static Result<TuneSession> open(const std::string& db_option) {
-    if (gpu::device_count() == 0)
-      return fail(errc::no_device,
-                  "the candidates are compiled, but timing them needs a CUDA device (none is visible)");
-    auto props = gpu::device_properties(0);
-    if (!props) return fail(props.error());
+    auto dev = BenchDevice::open("the candidates are compiled, but timing them needs a CUDA device (none is visible)");
+    if (!dev) return fail(dev.error());
     auto device = jit::TuningDevice::of(0);
     if (!device) return fail(device.error());
-    auto stream = gpu::Stream::create(0);
-    if (!stream) return fail(stream.error());
-    auto pool = gpu::MemPool::device_default(0);
-    if (!pool) return fail(pool.error());
     auto path = db_option.empty() ? jit::TuningDb::default_path() : Result<std::filesystem::path>(db_option);
     if (!path) return fail(path.error());
     jit::TuningDb db = jit::TuningDb::load(*path);
-    return TuneSession{std::move(*props), std::move(*device), std::move(*stream),
-                       std::move(*pool),  std::move(*path),   std::move(db)};
+    return TuneSession{std::move(dev->props), std::move(*device), std::move(dev->stream),
+                       std::move(dev->pool),  std::move(*path),   std::move(db)};
   }
 
   /// Saves the database and says how many classes this sweep recorded.
