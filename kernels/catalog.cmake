@@ -274,6 +274,29 @@ foreach(t bf16 f16)
   cuactor_gemm_instance(FAMILY conv_wgrad ${conv90cores} TYPES ${t} ${t} ${t} ${t} f32 LAYOUTS nhwc nhwc krsc
                         TILE 64 64 64)
 endforeach()
+# Pingpong (cuactor's persistent kernel: two consumer warpgroups take tiles in turn, one's epilogue
+# hiding behind the other's mainloop). Beside cuDNN on an H100 (bf16, session 19): fprop and dgrad
+# with short reductions over two tiles a multiprocessor or more, 32x56x56x64 -> 64 3x3 0.91x ->
+# 1.12x (fprop, 128x64) and 0.81x -> 1.03x (dgrad), 64x28x28x128 -> 128 3x3 0.97x -> 1.20x (128x128);
+# fprop and dgrad on one wave of 64x128 tiles, 8x14x14x512 -> 512 3x3 0.72x -> 1.09x (fprop) and
+# 0.68x -> 0.91x (dgrad), 8x28x28x256 -> 512 s2 1.03x -> 1.26x (fprop); wgrad 4x32x32x640 -> 640
+# 3x3 0.80x -> 0.91x (128x128). Wgrad 64x64, 64x128 and 128x64 never beat the plans' choices.
+set(conv90ping ARCH sm_90a TEMPLATE conv_sm90_instance.cu.in CLUSTER 1 1 1 SCHEDULE pingpong
+               EPILOGUE linear_combination)
+foreach(t bf16 f16)
+  foreach(op conv_fprop conv_dgrad)
+    cuactor_gemm_instance(FAMILY ${op} ${conv90ping} TYPES ${t} ${t} ${t} ${t} f32 LAYOUTS nhwc krsc nhwc
+                          TILE 128 128 64)
+    cuactor_gemm_instance(FAMILY ${op} ${conv90ping} TYPES ${t} ${t} ${t} ${t} f32 LAYOUTS nhwc krsc nhwc
+                          TILE 128 64 64)
+  endforeach()
+  foreach(op conv_fprop conv_dgrad)
+    cuactor_gemm_instance(FAMILY ${op} ${conv90ping} TYPES ${t} ${t} ${t} ${t} f32 LAYOUTS nhwc krsc nhwc
+                          TILE 64 128 64)
+  endforeach()
+  cuactor_gemm_instance(FAMILY conv_wgrad ${conv90ping} TYPES ${t} ${t} ${t} ${t} f32 LAYOUTS nhwc nhwc krsc
+                        TILE 128 128 64)
+endforeach()
 cuactor_gemm_instance(FAMILY conv_fprop ${conv90} TYPES f32 f32 f32 f32 f32 LAYOUTS nhwc krsc nhwc TILE 128 128 32)
 # sm_80 (CUTLASS 2.x implicit GEMM; also runs on Hopper): strided dgrad, which the sm_90a kernels do
 # not compute (CUTLASS's strided-dgrad kernel visits each output phase's filter taps), 128x128x64 with

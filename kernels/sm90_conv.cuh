@@ -24,6 +24,7 @@
 #include "kernels/conv_instance_abi.h"
 #include "kernels/gemm_tags.cuh"
 #include "kernels/sm90_conv_cooperative.cuh"
+#include "kernels/sm90_conv_pingpong.cuh"
 
 namespace cuactor::kernels::sm90 {
 
@@ -43,9 +44,10 @@ struct ConvOperatorOf<tags::conv_wgrad> {
   static constexpr auto value = cutlass::conv::Operator::kWgrad;
 };
 
-/// The mainloop schedule of a schedule tag: CUTLASS's one consumer warpgroup (warpspecialized), or
+/// The mainloop schedule of a schedule tag: CUTLASS's one consumer warpgroup (warpspecialized),
 /// cuactor's ProducerConsumerConvKernel with two consumer warpgroups sharing a tile (cooperative) or
-/// one consumer warpgroup in each of two CTAs sharing a multiprocessor (coresident).
+/// one consumer warpgroup in each of two CTAs sharing a multiprocessor (coresident), or cuactor's
+/// persistent PingpongConvKernel, two consumer warpgroups taking tiles in turn (pingpong).
 template <class Schedule>
 struct ConvSchedule;
 template <>
@@ -62,6 +64,11 @@ template <>
 struct ConvSchedule<tags::coresident> {
   using epilogue = cutlass::epilogue::TmaWarpSpecialized;
   using warp_layout = CoresidentConvLayout;
+};
+template <>
+struct ConvSchedule<tags::pingpong> {
+  using epilogue = cutlass::epilogue::TmaWarpSpecialized;
+  using warp_layout = PingpongConvLayout;
 };
 
 /// The CUTLASS kernel of one 2-D convolution configuration: D = alpha * implicit_gemm(A, B) + beta * C,
@@ -108,10 +115,12 @@ struct ConvKernelOf {
           cutlass::conv::KernelImplicitTmaWarpSpecializedSm90>>::CollectiveOp;
 
   using ProblemShape = cutlass::conv::ConvProblemShape<Op, CollectiveMainloop::DispatchPolicy::NumSpatialDimensions>;
-  using Kernel =
+  static constexpr bool kPingpong = std::is_same_v<WarpLayout, PingpongConvLayout>;
+  using Kernel = std::conditional_t<
+      kPingpong, PingpongConvKernel<ProblemShape, CollectiveMainloop, CollectiveEpilogue>,
       std::conditional_t<kOwnKernel,
                          ProducerConsumerConvKernel<ProblemShape, CollectiveMainloop, CollectiveEpilogue, WarpLayout>,
-                         cutlass::conv::kernel::ConvUniversal<ProblemShape, CollectiveMainloop, CollectiveEpilogue>>;
+                         cutlass::conv::kernel::ConvUniversal<ProblemShape, CollectiveMainloop, CollectiveEpilogue>>>;
   /// The device adapter (AdapterEntries calls it `Gemm`).
   using Adapter = cutlass::conv::device::ConvUniversalAdapter<Kernel>;
 
@@ -261,6 +270,15 @@ __global__ void __launch_bounds__(Kernel::MaxThreadsPerBlock, Kernel::MinBlocksP
   op(params.slice[blockIdx.z], smem);
 }
 
+/// Runs the persistent PingpongConvKernel over the first `count` slices, their tiles one after another.
+template <class Kernel>
+__global__ void __launch_bounds__(Kernel::MaxThreadsPerBlock, Kernel::MinBlocksPerMultiprocessor)
+    conv_persistent_slices_kernel(CUTLASS_GRID_CONSTANT const SliceParams<Kernel> params, int count) {
+  extern __shared__ char smem[];
+  Kernel op;
+  op.run(params.slice, count, smem);
+}
+
 /// Threads of a sum_slices_kernel block, and the most threads that add shares of one vector's slices.
 inline constexpr int kSumThreads = 256;
 inline constexpr int kMaxSumGroups = 8;
@@ -391,7 +409,12 @@ struct SlicedWgradConv {
     const long long elements = filter_elements(a);
     if (workspace == nullptr || workspace_bytes < static_cast<size_t>(count) * elements * sizeof(float))
       return CUACTOR_KERNEL_WORKSPACE_TOO_SMALL;
-    if (!configure_shared_memory<Kernel, conv_slices_kernel<Kernel>>()) return CUACTOR_KERNEL_INIT_FAILED;
+    bool configured = false;
+    if constexpr (Config::kPingpong)
+      configured = configure_shared_memory<Kernel, conv_persistent_slices_kernel<Kernel>>();
+    else
+      configured = configure_shared_memory<Kernel, conv_slices_kernel<Kernel>>();
+    if (!configured) return CUACTOR_KERNEL_INIT_FAILED;
     auto* partials = static_cast<float*>(workspace);
     // 32 KiB of parameters: static storage per thread rather than the stack (they are copied into the
     // launch), reused by every launch of this instance on the thread. Each slice's parameters hold
@@ -408,11 +431,14 @@ struct SlicedWgradConv {
       params_args = a;
       params_workspace = workspace;
     }
-    dim3 grid = Kernel::get_grid_shape(params.slice[0]);
-    grid.z = static_cast<unsigned>(count);
     const auto s = static_cast<cudaStream_t>(stream);
     cudaLaunchConfig_t config{};
-    config.gridDim = grid;
+    if constexpr (Config::kPingpong) {
+      config.gridDim = Kernel::grid_of(params.slice, count);
+    } else {
+      config.gridDim = Kernel::get_grid_shape(params.slice[0]);
+      config.gridDim.z = static_cast<unsigned>(count);
+    }
     config.blockDim = Kernel::get_block_shape();
     config.dynamicSmemBytes = Kernel::SharedStorageSize;
     config.stream = s;
@@ -423,8 +449,12 @@ struct SlicedWgradConv {
       config.attrs = cluster;
       config.numAttrs = 1;
     }
-    if (cudaLaunchKernelEx(&config, conv_slices_kernel<Kernel>, params) != cudaSuccess)
-      return CUACTOR_KERNEL_LAUNCH_FAILED;
+    cudaError_t launched = cudaSuccess;
+    if constexpr (Config::kPingpong)
+      launched = cudaLaunchKernelEx(&config, conv_persistent_slices_kernel<Kernel>, params, count);
+    else
+      launched = cudaLaunchKernelEx(&config, conv_slices_kernel<Kernel>, params);
+    if (launched != cudaSuccess) return CUACTOR_KERNEL_LAUNCH_FAILED;
     const int groups = sum_groups(count);
     const long long per_block = kSumThreads / groups;
     const long long blocks = (elements / 4 + per_block - 1) / per_block;

@@ -9,8 +9,7 @@
 ///   share a multiprocessor. One CTA's pipeline fill and epilogue then overlap the other's mainloop,
 ///   and a grid of up to twice the multiprocessor count runs as one wave, as cuDNN's sm_90 wgrad
 ///   kernels run two consumer warpgroups on separate tiles.
-/// Non-persistent: one CTA per output tile on a grid of (M tiles, N tiles), so its blockIdx.z is free
-/// (SlicedWgradConv uses it).
+/// PingpongConvKernel (sm90_conv_pingpong.cuh) adds a third layout over the same mainloop.
 #pragma once
 
 #include <cutlass/arch/grid_dependency_control.h>
@@ -29,39 +28,47 @@
 
 namespace cuactor::kernels::sm90 {
 
-/// How ProducerConsumerConvKernel lays out its warpgroups: consumer warpgroups per CTA (sharing its
-/// tile by rows) and CTAs resident per multiprocessor (each holding its share of the registers and
-/// shared memory).
-template <int ConsumerGroups, int ResidentCtas>
+/// How cuactor's conv kernels lay out their warpgroups: consumer warpgroups per CTA, CTAs resident per
+/// multiprocessor (each holding its share of the registers and shared memory), and whether the
+/// consumer warpgroups share a tile by rows (ProducerConsumerConvKernel) or take tiles of their own
+/// in turn (PingpongConvKernel).
+template <int ConsumerGroups, int ResidentCtas, bool SeparateTiles = false>
 struct ConvWarpLayout {
-  static_assert((ConsumerGroups == 2 && ResidentCtas == 1) || (ConsumerGroups == 1 && ResidentCtas == 2),
-                "cooperative (two consumer warpgroups, one CTA per multiprocessor) or coresident (one, two)");
+  static_assert(
+      (ConsumerGroups == 2 && ResidentCtas == 1) || (ConsumerGroups == 1 && ResidentCtas == 2 && !SeparateTiles),
+      "cooperative or pingpong (two consumer warpgroups, one CTA per multiprocessor) or coresident (one, two)");
   static constexpr int kConsumerGroups = ConsumerGroups;
   static constexpr int kResidentCtas = ResidentCtas;
+  static constexpr bool kSeparateTiles = SeparateTiles;
+  /// Consumer warpgroups whose MMAs cover one tile together.
+  static constexpr int kTileGroups = SeparateTiles ? 1 : ConsumerGroups;
   /// Shared memory of one CTA: CUTLASS's 227 KiB for one; for several, a multiprocessor's 228 KiB
   /// shared by the resident CTAs, less the 1 KiB the driver reserves for each.
   static constexpr int kSmemPerCta = ResidentCtas == 1 ? cutlass::gemm::collective::detail::sm90_smem_capacity_bytes
                                                        : (228 * 1024) / ResidentCtas - 1024;
-  /// What the stage count may fill: all of it for one CTA; for several, 1 KiB less, for the
-  /// pipelines' barriers and the layouts' alignment beside the stages.
-  static constexpr int kStageCapacity = ResidentCtas == 1 ? kSmemPerCta : kSmemPerCta - 1024;
+  /// What the stage count may fill: all of it for one CTA (less 128 bytes for the barriers that order
+  /// pingpong warpgroups); for several, 1 KiB less, for the pipelines' barriers and the layouts'
+  /// alignment beside the stages.
+  static constexpr int kStageCapacity =
+      ResidentCtas == 1 ? kSmemPerCta - (SeparateTiles ? 128 : 0) : kSmemPerCta - 1024;
 };
 using CooperativeConvLayout = ConvWarpLayout<2, 1>;
 using CoresidentConvLayout = ConvWarpLayout<1, 2>;
+using PingpongConvLayout = ConvWarpLayout<2, 1, true>;
 
 /// The kernel schedule tag of cuactor's conv mainloops. CUTLASS's conv dispatch policy rejects its
 /// own cooperative tag (no CUTLASS conv kernel runs it), and nothing in the collective reads the
 /// tag; ProducerConsumerConvKernel is what runs these mainloops.
 struct ProducerConsumerConvSchedule {};
 
-/// The sm_90a implicit-GEMM conv mainloop collective of ProducerConsumerConvKernel: what CUTLASS's
-/// conv collective builder assembles, with the MMA atoms laid over the tile's rows (one per consumer
-/// warpgroup) and as many pipeline stages as one CTA's shared memory holds beside `carveout_bytes`
+/// The sm_90a implicit-GEMM conv mainloop collective of cuactor's conv kernels: what CUTLASS's conv
+/// collective builder assembles, with the MMA atoms laid over the tile's rows (one per consumer
+/// warpgroup sharing the tile) and as many pipeline stages as one CTA's shared memory holds beside `carveout_bytes`
 /// of epilogue storage.
 template <cutlass::conv::Operator Op, class ElementA, class ElementB, class ElementAccumulator, class TileShape,
           class ClusterShape, int carveout_bytes, class WarpLayout>
 struct ProducerConsumerConvMainloop {
-  static_assert(cute::size<0>(TileShape{}) >= 64 * WarpLayout::kConsumerGroups,
+  static_assert(cute::size<0>(TileShape{}) >= 64 * WarpLayout::kTileGroups,
                 "each consumer warpgroup takes 64 rows or more");
   // fp32 tensors run on tf32 tensor cores.
   using ElementAMma = cute::conditional_t<cute::is_same_v<ElementA, float>, cutlass::tfloat32_t, ElementA>;
@@ -73,7 +80,7 @@ struct ProducerConsumerConvMainloop {
       Op == cutlass::conv::Operator::kFprop ? cute::GMMA::Major::K : cute::GMMA::Major::MN;
   using TiledMma = decltype(cute::make_tiled_mma(
       cute::GMMA::ss_op_selector<ElementAMma, ElementBMma, ElementAccumulator, TileShape, kMajorA, kMajorB>(),
-      cute::Layout<cute::Shape<cute::Int<WarpLayout::kConsumerGroups>, cute::_1, cute::_1>>{}));
+      cute::Layout<cute::Shape<cute::Int<WarpLayout::kTileGroups>, cute::_1, cute::_1>>{}));
   // wgrad loads A (dy) with tiled TMA and B (x) with im2col TMA; fprop and dgrad the other way round.
   static constexpr bool kWgrad = Op == cutlass::conv::Operator::kWgrad;
   using GmemTiledCopyA =
@@ -114,10 +121,10 @@ struct ProducerConsumerConvMainloop {
       cutlass::conv::collective::detail::Sm90ImplicitGemmTileTraits<GmemTiledCopyB, SmemLayoutB>>;
 };
 
-/// The kernel over ProducerConsumerConvMainloop of the same WarpLayout.
+/// What cuactor's sm_90a conv kernels share: the collectives' types, the arguments, the checks, and
+/// the warpgroups' registers (one producer warpgroup issuing TMA, WarpLayout's consumer warpgroups).
 template <class ProblemShape_, class CollectiveMainloop_, class CollectiveEpilogue_, class WarpLayout>
-class ProducerConsumerConvKernel {
- public:
+struct ConvKernelBase {
   using ProblemShape = ProblemShape_;
   using CollectiveMainloop = CollectiveMainloop_;
   using CollectiveEpilogue = CollectiveEpilogue_;
@@ -139,14 +146,15 @@ class ProducerConsumerConvKernel {
   using StrideD = typename CollectiveEpilogue::StrideD;
   using EpilogueArguments = typename CollectiveEpilogue::Arguments;
   using EpilogueParams = typename CollectiveEpilogue::Params;
-  // The grid's shape comes from the sm_90 tile scheduler's helper; the kernel itself maps blockIdx
-  // (x, y) to one tile and never loops.
+  // Tile counts come from the sm_90 tile scheduler's helper (M tiles in x, N tiles in y).
   using GridHelper = cutlass::gemm::kernel::detail::PersistentTileSchedulerSm90;
+  using ProblemShapeMNKL = decltype(cutlass::conv::detail::get_problem_shape_MNKL_helper<CollectiveMainloop>(
+      ProblemShape{}, cute::true_type{}));
 
-  static constexpr uint32_t kMmaThreads = cute::size(TiledMma{});
-  static_assert(kMmaThreads == WarpLayout::kConsumerGroups * cutlass::NumThreadsPerWarpGroup,
-                "one MMA warpgroup per consumer warpgroup");
-  static constexpr uint32_t MaxThreadsPerBlock = kMmaThreads + cutlass::NumThreadsPerWarpGroup;
+  static constexpr uint32_t kConsumerThreads = WarpLayout::kConsumerGroups * cutlass::NumThreadsPerWarpGroup;
+  static_assert(cute::size(TiledMma{}) == WarpLayout::kTileGroups * cutlass::NumThreadsPerWarpGroup,
+                "one MMA warpgroup per consumer warpgroup of a tile");
+  static constexpr uint32_t MaxThreadsPerBlock = kConsumerThreads + cutlass::NumThreadsPerWarpGroup;
   static constexpr uint32_t MinBlocksPerMultiprocessor = WarpLayout::kResidentCtas;
   // Registers moved from the producer (TMA issue only) to the consumers (the accumulators): a CTA
   // owns 64 Ki registers over its resident count, launched evenly over its threads; the producer
@@ -160,25 +168,9 @@ class ProducerConsumerConvKernel {
                 "the launch gives each thread at least the producer's registers");
   // setmaxnreg.inc waits for registers the producer released: what the warpgroups take must fit what
   // the launch gave (per thread, rounded down to 8) times the threads.
-  static_assert(kProducerRegisters * cutlass::NumThreadsPerWarpGroup + kConsumerRegisters * kMmaThreads <=
+  static_assert(kProducerRegisters * cutlass::NumThreadsPerWarpGroup + kConsumerRegisters * kConsumerThreads <=
                     kCtaRegisters / MaxThreadsPerBlock / 8 * 8 * MaxThreadsPerBlock,
                 "the warpgroups' registers fit the launch's");
-
-  /// Mainloop and epilogue storage side by side (never a union: one cooperative consumer warpgroup may
-  /// start its epilogue while the other still reads the last mainloop stage; a coresident kernel could
-  /// share them, but its wgrad epilogue holds no shared memory).
-  struct SharedStorage {
-    struct TensorStorage {
-      typename CollectiveMainloop::TensorStorage mainloop;
-      typename CollectiveEpilogue::TensorStorage epilogue;
-    } tensors;
-    struct PipelineStorage : cute::aligned_struct<16, cute::_1> {
-      alignas(16) typename CollectiveMainloop::PipelineStorage mainloop;
-      alignas(16) typename CollectiveEpilogue::PipelineStorage epi_load;
-    } pipelines;
-  };
-  static constexpr int SharedStorageSize = sizeof(SharedStorage);
-  static_assert(SharedStorageSize <= WarpLayout::kSmemPerCta, "the resident CTAs' shared memory fits a multiprocessor");
 
   struct Arguments {
     cutlass::gemm::GemmUniversalMode mode{cutlass::gemm::GemmUniversalMode::kGemm};
@@ -188,20 +180,58 @@ class ProducerConsumerConvKernel {
     cutlass::KernelHardwareInfo hw_info{};
   };
 
-  struct Params {
-    using ProblemShapeMNKL = decltype(cutlass::conv::detail::get_problem_shape_MNKL_helper<CollectiveMainloop>(
-        ProblemShape{}, cute::true_type{}));
-    ProblemShapeMNKL problem_shape{};
-    MainloopParams mainloop{};
-    EpilogueParams epilogue{};
+  static ProblemShapeMNKL problem_shape_mnkl(const Arguments& args) {
+    return cutlass::conv::detail::get_problem_shape_MNKL_helper<CollectiveMainloop>(args.problem_shape,
+                                                                                    cute::true_type{});
+  }
+  static MainloopParams mainloop_params(const Arguments& args, void* workspace) {
+    return CollectiveMainloop::to_underlying_arguments(args.problem_shape, args.mainloop, workspace);
+  }
+  static EpilogueParams epilogue_params(const Arguments& args, void* workspace) {
+    return CollectiveEpilogue::to_underlying_arguments(
+        cutlass::conv::detail::get_transformed_problem_shape_MNKL(args.problem_shape), args.epilogue, workspace);
+  }
+  /// Output tiles of a problem: M tiles in x, N tiles in y, rounded up to whole clusters.
+  static dim3 tiles_of(const ProblemShapeMNKL& shape) {
+    return GridHelper::get_tiled_cta_shape_mnl(cute::append<4>(shape, cute::Int<1>{}), TileShape{}, ClusterShape{});
+  }
+
+  /// Mainloop and epilogue storage side by side (never a union: one cooperative consumer warpgroup may
+  /// start its epilogue while the other still reads the last mainloop stage, and a pingpong one while
+  /// the other runs its mainloop).
+  struct TensorStorage {
+    typename CollectiveMainloop::TensorStorage mainloop;
+    typename CollectiveEpilogue::TensorStorage epilogue;
   };
 
-  static Params to_underlying_arguments(const Arguments& args, void* workspace) {
-    return {
-        cutlass::conv::detail::get_problem_shape_MNKL_helper<CollectiveMainloop>(args.problem_shape, cute::true_type{}),
-        CollectiveMainloop::to_underlying_arguments(args.problem_shape, args.mainloop, workspace),
-        CollectiveEpilogue::to_underlying_arguments(
-            cutlass::conv::detail::get_transformed_problem_shape_MNKL(args.problem_shape), args.epilogue, workspace)};
+  using MainloopPipeline = typename CollectiveMainloop::MainloopPipeline;
+  using EpiLoadPipeline = typename CollectiveEpilogue::LoadPipeline;
+  /// The mainloop pipeline's parameters for a thread that issues its loads (`loads`), consumes its
+  /// stages (`consumes`) or neither; `consumers` threads consume each stage.
+  CUTLASS_DEVICE static typename MainloopPipeline::Params mainloop_pipeline_params(bool loads, bool consumes,
+                                                                                   bool leader, uint32_t consumers,
+                                                                                   uint32_t transaction_bytes) {
+    typename MainloopPipeline::Params p;
+    if (loads) p.role = MainloopPipeline::ThreadCategory::Producer;
+    if (consumes) p.role = MainloopPipeline::ThreadCategory::Consumer;
+    p.is_leader = leader;
+    p.num_consumers = consumers;
+    p.transaction_bytes = transaction_bytes;
+    return p;
+  }
+  /// The epilogue source pipeline's parameters, likewise (one warp loads).
+  CUTLASS_DEVICE static typename EpiLoadPipeline::Params epi_load_pipeline_params(bool loads, bool consumes,
+                                                                                  uint32_t block_rank,
+                                                                                  uint32_t consumers,
+                                                                                  const EpilogueParams& epilogue) {
+    typename EpiLoadPipeline::Params p;
+    if (loads) p.role = EpiLoadPipeline::ThreadCategory::Producer;
+    if (consumes) p.role = EpiLoadPipeline::ThreadCategory::Consumer;
+    p.dst_blockid = block_rank;
+    p.producer_arv_count = cutlass::NumThreadsPerWarp;
+    p.consumer_arv_count = consumers;
+    if constexpr (CollectiveEpilogue::RequiresTransactionBytes) p.transaction_bytes = epilogue.tma_transaction_bytes;
+    return p;
   }
 
   static bool can_implement(const Arguments& args) {
@@ -215,13 +245,52 @@ class ProducerConsumerConvKernel {
                                               cutlass::CudaHostAdapter* = nullptr) {
     return cutlass::Status::kSuccess;
   }
-
-  /// One CTA per output tile, rounded up to whole clusters.
-  static dim3 get_grid_shape(const Params& params) {
-    return GridHelper::get_tiled_cta_shape_mnl(cute::append<4>(params.problem_shape, cute::Int<1>{}), TileShape{},
-                                               ClusterShape{});
-  }
   static dim3 get_block_shape() { return dim3(MaxThreadsPerBlock, 1, 1); }
+};
+
+/// The kernel over ProducerConsumerConvMainloop of the same WarpLayout: non-persistent, one CTA per
+/// output tile on a grid of (M tiles, N tiles), so its blockIdx.z is free (SlicedWgradConv uses it).
+template <class ProblemShape_, class CollectiveMainloop_, class CollectiveEpilogue_, class WarpLayout>
+class ProducerConsumerConvKernel
+    : public ConvKernelBase<ProblemShape_, CollectiveMainloop_, CollectiveEpilogue_, WarpLayout> {
+  using Base = ConvKernelBase<ProblemShape_, CollectiveMainloop_, CollectiveEpilogue_, WarpLayout>;
+
+ public:
+  using typename Base::Arguments;
+  using typename Base::ClusterShape;
+  using typename Base::CollectiveEpilogue;
+  using typename Base::CollectiveMainloop;
+  using typename Base::ProblemShapeMNKL;
+  using typename Base::TiledMma;
+  using typename Base::TileShape;
+  static_assert(!WarpLayout::kSeparateTiles, "consumer warpgroups on tiles of their own: PingpongConvKernel");
+  static constexpr uint32_t kMmaThreads = Base::kConsumerThreads;
+
+  /// The tensors side by side (a coresident kernel could overlay them, but its wgrad epilogue holds
+  /// no shared memory), and the pipelines' barriers.
+  struct SharedStorage {
+    typename Base::TensorStorage tensors;
+    struct PipelineStorage : cute::aligned_struct<16, cute::_1> {
+      alignas(16) typename CollectiveMainloop::PipelineStorage mainloop;
+      alignas(16) typename CollectiveEpilogue::PipelineStorage epi_load;
+    } pipelines;
+  };
+  static constexpr int SharedStorageSize = sizeof(SharedStorage);
+  static_assert(SharedStorageSize <= WarpLayout::kSmemPerCta, "the resident CTAs' shared memory fits a multiprocessor");
+
+  struct Params {
+    ProblemShapeMNKL problem_shape{};
+    typename Base::MainloopParams mainloop{};
+    typename Base::EpilogueParams epilogue{};
+  };
+
+  static Params to_underlying_arguments(const Arguments& args, void* workspace) {
+    return {Base::problem_shape_mnkl(args), Base::mainloop_params(args, workspace),
+            Base::epilogue_params(args, workspace)};
+  }
+
+  /// One CTA per output tile.
+  static dim3 get_grid_shape(const Params& params) { return Base::tiles_of(params.problem_shape); }
 
   CUTLASS_DEVICE
   void operator()(const Params& params, char* smem) {
@@ -244,25 +313,16 @@ class ProducerConsumerConvKernel {
       CollectiveEpilogue::prefetch_tma_descriptors(params.epilogue);
     }
 
-    using MainloopPipeline = typename CollectiveMainloop::MainloopPipeline;
-    typename MainloopPipeline::Params mainloop_params;
-    if (load_warp) mainloop_params.role = MainloopPipeline::ThreadCategory::Producer;
-    if (!producer_group) mainloop_params.role = MainloopPipeline::ThreadCategory::Consumer;
-    mainloop_params.is_leader = thread_in_group == 0;
-    mainloop_params.num_consumers = kMmaThreads;
-    mainloop_params.transaction_bytes = params.mainloop.tma_transaction_bytes;
-    MainloopPipeline mainloop_pipeline(shared.pipelines.mainloop, mainloop_params, ClusterShape{});
-
-    using EpiLoadPipeline = typename CollectiveEpilogue::LoadPipeline;
-    typename EpiLoadPipeline::Params epi_load_params;
-    if (load_warp) epi_load_params.role = EpiLoadPipeline::ThreadCategory::Producer;
-    if (!producer_group) epi_load_params.role = EpiLoadPipeline::ThreadCategory::Consumer;
-    epi_load_params.dst_blockid = block_rank_in_cluster;
-    epi_load_params.producer_arv_count = cutlass::NumThreadsPerWarp;
-    epi_load_params.consumer_arv_count = kMmaThreads;
-    if constexpr (CollectiveEpilogue::RequiresTransactionBytes)
-      epi_load_params.transaction_bytes = params.epilogue.tma_transaction_bytes;
-    EpiLoadPipeline epi_load_pipeline(shared.pipelines.epi_load, epi_load_params);
+    using MainloopPipeline = typename Base::MainloopPipeline;
+    MainloopPipeline mainloop_pipeline(
+        shared.pipelines.mainloop,
+        Base::mainloop_pipeline_params(load_warp, !producer_group, thread_in_group == 0, kMmaThreads,
+                                       params.mainloop.tma_transaction_bytes),
+        ClusterShape{});
+    using EpiLoadPipeline = typename Base::EpiLoadPipeline;
+    EpiLoadPipeline epi_load_pipeline(shared.pipelines.epi_load,
+                                      Base::epi_load_pipeline_params(load_warp, !producer_group, block_rank_in_cluster,
+                                                                     kMmaThreads, params.epilogue));
 
     using EpiStorePipeline = typename CollectiveEpilogue::StorePipeline;
     typename EpiStorePipeline::Params epi_store_params;
@@ -297,7 +357,7 @@ class ProducerConsumerConvKernel {
     if constexpr (size(ClusterShape{}) > 1) cute::cluster_wait();
 
     if (producer_group) {
-      cutlass::arch::warpgroup_reg_dealloc<kProducerRegisters>();
+      cutlass::arch::warpgroup_reg_dealloc<Base::kProducerRegisters>();
       if (load_warp) {
         cutlass::arch::wait_on_dependent_grids();
         mainloop.load(params.mainloop, mainloop_pipeline, mainloop_producer_state, load_inputs, blk_coord, k_tile_iter,
@@ -313,7 +373,7 @@ class ProducerConsumerConvKernel {
         }
       }
     } else {
-      cutlass::arch::warpgroup_reg_alloc<kConsumerRegisters>();
+      cutlass::arch::warpgroup_reg_alloc<Base::kConsumerRegisters>();
       TiledMma tiled_mma;
       Tensor accumulators = partition_fragment_C(tiled_mma, take<0, 2>(TileShape{}));
       mainloop.mma(mainloop_pipeline, mainloop_consumer_state, accumulators, k_tile_count, mma_thread_idx,

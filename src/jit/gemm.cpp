@@ -98,15 +98,17 @@ Result<InstanceRequest> instance_request(const GemmSku& sku, std::optional<GpuAr
     return fail(errc::unsupported, fmt::format("SKU {}: schedule {} (stream-K) exists for dense sm_90a kernels only",
                                                sku.to_string(), name(sku.schedule)));
   // The conv template takes CUTLASS's one-warpgroup kernel (warpspecialized), cuactor's cooperative
-  // one (two warpgroups: 128 rows or more) or its coresident one; GEMM templates know neither
-  // warpspecialized nor coresident.
+  // one (two warpgroups: 128 rows or more), its coresident one or its pingpong one (a warpgroup's
+  // accumulators: 128x128 at most); GEMM templates know neither warpspecialized nor coresident.
   if (kernels::is_conv(sku.family)) {
     if (!kernels::conv_schedule_fits(sku))
       return fail(errc::unsupported,
-                  fmt::format("SKU {}: convolution takes schedule warpspecialized, coresident, or cooperative with "
-                              "tiles of 128 rows or more, on sm_90a, and multistage with 2 or more stages on sm_80 "
-                              "(not {} with {} rows and {} stages)",
-                              sku.to_string(), name(sku.schedule), sku.tile.m, sku.stages));
+                  fmt::format("SKU {}: convolution takes schedule warpspecialized, coresident, cooperative with "
+                              "tiles of 128 rows or more, or pingpong with tiles of at most 128x128 elements and no "
+                              "cluster, on sm_90a, and multistage with 2 or more stages on sm_80 (not {} with a "
+                              "{}x{} tile, a {}x{}x{} cluster and {} stages)",
+                              sku.to_string(), name(sku.schedule), sku.tile.m, sku.tile.n, sku.cluster.m, sku.cluster.n,
+                              sku.cluster.k, sku.stages));
   } else if (sku.schedule == kernels::GemmSchedule::warpspecialized ||
              sku.schedule == kernels::GemmSchedule::coresident) {
     return fail(errc::unsupported, fmt::format("SKU {}: schedule {} is for convolution families only", sku.to_string(),

@@ -70,6 +70,10 @@ bool heuristic_candidate(const GemmSku& s) {
   return s.cluster == Shape3{1, 2, 1} && (s.family == GemmFamily::conv_fprop || s.family == GemmFamily::conv_dgrad);
 }
 
+std::int64_t ceil_div(std::int64_t a, std::int64_t b) {
+  return (a + b - 1) / b;
+}
+
 /// Tiles smaller than 128x128 reuse each loaded operand row less: prefer 128x128 unless the larger
 /// tile wastes more than this of its rows, columns or waves.
 double small_tile_penalty(const GemmSku& sku) {
@@ -98,10 +102,6 @@ double cluster_factor(const GemmSku& sku, std::int64_t waves) {
   return waves >= kClusterWaves ? 0.9 : 1.1;
 }
 
-std::int64_t ceil_div(std::int64_t a, std::int64_t b) {
-  return (a + b - 1) / b;
-}
-
 /// CTAs of `sku` over the spec's implicit GEMM: its output tiles, each extent rounded up to whole
 /// clusters (a cluster's CTAs past the edge still run). Wgrad's N mode is (C, S, R) and its tiles
 /// cover channels of one filter tap: R x S x ceil(C / tile N) of them (the grids launched on an H100
@@ -119,10 +119,41 @@ std::int64_t planned_sms(int sm_count) {
   return sm_count > 0 ? sm_count : kDefaultSmCount;
 }
 
+// The pingpong kernel (persistent, its two consumer warpgroups taking tiles in turn) hides one
+// tile's fill and epilogue behind the other's mainloop. Measured on an H100 (bf16 fprop and dgrad,
+// 13 shapes, session 19): where the reduction is short (1 to 18 k-steps) and each CTA takes two
+// tiles or more it ran 1.05-1.24x the plans' choices (32 x 56 x 56 x 64 -> 64 3x3: 128x64 1.23x and
+// 1.27x; 64 x 28 x 28 x 128 -> 128 3x3: 128x128 1.24x and 1.22x); with a long reduction (45 k-steps
+// or more) 0.70-0.84x, the cooperative kernels' 256-row tiles sharing their filter tiles. So it is
+// considered for short reductions over grids of two tiles a multiprocessor or more, and on grids of
+// a wave or less, where each CTA holds one tile: there its 128x128 and 128x64 tiles ran 0.94-1.06x
+// the one-warpgroup kernel's, and its 64x128 tile (one 64x128 MMA a k-slice where 128x64 issues two
+// 64x64 ones) 0.95-1.51x the one-warpgroup 128x64 on about as many tiles (17 shapes of 26 to 104
+// tiles, 16 of them 1.00x or more: fprop 1.51x and dgrad 1.34x on 8 x 14 x 14 x 512 -> 512 3x3,
+// fprop 1.25x on 8 x 28 x 28 x 256 -> 512 stride 2; 0.95x on dgrad 4 x 14 x 14 x 1024 -> 256 1x1).
+constexpr std::int64_t kPingpongMaxSteps = 24;
+constexpr double kPingpongShortTime = 0.8;
+constexpr double kPingpongWideRowTime = 0.85;
+
+bool pingpong(const GemmSku& sku) {
+  return sku.schedule == GemmSchedule::pingpong;
+}
+
 double estimated_cost(const GemmSku& sku, const ConvSpec& spec, int sm_count) {
-  const std::int64_t waves = ceil_div(output_tiles(sku, spec), planned_sms(sm_count));
-  return static_cast<double>(waves) * sku.tile.m * sku.tile.n * small_tile_penalty(sku) * schedule_factor(sku) *
-         cluster_factor(sku, waves);
+  const std::int64_t tiles = output_tiles(sku, spec), sms = planned_sms(sm_count);
+  const std::int64_t waves = ceil_div(tiles, sms);
+  double factor = schedule_factor(sku) * cluster_factor(sku, waves);
+  if (pingpong(sku)) {
+    const std::int64_t k_steps = ceil_div(spec.implicit_gemm()[2], sku.tile.k);
+    if (tiles <= sms) {
+      if (sku.tile.m == 64 && sku.tile.n >= 128) factor *= kPingpongWideRowTime;
+    } else if (k_steps <= kPingpongMaxSteps && tiles >= 2 * sms) {
+      factor *= kPingpongShortTime;
+    } else {
+      return std::numeric_limits<double>::infinity();  // not a class it was measured to win
+    }
+  }
+  return static_cast<double>(waves) * sku.tile.m * sku.tile.n * small_tile_penalty(sku) * factor;
 }
 
 // Wgrad cost model (microseconds on an H100-class part; only its ordering matters), fitted on an
@@ -148,22 +179,38 @@ constexpr double kSumLaunchMicros = 2.0;
 // waves the cooperative and one-warpgroup kernels measured faster (a 1 x 256 x 256 x 512 problem:
 // 0.66x cuDNN coresident, 0.90x cooperative), so coresident splits are considered only where their
 // CTAs fill more than one lone wave and at most one coresident wave, and their estimates, less sure
-// than the lone kernels', must beat those by kCoresidentMargin.
+// than the lone kernels', must beat those by kPairedMargin.
 constexpr double kCoresidentStepShare64 = 1.24;
 constexpr double kCoresidentStepShare128 = 1.41;
 constexpr double kCoresidentFillMicros = 4.95;
 constexpr double kCoresidentFillMicros128 = 6.32;
-constexpr double kCoresidentMargin = 0.9;
+
+// Pingpong wgrad kernels, fitted on an H100 to 7 runs of 5 shapes (session 19, bf16, unsplit): the
+// CTA's tiles run their mainloops back to back, each step 0.93x (64x64) to 0.70x (128x128) the lone
+// model's, with one fill and epilogue exposed. It beat the coresident 128x128 kernel on 4 x 32 x 32 x
+// 640 -> 640 (225 tiles, 0.91x against 0.80x cuDNN) and lost to the coresident 64x64 one on 2 x 64
+// x 64 x 320 -> 320 (0.69x against 0.85x). Split, it lost to the lone kernels wherever it was tried
+// (8 x 28 x 28 x 256 -> 512 3x3: 3x1 0.86x and 2x1 0.75x the lone 128x128 unsplit; 1 x 128 x 128 x
+// 256 -> 256: 1x7 0.89x the plan's lone choice), so it is considered unsplit, over more than one
+// lone wave and at most two tiles a multiprocessor.
+constexpr double kPingpongStepShare64 = 0.93;
+constexpr double kPingpongStepShare128 = 0.70;
+// Coresident and pingpong estimates, less sure than the lone kernels', must beat those by this.
+constexpr double kPairedMargin = 0.9;
 
 bool coresident(const GemmSku& sku) {
   return sku.schedule == GemmSchedule::coresident;
 }
+/// Kernels whose CTAs pair tiles on a multiprocessor: two coresident CTAs, or pingpong warpgroups.
+bool paired(const GemmSku& sku) {
+  return coresident(sku) || pingpong(sku);
+}
 
-/// A coresident step's share of a lone step's time, by tile area (linear between 64x64 and 128x128).
-double coresident_step_share(const GemmSku& sku) {
+/// A share of a lone step's time by tile area, linear between its values at 64x64 and 128x128.
+double step_share(const GemmSku& sku, double at64, double at128) {
   const double area = static_cast<double>(sku.tile.m) * sku.tile.n;
   const double t = std::clamp((area - 64.0 * 64.0) / (128.0 * 128.0 - 64.0 * 64.0), 0.0, 1.0);
-  return kCoresidentStepShare64 + t * (kCoresidentStepShare128 - kCoresidentStepShare64);
+  return at64 + t * (at128 - at64);
 }
 
 /// Estimated time of wgrad with `sku` split as `split`.
@@ -179,11 +226,15 @@ double wgrad_micros(const GemmSku& sku, const ConvSpec& s, ConvSplit split, int 
   if (coresident(sku)) {
     // Full waves of pairs, then a last wave whose CTAs run alone if it holds a lone wave or less.
     const double fill = kCoresidentFillMicros + kCoresidentFillMicros128 * area128;
-    const double pair_wave = static_cast<double>(k_steps) * step * coresident_step_share(sku) + fill;
+    const double pair_wave =
+        static_cast<double>(k_steps) * step * step_share(sku, kCoresidentStepShare64, kCoresidentStepShare128) + fill;
     const std::int64_t full = ctas / (2 * sms), rest = ctas % (2 * sms);
     mainloop = static_cast<double>(full) * pair_wave;
     if (rest > sms) mainloop += pair_wave;
     if (rest > 0 && rest <= sms) mainloop += static_cast<double>(k_steps) * step + fill;
+  } else if (pingpong(sku)) {
+    const double share = step_share(sku, kPingpongStepShare64, kPingpongStepShare128);
+    mainloop = static_cast<double>(ceil_div(ctas, sms) * k_steps) * step * share + kFillMicros128 * area128;
   } else {
     const std::int64_t waves = ceil_div(ctas, sms);
     mainloop = static_cast<double>(waves) * (static_cast<double>(k_steps) * step + kFillMicros128 * area128) *
@@ -197,9 +248,11 @@ double wgrad_micros(const GemmSku& sku, const ConvSpec& s, ConvSplit split, int 
 }
 
 /// Whether the cost model considers `split` for `sku`: every split for a lone kernel; for a
-/// coresident one, those whose CTAs fill more than one lone wave and at most one coresident wave.
+/// coresident one, those whose CTAs fill more than one lone wave and at most one paired wave; for a
+/// pingpong one, no split, on such a grid.
 bool considered(const GemmSku& sku, const ConvSpec& s, ConvSplit split, int sm_count) {
-  if (!coresident(sku)) return true;
+  if (!paired(sku)) return true;
+  if (pingpong(sku) && split.slices() > 1) return false;
   const std::int64_t ctas = output_tiles(sku, s) * split.slices(), sms = planned_sms(sm_count);
   return ctas > sms && ctas <= 2 * sms;
 }
@@ -233,7 +286,7 @@ WgradChoice best_wgrad_split(const GemmSku& sku, const ConvSpec& s, int sm_count
   if (s.n <= kMaxConvSlices / 2 && rows_can_split(s))
     for (std::int64_t rows = 2; rows <= std::min<std::int64_t>(s.p(), kMaxConvSlices / s.n); ++rows)
       consider({static_cast<int>(s.n), static_cast<int>(rows)});
-  if (heuristic && coresident(sku)) best.micros /= kCoresidentMargin;
+  if (heuristic && paired(sku)) best.micros /= kPairedMargin;
   return best;
 }
 
@@ -649,7 +702,7 @@ Result<ConvPlan> ConvPlan::create(const ConvSpec& spec, GpuArch device_arch, con
         best_cost = cost;
       }
     }
-    // A build whose only kernels for the spec are ones the model does not consider (coresident only)
+    // A build whose only kernels for the spec are ones the model does not consider (paired only)
     // still runs it, with the kernel's best split of all.
     if (chosen == nullptr) chosen = unconsidered;
     // Without a kernel to ask (a build without this family), the sm_90a rules still explain a refusal.
@@ -698,7 +751,7 @@ Result<ConvPlan> ConvPlan::finish(const ConvSpec& spec, GpuArch arch, const Gemm
                   fmt::format("convolution kernel {}: sm_80 kernels do not split wgrad (split {}x{})", sku.to_string(),
                               split.images, split.rows));
   } else if (spec.operation == ConvOperation::wgrad && sku.arch.arch_specific) {
-    // A coresident kernel the heuristic chose keeps the split it was chosen with; any other kernel, or
+    // A paired kernel the heuristic chose keeps the split it was chosen with; any other kernel, or
     // one for which the model considers no split (chosen for want of another), takes the best of all.
     const WgradChoice chosen = best_wgrad_split(sku, spec, options.sm_count, source == PlanSource::heuristic);
     split = chosen.micros != std::numeric_limits<double>::infinity()

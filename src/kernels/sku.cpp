@@ -155,7 +155,9 @@ bool conv_schedule_fits(const GemmSku& sku) noexcept {
   if (!sku.arch.arch_specific)
     return sku.schedule == GemmSchedule::multistage && sku.stages >= 2 && sku.cluster == Shape3{1, 1, 1};
   return sku.schedule == GemmSchedule::warpspecialized || sku.schedule == GemmSchedule::coresident ||
-         (sku.schedule == GemmSchedule::cooperative && sku.tile.m >= 128);
+         (sku.schedule == GemmSchedule::cooperative && sku.tile.m >= 128) ||
+         (sku.schedule == GemmSchedule::pingpong && sku.cluster == Shape3{1, 1, 1} &&
+          sku.tile.m * sku.tile.n <= 128 * 128);
 }
 
 std::string GemmSku::to_string() const {

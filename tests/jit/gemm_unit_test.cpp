@@ -174,6 +174,16 @@ TEST(JitGemm, ConvSkusRenderTheConvTemplate) {
   EXPECT_NE(coresident_rendered.find("tags::coresident"), std::string::npos);
   CUACTOR_ASSERT_OK_AND_ASSIGN(coresident_back, sku_of_identity(coresident_request.identity()));
   EXPECT_EQ(coresident_back, coresident);
+  // And the persistent pingpong one.
+  GemmSku pingpong = sku;
+  pingpong.schedule = kernels::GemmSchedule::pingpong;
+  pingpong.tile = {128, 128, 64};
+  CUACTOR_ASSERT_OK_AND_ASSIGN(pingpong_request, instance_request(pingpong));
+  CUACTOR_ASSERT_OK_AND_ASSIGN(pingpong_rendered,
+                               render_template_file(kernels_dir() / request.template_name, pingpong_request.values));
+  EXPECT_NE(pingpong_rendered.find("tags::pingpong"), std::string::npos);
+  CUACTOR_ASSERT_OK_AND_ASSIGN(pingpong_back, sku_of_identity(pingpong_request.identity()));
+  EXPECT_EQ(pingpong_back, pingpong);
 
   // sm_80 convolution (CUTLASS 2.x): its own template, the multistage mainloop with its stage count.
   const auto sm80 =
@@ -197,6 +207,10 @@ TEST(JitGemm, ConvSkusRenderTheConvTemplate) {
   EXPECT_EQ(instance_request(wrong).error(), errc::unsupported);
   wrong = sku;
   wrong.schedule = kernels::GemmSchedule::pingpong;
+  wrong.tile = {128, 256, 64};  // one warpgroup's accumulators: 128x128 at most
+  EXPECT_EQ(instance_request(wrong).error(), errc::unsupported);
+  wrong.tile = {128, 128, 64};
+  wrong.cluster = {1, 2, 1};  // persistent over tiles, not clusters
   EXPECT_EQ(instance_request(wrong).error(), errc::unsupported);
   wrong = cooperative;
   wrong.tile = {64, 128, 64};  // two warpgroups need 128 rows

@@ -278,23 +278,24 @@ class ConvGpu : public test_support::GpuTest {
     return ws;
   }
 
-  Result<ConvPlan> plan_for(const GemmSku& sku, const ConvSpec& spec,
-                            std::optional<ConvSplit> split = std::nullopt) const {
+  Result<ConvPlan> plan_for(const GemmSku& sku, const ConvSpec& spec, std::optional<ConvSplit> split = std::nullopt,
+                            int sm_count = 0) const {
     ConvPlanOptions o;
     o.split_override = split;
     o.sku_override = sku;
-    o.sm_count = props_.multiprocessors;
+    o.sm_count = sm_count > 0 ? sm_count : props_.multiprocessors;
     o.device = props_.ordinal;
     if (jit_) return ConvPlan::with_instance(spec, props_.arch, sku, *jit_->abi, jit_->jit, PlanSource::overridden, o);
     return ConvPlan::create(spec, props_.arch, o);
   }
 
-  /// Runs `cs` with catalog kernel `sku` (and wgrad split `split`, else the plan's) on a poisoned
-  /// workspace of the plan's size and compares with the fp64 reference.
+  /// Runs `cs` with catalog kernel `sku` (and wgrad split `split`, else the plan's; on a grid for
+  /// `sm_count` multiprocessors, else the device's) on a poisoned workspace of the plan's size and
+  /// compares with the fp64 reference.
   void check_case(const GemmSku& sku, const Case& cs, std::mt19937_64& rng,
-                  std::optional<ConvSplit> split = std::nullopt) {
+                  std::optional<ConvSplit> split = std::nullopt, int sm_count = 0) {
     const ConvSpec spec = spec_of(sku, cs);
-    CUACTOR_ASSERT_OK_AND_ASSIGN(plan, plan_for(sku, spec, split));
+    CUACTOR_ASSERT_OK_AND_ASSIGN(plan, plan_for(sku, spec, split, sm_count));
     SCOPED_TRACE(::testing::Message() << sku.to_string() << " " << spec.to_string() << " alpha=" << cs.alpha
                                       << " beta=" << cs.beta << " source=" << static_cast<int>(cs.source)
                                       << " split=" << plan.split().images << "x" << plan.split().rows);
@@ -387,6 +388,30 @@ TEST_F(ConvGpu, WgradSplitsMatchFp64Reference) {
         if (HasFatalFailure()) return;
       }
     }
+}
+
+// The persistent pingpong kernels on a grid of 3 CTAs (a plan for 3 multiprocessors): every CTA takes
+// many tiles, its two consumer warpgroups alternate, and wgrad slices of unequal reductions follow
+// one another in one CTA's pipeline.
+TEST_F(ConvGpu, PersistentKernelsOnFewMultiprocessorsMatchFp64Reference) {
+  std::vector<const CatalogEntry*> entries;
+  for (const CatalogEntry& e : catalog())
+    if (is_conv(e.sku.family) && e.sku.schedule == GemmSchedule::pingpong && runs_on(e.sku, props_.arch))
+      entries.push_back(&e);
+  if (entries.empty()) GTEST_SKIP() << "no persistent conv kernel runs on " << props_.arch.name();
+  const Case batched{.n = 5, .h = 13, .w = 11, .c = 24, .k = 40, .filter = {3, 3}, .pad = {1, 1}};
+  std::mt19937_64 rng(20261126);
+  for (const CatalogEntry* e : entries) {
+    for (const Case& cs : cases_for(e->sku)) {
+      check_case(e->sku, cs, rng, std::nullopt, 3);
+      if (HasFatalFailure()) return;
+    }
+    if (e->sku.family != GemmFamily::conv_wgrad) continue;
+    for (const ConvSplit& split : {ConvSplit{5, 1}, ConvSplit{5, 6}, ConvSplit{2, 1}}) {
+      check_case(e->sku, batched, rng, split, 3);
+      if (HasFatalFailure()) return;
+    }
+  }
 }
 
 TEST_F(ConvGpu, HeuristicChoosesAKernelOfTheOperation) {

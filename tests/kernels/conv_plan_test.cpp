@@ -223,7 +223,9 @@ TEST(ConvSku, CatalogEntriesAreWhatSkuForAsks) {
     SCOPED_TRACE(e->sku.to_string());
     if (e->sku.arch == kHopper) {
       EXPECT_TRUE(e->sku.schedule == GemmSchedule::warpspecialized || e->sku.schedule == GemmSchedule::cooperative ||
+                  e->sku.schedule == GemmSchedule::pingpong ||
                   (e->sku.schedule == GemmSchedule::coresident && e->sku.family == GemmFamily::conv_wgrad));
+      EXPECT_TRUE(conv_schedule_fits(e->sku));
     } else {  // CUTLASS 2.x: strided dgrad (and, through the JIT, devices before Hopper)
       EXPECT_EQ(e->sku.arch, kAmpere);
       EXPECT_EQ(e->sku.schedule, GemmSchedule::multistage);
@@ -315,9 +317,9 @@ TEST(ConvPlanCreate, HeuristicByClassOfShape) {
     EXPECT_EQ(plan.sku().schedule, GemmSchedule::cooperative) << plan.sku().to_string();
     EXPECT_EQ(plan.sku().tile.m, 256) << plan.sku().to_string();
     EXPECT_EQ(plan.sku().cluster, (Shape3{1, 2, 1})) << plan.sku().to_string();
-    // Two waves of a wide dgrad output (C = 256): the cluster pays too.
+    // Two waves of a wide dgrad output (C = 256) over a long reduction (K = 256): the cluster pays too.
     if (op == ConvOperation::dgrad) {
-      CUACTOR_ASSERT_OK_AND_ASSIGN(wide, ConvPlan::create(spec_of(op, 8, 56, 256, 64), kHopper, o));
+      CUACTOR_ASSERT_OK_AND_ASSIGN(wide, ConvPlan::create(spec_of(op, 8, 56, 256, 256), kHopper, o));
       EXPECT_EQ(wide.sku().cluster, (Shape3{1, 2, 1})) << wide.sku().to_string();
     }
     // One wave (128 tiles of 256x128), and one tile column (128 channels): no cluster.
@@ -325,12 +327,30 @@ TEST(ConvPlanCreate, HeuristicByClassOfShape) {
       CUACTOR_ASSERT_OK_AND_ASSIGN(single, ConvPlan::create(spec, kHopper, o));
       EXPECT_EQ(single.sku().cluster, (Shape3{1, 1, 1})) << spec.to_string() << " -> " << single.sku().to_string();
     }
-    // 64 output channels: the cooperative 256x64 tile.
+    // A short reduction (9 and 18 k-steps) over two tiles a multiprocessor or more: the pingpong
+    // kernel, 128x64 for 64 output channels, 128x128 for 128.
     const ConvSpec narrow = spec_of(op, 32, 56, 64, 64);
-    ASSERT_TRUE(has(narrow, {256, 64, 64}, GemmSchedule::cooperative));
+    ASSERT_TRUE(has(narrow, {128, 64, 64}, GemmSchedule::pingpong));
     CUACTOR_ASSERT_OK_AND_ASSIGN(narrow_plan, ConvPlan::create(narrow, kHopper, o));
-    EXPECT_EQ(narrow_plan.sku().tile, (Shape3{256, 64, 64})) << narrow_plan.sku().to_string();
-    EXPECT_EQ(narrow_plan.sku().schedule, GemmSchedule::cooperative) << narrow_plan.sku().to_string();
+    EXPECT_EQ(narrow_plan.sku().tile, (Shape3{128, 64, 64})) << narrow_plan.sku().to_string();
+    EXPECT_EQ(narrow_plan.sku().schedule, GemmSchedule::pingpong) << narrow_plan.sku().to_string();
+    CUACTOR_ASSERT_OK_AND_ASSIGN(short_plan, ConvPlan::create(spec_of(op, 64, 28, 128, 128), kHopper, o));
+    EXPECT_EQ(short_plan.sku().tile, (Shape3{128, 128, 64})) << short_plan.sku().to_string();
+    EXPECT_EQ(short_plan.sku().schedule, GemmSchedule::pingpong) << short_plan.sku().to_string();
+    // A long reduction (45 k-steps) keeps the lone and cooperative kernels.
+    CUACTOR_ASSERT_OK_AND_ASSIGN(long_plan, ConvPlan::create(spec_of(op, 2, 64, 320, 320), kHopper, o));
+    EXPECT_NE(long_plan.sku().schedule, GemmSchedule::pingpong) << long_plan.sku().to_string();
+  }
+  // fprop and dgrad on a wave of tiles or less: the pingpong kernel's 64x128 tile (one 64x128 MMA a
+  // k-slice), strided or not.
+  ConvSpec strided = spec_of(ConvOperation::fprop, 8, 28, 256, 512);
+  strided.stride_h = strided.stride_w = 2;
+  ASSERT_TRUE(has(strided, {64, 128, 64}, GemmSchedule::pingpong));
+  for (const ConvSpec& spec :
+       {strided, spec_of(ConvOperation::fprop, 8, 14, 512, 512), spec_of(ConvOperation::dgrad, 8, 14, 512, 512)}) {
+    CUACTOR_ASSERT_OK_AND_ASSIGN(one_wave, ConvPlan::create(spec, kHopper, o));
+    EXPECT_EQ(one_wave.sku().tile, (Shape3{64, 128, 64})) << spec.to_string() << " -> " << one_wave.sku().to_string();
+    EXPECT_EQ(one_wave.sku().schedule, GemmSchedule::pingpong) << one_wave.sku().to_string();
   }
   // Few filters of few channels (K = C = 64): the 64x64 tile (a tile covers one filter tap's
   // channels), split over image ranges; over rows too when there are few images.
@@ -344,14 +364,15 @@ TEST(ConvPlanCreate, HeuristicByClassOfShape) {
   EXPECT_EQ(few_images.sku().tile, (Shape3{64, 64, 64})) << few_images.sku().to_string();
   EXPECT_EQ(few_images.split().images, 4);
   EXPECT_GT(few_images.split().rows, 1);
-  // Between one and two waves of lone CTAs over a long reduction: coresident CTAs, unsplit, all in
-  // one wave (session 18: 1.11-1.13x the lone kernels). 225 tiles of 128x128 for K = C = 640 over
-  // 4 x 32 x 32, 225 of 64x64 for K = C = 320 over 2 x 64 x 64.
+  // Between one and two waves of lone CTAs over a long reduction: paired tiles, unsplit. 225 tiles of
+  // 128x128 for K = C = 640 over 4 x 32 x 32: the pingpong kernel (session 19: 1.14x coresident);
+  // 225 of 64x64 for K = C = 320 over 2 x 64 x 64: coresident CTAs, all in one wave (session 18:
+  // 1.11-1.13x the lone kernels; pingpong 64x64 ran 0.81x coresident).
   const ConvSpec wide_spec = spec_of(ConvOperation::wgrad, 4, 32, 640, 640);
-  ASSERT_TRUE(has(wide_spec, {128, 128, 64}, GemmSchedule::coresident));
+  ASSERT_TRUE(has(wide_spec, {128, 128, 64}, GemmSchedule::pingpong));
   CUACTOR_ASSERT_OK_AND_ASSIGN(wide, ConvPlan::create(wide_spec, kHopper, o));
   EXPECT_EQ(wide.sku().tile, (Shape3{128, 128, 64})) << wide.sku().to_string();
-  EXPECT_EQ(wide.sku().schedule, GemmSchedule::coresident) << wide.sku().to_string();
+  EXPECT_EQ(wide.sku().schedule, GemmSchedule::pingpong) << wide.sku().to_string();
   EXPECT_EQ(wide.split(), ConvSplit{});
   const ConvSpec narrow_wide = spec_of(ConvOperation::wgrad, 2, 64, 320, 320);
   ASSERT_TRUE(has(narrow_wide, {64, 64, 64}, GemmSchedule::coresident));
@@ -361,11 +382,14 @@ TEST(ConvPlanCreate, HeuristicByClassOfShape) {
   EXPECT_EQ(narrow_wide_plan.split(), ConvSplit{});
   // A grid of a lone wave or less, or a reduction too short to pay for the pairing, stays with the
   // lone kernels: few filters (above) and a short reduction over many filters.
-  EXPECT_NE(few_plan.sku().schedule, GemmSchedule::coresident) << few_plan.sku().to_string();
-  EXPECT_NE(few_images.sku().schedule, GemmSchedule::coresident) << few_images.sku().to_string();
+  for (const ConvPlan* lone : {&few_plan, &few_images}) {
+    EXPECT_NE(lone->sku().schedule, GemmSchedule::coresident) << lone->sku().to_string();
+    EXPECT_NE(lone->sku().schedule, GemmSchedule::pingpong) << lone->sku().to_string();
+  }
   CUACTOR_ASSERT_OK_AND_ASSIGN(short_plan,
                                ConvPlan::create(spec_of(ConvOperation::wgrad, 8, 28, 256, 512), kHopper, o));
   EXPECT_NE(short_plan.sku().schedule, GemmSchedule::coresident) << short_plan.sku().to_string();
+  EXPECT_NE(short_plan.sku().schedule, GemmSchedule::pingpong) << short_plan.sku().to_string();
   const ConvSpec one_image = spec_of(ConvOperation::wgrad, 1, 256, 512, 512);
   ASSERT_TRUE(has(one_image, {256, 128, 64}, GemmSchedule::cooperative));
   CUACTOR_ASSERT_OK_AND_ASSIGN(one_plan, ConvPlan::create(one_image, kHopper, o));
@@ -387,9 +411,11 @@ TEST(ConvPlanCreate, OverrideRules) {
   expect_error(ConvPlan::create(base_spec(), kAmpere, o), errc::unsupported, "sm_80");
   o.sku_override = ConvPlan::sku_for(base_spec(), kHopper, {192, 96, 32});  // never compiled ahead of time
   expect_error(ConvPlan::create(base_spec(), kHopper, o), errc::unsupported, "catalog");
-  // Schedules: CUTLASS's one-warpgroup kernel, cuactor's cooperative one (128 rows or more) and its
-  // coresident one.
-  o.sku_override = ConvPlan::sku_for(base_spec(), kHopper, kTile, {1, 1, 1}, GemmSchedule::pingpong);
+  // Schedules: CUTLASS's one-warpgroup kernel, cuactor's cooperative one (128 rows or more), its
+  // coresident one and its pingpong one (tiles of 128x128 elements at most, no cluster).
+  o.sku_override = ConvPlan::sku_for(base_spec(), kHopper, {128, 256, 64}, {1, 1, 1}, GemmSchedule::pingpong);
+  expect_error(ConvPlan::create(base_spec(), kHopper, o), errc::invalid_argument, "pingpong");
+  o.sku_override = ConvPlan::sku_for(base_spec(), kHopper, {128, 128, 64}, {1, 2, 1}, GemmSchedule::pingpong);
   expect_error(ConvPlan::create(base_spec(), kHopper, o), errc::invalid_argument, "pingpong");
   o.sku_override = ConvPlan::sku_for(base_spec(), kHopper, {64, 128, 64}, {1, 1, 1}, GemmSchedule::cooperative);
   expect_error(ConvPlan::create(base_spec(), kHopper, o), errc::invalid_argument, "cooperative");

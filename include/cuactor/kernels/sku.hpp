@@ -113,10 +113,11 @@ struct GemmSku {
 
 /// True when the convolution template of `sku`'s architecture runs its schedule with its tile: on
 /// sm_90a CUTLASS's one-warpgroup kernel (warpspecialized), cuactor's cooperative one, whose two
-/// consumer warpgroups share a tile of 128 rows or more, or its coresident one (one consumer
-/// warpgroup, two CTAs per multiprocessor); on sm_80 the multistage mainloop with 2 or more stages
-/// and no cluster. Says nothing about the family: GEMM templates know neither warpspecialized nor
-/// coresident.
+/// consumer warpgroups share a tile of 128 rows or more, its coresident one (one consumer
+/// warpgroup, two CTAs per multiprocessor), or its persistent pingpong one (two consumer warpgroups
+/// taking tiles of at most 128x128 in turn, no cluster); on sm_80 the multistage mainloop with 2 or
+/// more stages and no cluster. Says nothing about the family: GEMM templates know neither
+/// warpspecialized nor coresident.
 bool conv_schedule_fits(const GemmSku& sku) noexcept;
 
 /// Hash of every field of a SKU (stable within a process).
