@@ -254,7 +254,8 @@ inline bool same_slice_args(const cuactor_conv_args& x, const cuactor_conv_args&
          x.device == y.device && x.sm_count == y.sm_count && x.split_n == y.split_n && x.split_p == y.split_p;
 }
 
-/// The launch parameters of every slice, one kernel argument (indexed by blockIdx.z).
+/// The launch parameters of every slice, one kernel argument (indexed by blockIdx.z, or walked by the
+/// persistent kernel's tiles).
 template <class Kernel>
 struct SliceParams {
   typename Kernel::Params slice[CUACTOR_CONV_MAX_SLICES];

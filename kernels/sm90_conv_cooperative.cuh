@@ -58,7 +58,7 @@ using PingpongConvLayout = ConvWarpLayout<2, 1, true>;
 
 /// The kernel schedule tag of cuactor's conv mainloops. CUTLASS's conv dispatch policy rejects its
 /// own cooperative tag (no CUTLASS conv kernel runs it), and nothing in the collective reads the
-/// tag; ProducerConsumerConvKernel is what runs these mainloops.
+/// tag; ProducerConsumerConvKernel and PingpongConvKernel are what run these mainloops.
 struct ProducerConsumerConvSchedule {};
 
 /// The sm_90a implicit-GEMM conv mainloop collective of cuactor's conv kernels: what CUTLASS's conv

@@ -174,6 +174,7 @@ class PingpongConvKernel
         }
         mainloop.load_tail(mainloop_pipeline, state);
       } else if (epilogue_warp) {
+        cutlass::arch::wait_on_dependent_grids();  // C may be the previous kernel's output
         auto state = cutlass::make_producer_start_state<EpiLoadPipeline>();
         bool loaded = false;
         for (int t = int(blockIdx.x); t < total; t += ctas) {
@@ -198,6 +199,7 @@ class PingpongConvKernel
       auto epi_store_state = cutlass::make_producer_start_state<EpiStorePipeline>();
       TiledMma tiled_mma;
       int t = int(blockIdx.x);
+      if (group == 2 && t + ctas >= total) cutlass::arch::launch_dependent_grids();  // no tile of its own
       if (group == 2) {  // the second warpgroup starts after the first one's tile
         mainloop_state.advance(k_tiles(get<2>(tile_at(t))));
         epi_load_state.advance(kLoadIncrement);

@@ -127,7 +127,8 @@ std::int64_t planned_sms(int sm_count) {
 // or more) 0.70-0.84x, the cooperative kernels' 256-row tiles sharing their filter tiles. So it is
 // considered for short reductions over grids of two tiles a multiprocessor or more, and on grids of
 // a wave or less, where each CTA holds one tile: there its 128x128 and 128x64 tiles ran 0.94-1.06x
-// the one-warpgroup kernel's, and its 64x128 tile (one 64x128 MMA a k-slice where 128x64 issues two
+// the one-warpgroup kernel's (on equal estimates the catalog's first, the one-warpgroup kernel,
+// stays), and its 64x128 tile (one 64x128 MMA a k-slice where 128x64 issues two
 // 64x64 ones) 0.95-1.51x the one-warpgroup 128x64 on about as many tiles (17 shapes of 26 to 104
 // tiles, 16 of them 1.00x or more: fprop 1.51x and dgrad 1.34x on 8 x 14 x 14 x 512 -> 512 3x3,
 // fprop 1.25x on 8 x 28 x 28 x 256 -> 512 stride 2; 0.95x on dgrad 4 x 14 x 14 x 1024 -> 256 1x1).
@@ -144,7 +145,10 @@ double estimated_cost(const GemmSku& sku, const ConvSpec& spec, int sm_count) {
   const std::int64_t waves = ceil_div(tiles, sms);
   double factor = schedule_factor(sku) * cluster_factor(sku, waves);
   if (pingpong(sku)) {
-    const std::int64_t k_steps = ceil_div(spec.implicit_gemm()[2], sku.tile.k);
+    // The conv mainloop tiles its reduction as (channels, S, R): R x S x ceil(channels / tile K) steps,
+    // the channels being fprop's C and dgrad's K.
+    const std::int64_t channels = spec.operation == ConvOperation::fprop ? spec.c : spec.k;
+    const std::int64_t k_steps = spec.r * spec.s * ceil_div(channels, sku.tile.k);
     if (tiles <= sms) {
       if (sku.tile.m == 64 && sku.tile.n >= 128) factor *= kPingpongWideRowTime;
     } else if (k_steps <= kPingpongMaxSteps && tiles >= 2 * sms) {
@@ -192,7 +196,8 @@ constexpr double kCoresidentFillMicros128 = 6.32;
 // x 64 x 320 -> 320 (0.69x against 0.85x). Split, it lost to the lone kernels wherever it was tried
 // (8 x 28 x 28 x 256 -> 512 3x3: 3x1 0.86x and 2x1 0.75x the lone 128x128 unsplit; 1 x 128 x 128 x
 // 256 -> 256: 1x7 0.89x the plan's lone choice), so it is considered unsplit, over more than one
-// lone wave and at most two tiles a multiprocessor.
+// lone wave and at most two tiles a multiprocessor. There its estimate is below the coresident
+// kernel's of the same tile, so the coresident 128x128 kernel now runs split grids only.
 constexpr double kPingpongStepShare64 = 0.93;
 constexpr double kPingpongStepShare128 = 0.70;
 // Coresident and pingpong estimates, less sure than the lone kernels', must beat those by this.

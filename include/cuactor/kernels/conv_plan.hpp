@@ -172,7 +172,7 @@ class ConvPlan {
   /// warpspecialized (CUTLASS's kernel: one consumer warpgroup, tiles up to 128x128), cooperative
   /// (cuactor's: two consumer warpgroups share a tile of 128 or more rows), coresident (cuactor's:
   /// one consumer warpgroup, two CTAs per multiprocessor) or pingpong (cuactor's persistent kernel:
-  /// two consumer warpgroups take tiles of at most 128x128 in turn) and `stages` 0; on sm_80
+  /// two consumer warpgroups take tiles of at most 128 x 128 elements in turn) and `stages` 0; on sm_80
   /// it is multistage with `stages` >= 2 (CUTLASS 2.x).
   static GemmSku sku_for(const ConvSpec& spec, GpuArch arch, Shape3 tile, Shape3 cluster = {1, 1, 1},
                          GemmSchedule schedule = GemmSchedule::warpspecialized, int stages = 0);
