@@ -285,14 +285,11 @@ set(conv90ping ARCH sm_90a TEMPLATE conv_sm90_instance.cu.in CLUSTER 1 1 1 SCHED
                EPILOGUE linear_combination)
 foreach(t bf16 f16)
   foreach(op conv_fprop conv_dgrad)
-    cuactor_gemm_instance(FAMILY ${op} ${conv90ping} TYPES ${t} ${t} ${t} ${t} f32 LAYOUTS nhwc krsc nhwc
-                          TILE 128 128 64)
-    cuactor_gemm_instance(FAMILY ${op} ${conv90ping} TYPES ${t} ${t} ${t} ${t} f32 LAYOUTS nhwc krsc nhwc
-                          TILE 128 64 64)
-  endforeach()
-  foreach(op conv_fprop conv_dgrad)
-    cuactor_gemm_instance(FAMILY ${op} ${conv90ping} TYPES ${t} ${t} ${t} ${t} f32 LAYOUTS nhwc krsc nhwc
-                          TILE 64 128 64)
+    foreach(tile "128 128" "128 64" "64 128")
+      separate_arguments(mn UNIX_COMMAND "${tile}")
+      cuactor_gemm_instance(FAMILY ${op} ${conv90ping} TYPES ${t} ${t} ${t} ${t} f32 LAYOUTS nhwc krsc nhwc
+                            TILE ${mn} 64)
+    endforeach()
   endforeach()
   cuactor_gemm_instance(FAMILY conv_wgrad ${conv90ping} TYPES ${t} ${t} ${t} ${t} f32 LAYOUTS nhwc nhwc krsc
                         TILE 128 128 64)

@@ -126,12 +126,12 @@ std::int64_t planned_sms(int sm_count) {
 // 1.27x; 64 x 28 x 28 x 128 -> 128 3x3: 128x128 1.24x and 1.22x); with a long reduction (45 k-steps
 // or more) 0.70-0.84x, the cooperative kernels' 256-row tiles sharing their filter tiles. So it is
 // considered for short reductions over grids of two tiles a multiprocessor or more, and on grids of
-// a wave or less, where each CTA holds one tile: there its 128x128 and 128x64 tiles ran 0.94-1.06x
+// a wave or less, where each CTA holds one tile. There its 128x128 and 128x64 tiles ran 0.94-1.06x
 // the one-warpgroup kernel's (on equal estimates the catalog's first, the one-warpgroup kernel,
-// stays), and its 64x128 tile (one 64x128 MMA a k-slice where 128x64 issues two
-// 64x64 ones) 0.95-1.51x the one-warpgroup 128x64 on about as many tiles (17 shapes of 26 to 104
-// tiles, 16 of them 1.00x or more: fprop 1.51x and dgrad 1.34x on 8 x 14 x 14 x 512 -> 512 3x3,
-// fprop 1.25x on 8 x 28 x 28 x 256 -> 512 stride 2; 0.95x on dgrad 4 x 14 x 14 x 1024 -> 256 1x1).
+// stays), and its 64x128 tile (one 64x128 MMA a k-slice where 128x64 issues two 64x64 ones)
+// 0.95-1.51x the one-warpgroup 128x64 on about as many tiles (17 shapes of 26 to 104 tiles, 16 of
+// them 1.00x or more: fprop 1.51x and dgrad 1.34x on 8 x 14 x 14 x 512 -> 512 3x3, fprop 1.25x on
+// 8 x 28 x 28 x 256 -> 512 stride 2; 0.95x on dgrad 4 x 14 x 14 x 1024 -> 256 1x1).
 constexpr std::int64_t kPingpongMaxSteps = 24;
 constexpr double kPingpongShortTime = 0.8;
 constexpr double kPingpongWideRowTime = 0.85;
