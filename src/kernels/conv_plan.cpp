@@ -686,7 +686,7 @@ Result<ConvPlan> ConvPlan::create(const ConvSpec& spec, GpuArch device_arch, con
     // devices before Hopper). Costs compare kernels of one architecture.
     double best_cost = 0;
     std::optional<Error> refusal;                // why a kernel that matches the spec's types cannot compute it
-    const CatalogEntry* unconsidered = nullptr;  // a kernel that computes it but whose model has no split for it
+    const CatalogEntry* unconsidered = nullptr;  // a kernel that computes it but that the model does not consider
     for (const CatalogEntry& e : catalog()) {
       if (!sku_computes(e.sku, spec) || !runs_on(e.sku, device_arch) || !heuristic_candidate(e.sku)) continue;
       if (Status fits = check_sku_computes(e.sku, spec); !fits) {
@@ -696,7 +696,7 @@ Result<ConvPlan> ConvPlan::create(const ConvSpec& spec, GpuArch device_arch, con
       const bool split_wgrad = spec.operation == ConvOperation::wgrad && e.sku.arch.arch_specific;
       const double cost = split_wgrad ? best_wgrad_split(e.sku, spec, options.sm_count, true).micros
                                       : estimated_cost(e.sku, spec, options.sm_count);
-      if (cost == std::numeric_limits<double>::infinity()) {  // no split the model considers
+      if (cost == std::numeric_limits<double>::infinity()) {  // no considered split, or a class it never won
         if (unconsidered == nullptr) unconsidered = &e;
         continue;
       }
@@ -707,7 +707,7 @@ Result<ConvPlan> ConvPlan::create(const ConvSpec& spec, GpuArch device_arch, con
         best_cost = cost;
       }
     }
-    // A build whose only kernels for the spec are ones the model does not consider (paired only)
+    // A build whose only kernels for the spec are ones the model does not consider (paired ones only)
     // still runs it, with the kernel's best split of all.
     if (chosen == nullptr) chosen = unconsidered;
     // Without a kernel to ask (a build without this family), the sm_90a rules still explain a refusal.
