@@ -5,6 +5,14 @@
 /// types of gemm_tags.cuh, so the placeholders of conv_sm90_instance.cu.in are plain SKU tokens.
 #pragma once
 
+// Grid dependency control: the conv kernels tell a dependent grid when their mainloops are done, so
+// that a split wgrad's slice sum, launched as a programmatic dependent launch, is already resident
+// when they finish; its griddepcontrol.wait still waits for their completion and memory. (Without a
+// programmatic dependent launch after them both instructions are no-ops.)
+#ifndef CUTLASS_ENABLE_GDC_FOR_SM90
+#define CUTLASS_ENABLE_GDC_FOR_SM90 1
+#endif
+
 #include <cutlass/cutlass.h>
 #include <cutlass/kernel_hardware_info.h>
 #include <cutlass/layout/tensor.h>
@@ -296,8 +304,10 @@ inline int sum_groups(int slices) {
 /// D = alpha * (sum of the slices' fp32 partials) + beta * C over `count` elements (a multiple of 4).
 /// A block covers kSumThreads / groups consecutive float4 vectors; each of its `groups` thread groups
 /// adds every groups-th slice of them (a warp reads 512 contiguous bytes per slice), shared memory
-/// adds the groups' shares, and the first group writes 4 elements per thread. Each element is read
-/// and written by one thread, so C may alias D.
+/// adds the groups' shares, and the first group writes 4 elements per thread with one vector store
+/// (C and D are 16-byte aligned). Each element is read and written by one thread, so C may alias D.
+/// Launched as a programmatic dependent launch of the slices' kernel: it waits for that grid's
+/// completion before it reads the partials.
 template <class ElementC, class ElementD>
 __global__ void __launch_bounds__(kSumThreads)
     sum_slices_kernel(const float* __restrict__ partials, int slices, int groups, long long count, float alpha,
@@ -307,6 +317,7 @@ __global__ void __launch_bounds__(kSumThreads)
   const int lane = static_cast<int>(threadIdx.x) % per_block, group = static_cast<int>(threadIdx.x) / per_block;
   const long long v = static_cast<long long>(blockIdx.x) * per_block + lane;
   const bool active = v < count / 4;
+  cutlass::arch::wait_on_dependent_grids();
   float4 sum = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
   if (active)
     for (int s = group; s < slices; s += groups) {
@@ -329,12 +340,15 @@ __global__ void __launch_bounds__(kSumThreads)
     sum.w += p.w;
   }
   const float acc[4] = {sum.x, sum.y, sum.z, sum.w};
+  cutlass::AlignedArray<ElementC, 4> c{};
+  if (beta != 0.0f) c = reinterpret_cast<const cutlass::AlignedArray<ElementC, 4>*>(source)[v];
+  cutlass::AlignedArray<ElementD, 4> out;
   for (int i = 0; i < 4; ++i) {
-    const long long e = 4 * v + i;
-    float out = alpha * acc[i];
-    if (beta != 0.0f) out += beta * static_cast<float>(source[e]);
-    d[e] = static_cast<ElementD>(out);
+    float value = alpha * acc[i];
+    if (beta != 0.0f) value += beta * static_cast<float>(c[i]);
+    out[i] = static_cast<ElementD>(value);
   }
+  reinterpret_cast<cutlass::AlignedArray<ElementD, 4>*>(d)[v] = out;
 }
 
 /// Wgrad, split into slices of the reduction (cuactor_conv_args::split_n / split_p): one launch
@@ -456,13 +470,22 @@ struct SlicedWgradConv {
     else
       launched = cudaLaunchKernelEx(&config, conv_slices_kernel<Kernel>, params);
     if (launched != cudaSuccess) return CUACTOR_KERNEL_LAUNCH_FAILED;
+    // The sum, launched while the slices finish (programmatic dependent launch; see sum_slices_kernel).
     const int groups = sum_groups(count);
     const long long per_block = kSumThreads / groups;
-    const long long blocks = (elements / 4 + per_block - 1) / per_block;
-    sum_slices_kernel<<<static_cast<unsigned>(blocks), kSumThreads, 0, s>>>(
-        partials, count, groups, elements, a.alpha, a.beta, static_cast<const ElementC*>(a.c_source),
-        static_cast<ElementD*>(a.d));
-    return cudaPeekAtLastError() == cudaSuccess ? CUACTOR_KERNEL_OK : CUACTOR_KERNEL_LAUNCH_FAILED;
+    cudaLaunchConfig_t sum_config{};
+    sum_config.gridDim = dim3(static_cast<unsigned>((elements / 4 + per_block - 1) / per_block), 1, 1);
+    sum_config.blockDim = dim3(kSumThreads, 1, 1);
+    sum_config.stream = s;
+    cudaLaunchAttribute early[1]{};
+    early[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    early[0].val.programmaticStreamSerializationAllowed = 1;
+    sum_config.attrs = early;
+    sum_config.numAttrs = 1;
+    launched = cudaLaunchKernelEx(&sum_config, sum_slices_kernel<ElementC, ElementD>,
+                                  static_cast<const float*>(partials), count, groups, elements, a.alpha, a.beta,
+                                  static_cast<const ElementC*>(a.c_source), static_cast<ElementD*>(a.d));
+    return launched == cudaSuccess ? CUACTOR_KERNEL_OK : CUACTOR_KERNEL_LAUNCH_FAILED;
   }
 };
 

@@ -390,6 +390,37 @@ TEST_F(ConvGpu, WgradSplitsMatchFp64Reference) {
     }
 }
 
+// A split's last slice of each tile adds the slices in slice order: runs whose slices finish in other
+// orders give the same bits, on a workspace whose counters a run left or that holds garbage.
+TEST_F(ConvGpu, WgradSplitSumIsDeterministic) {
+  std::vector<const CatalogEntry*> entries;
+  for (const CatalogEntry* e : catalog_entries(GemmFamily::conv_wgrad))
+    if (runs_on(e->sku, props_.arch) && e->sku.arch.arch_specific) entries.push_back(e);
+  if (entries.empty()) GTEST_SKIP() << "no sm_90a conv_wgrad kernel runs on " << props_.arch.name();
+  const Case cs =
+      scaled({.n = 5, .h = 13, .w = 11, .c = 24, .k = 40, .filter = {3, 3}, .pad = {1, 1}}, Source::separate);
+  std::mt19937_64 rng(20261126);
+  const cudaStream_t s = stream_.get();
+  for (const CatalogEntry* e : entries) {
+    const ConvSpec spec = spec_of(e->sku, cs);
+    SCOPED_TRACE(e->sku.to_string());
+    CUACTOR_ASSERT_OK_AND_ASSIGN(plan, plan_for(e->sku, spec, ConvSplit{5, 6}));
+    Problem p;
+    CUACTOR_ASSERT_OK(prepare(spec, cs, rng, p));
+    CUACTOR_ASSERT_OK_AND_ASSIGN(ws, workspace_for(plan));
+    CUACTOR_ASSERT_OK(plan.run(p.tensors, ws.data(), plan.workspace_size(), s));
+    CUACTOR_ASSERT_OK_AND_ASSIGN(first, download(p));
+    expect_matches(e->sku, p, first);
+    for (int again = 0; again < 3; ++again) {
+      CUACTOR_ASSERT_OK(gpu::memset_async(p.dout.data(), 0xff, p.dout.size(), s));
+      if (again == 2) CUACTOR_ASSERT_OK(gpu::memset_async(ws.data(), 0x5a, plan.workspace_size(), s));
+      CUACTOR_ASSERT_OK(plan.run(p.tensors, ws.data(), plan.workspace_size(), s));
+      CUACTOR_ASSERT_OK_AND_ASSIGN(next, download(p));
+      EXPECT_TRUE(next == first) << "run " << again + 2 << " differs from the first";
+    }
+  }
+}
+
 // The persistent pingpong kernels on a grid of 3 CTAs (a plan for 3 multiprocessors): every CTA takes
 // many tiles, its two consumer warpgroups alternate, and wgrad slices of unequal reductions follow
 // one another in one CTA's pipeline.
