@@ -32,6 +32,7 @@
 #include "kernels/conv_instance_abi.h"
 #include "kernels/gemm_tags.cuh"
 #include "kernels/sm90_conv_cooperative.cuh"
+#include "kernels/sm90_conv_filter_epilogue.cuh"
 #include "kernels/sm90_conv_pingpong.cuh"
 
 namespace cuactor::kernels::sm90 {
@@ -82,7 +83,7 @@ struct ConvSchedule<tags::pingpong> {
 /// The CUTLASS kernel of one 2-D convolution configuration: D = alpha * implicit_gemm(A, B) + beta * C,
 /// fp32 accumulation. fprop and dgrad write an activation-shaped tensor through the TMA epilogue;
 /// wgrad writes the filter (K x (R S C)) through the shared-memory-free epilogue, as CUTLASS's own
-/// sm90 wgrad does.
+/// sm90 wgrad does, with FilterTileEpilogue's stores.
 template <cutlass::conv::Operator Op, class ElementA, class ElementB, class ElementC, class ElementD,
           class ElementAccumulator, int TileM, int TileN, int TileK, int ClusterM, int ClusterN, int ClusterK,
           class Schedule>
@@ -104,10 +105,11 @@ struct ConvKernelOf {
   using EpilogueSchedule =
       std::conditional_t<kWgrad, cutlass::epilogue::NoSmemWarpSpecialized, typename ConvSchedule<Schedule>::epilogue>;
 
-  using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
+  using BuiltEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
       cutlass::epilogue::collective::EpilogueTileAuto, ElementAccumulator, ElementCompute, ElementC, LayoutOut,
       kAlignmentC, ElementD, LayoutOut, kAlignmentD, EpilogueSchedule>::CollectiveOp;
+  using CollectiveEpilogue = std::conditional_t<kWgrad, FilterTileEpilogue<BuiltEpilogue>, BuiltEpilogue>;
 
   static constexpr int kEpilogueBytes = static_cast<int>(sizeof(typename CollectiveEpilogue::SharedStorage));
   using WarpLayout = typename ConvSchedule<Schedule>::warp_layout;
