@@ -340,6 +340,14 @@ TEST(ConvPlanCreate, HeuristicByClassOfShape) {
     // A long reduction (45 k-steps) keeps the lone and cooperative kernels.
     CUACTOR_ASSERT_OK_AND_ASSIGN(long_plan, ConvPlan::create(spec_of(op, 2, 64, 320, 320), kHopper, o));
     EXPECT_NE(long_plan.sku().schedule, GemmSchedule::pingpong) << long_plan.sku().to_string();
+    // 640 channels over waves that 128x128 tiles fill to 81%: not the one-warpgroup 128x64, which
+    // loads 1.5x the operand elements per flop (0.59x cuDNN fprop where a flat penalty chose it).
+    const ConvSpec wide_channels = spec_of(op, 2, 64, 640, 640);
+    ASSERT_TRUE(has(wide_channels, {128, 64, 64}, GemmSchedule::warpspecialized));
+    CUACTOR_ASSERT_OK_AND_ASSIGN(wide_channels_plan, ConvPlan::create(wide_channels, kHopper, o));
+    EXPECT_FALSE(wide_channels_plan.sku().tile == (Shape3{128, 64, 64}) &&
+                 wide_channels_plan.sku().schedule == GemmSchedule::warpspecialized)
+        << wide_channels_plan.sku().to_string();
   }
   // fprop and dgrad on a wave of tiles or less: the pingpong kernel's 64x128 tile (one 64x128 MMA a
   // k-slice), strided or not.
