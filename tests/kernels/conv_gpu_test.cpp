@@ -390,8 +390,8 @@ TEST_F(ConvGpu, WgradSplitsMatchFp64Reference) {
     }
 }
 
-// A split's last slice of each tile adds the slices in slice order: runs whose slices finish in other
-// orders give the same bits, on a workspace whose counters a run left or that holds garbage.
+// A split's sum adds the slices in slice order whatever order they finished in: repeated runs give the
+// same bits, also on a workspace that a run left or that holds garbage (the slices overwrite it).
 TEST_F(ConvGpu, WgradSplitSumIsDeterministic) {
   std::vector<const CatalogEntry*> entries;
   for (const CatalogEntry* e : catalog_entries(GemmFamily::conv_wgrad))
