@@ -245,6 +245,14 @@ endforeach()
 # choice; cooperative 128x128, as fast as one warpgroup's 128x128; 128x64, one warpgroup or two, at
 # most 1.13x the plan's choice on one of 15 shapes and never chosen by its cost model. None is
 # compiled.)
+# Channel counts between the power-of-two widths (96, 160, 192, 288): 256x96 tiles where 96-wide
+# columns pad the output channels enough less than 128-wide ones, and K steps of 32 where the reduced
+# channels are an odd multiple of 32 (a 64-wide step half-empties each filter tap's last step); the
+# plan's fits_channel_class says where. Measured on an H100 (bf16, session 21; the former plan's
+# kernel, then the new tile, in one run beside cuDNN): 16x56x56x96 -> 96 3x3 fprop 0.73x -> 1.26x and
+# dgrad 0.62x -> 1.02x (256x96x32), 8x64x64x160 -> 160 3x3 fprop 0.83x -> 0.95x, 16x28x28x224 -> 224
+# dgrad 0.88x -> 1.02x (256x128x32). 128x96 and 128x128x32 tiles, one consumer warpgroup or pingpong,
+# ran 0.52-1.22x the best of these (faster in 8 of 80 kernel-shape pairs) and are not compiled.
 set(conv90coop ARCH sm_90a TEMPLATE conv_sm90_instance.cu.in CLUSTER 1 1 1 SCHEDULE cooperative
                EPILOGUE linear_combination)
 set(conv90coop_pair ARCH sm_90a TEMPLATE conv_sm90_instance.cu.in CLUSTER 1 2 1 SCHEDULE cooperative
@@ -257,6 +265,11 @@ foreach(t bf16 f16)
                           TILE 256 128 64)
     cuactor_gemm_instance(FAMILY ${op} ${conv90coop} TYPES ${t} ${t} ${t} ${t} f32 LAYOUTS nhwc krsc nhwc
                           TILE 256 64 64)
+    foreach(tile "256 96 64" "256 128 32" "256 96 32")
+      separate_arguments(mnk UNIX_COMMAND "${tile}")
+      cuactor_gemm_instance(FAMILY ${op} ${conv90coop} TYPES ${t} ${t} ${t} ${t} f32 LAYOUTS nhwc krsc nhwc
+                            TILE ${mnk})
+    endforeach()
   endforeach()
   cuactor_gemm_instance(FAMILY conv_wgrad ${conv90coop} TYPES ${t} ${t} ${t} ${t} f32 LAYOUTS nhwc nhwc krsc
                         TILE 256 128 64)

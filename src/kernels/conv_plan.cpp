@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <array>
+#include <bit>
 #include <boost/container_hash/hash.hpp>
 #include <climits>
 #include <cstdint>
@@ -86,15 +87,61 @@ double small_tile_penalty(const GemmSku& sku) {
   return (m + n) / (m * n) * (128.0 * 128.0 / 256.0);
 }
 
+/// Operand elements a consumer warpgroup's 128 x `columns` share of a tile loads per flop.
+double warpgroup_loads_per_flop(double columns) {
+  return (128.0 + columns) / (128.0 * columns);
+}
+
 /// Time per flop of a tile's mainloop relative to one consumer warpgroup's 128x128: two warpgroups
 /// sharing a tile (cooperative) keep the tensor cores busier, but at 64 columns each warpgroup's
 /// 128x64 share rereads its A rows twice as often per flop: measured on an H100, 256x64 beat 128x64
 /// by 1.11-1.21x where it halved the waves and lost to 128x128 at equal waves (slightly above 1).
+/// Widths in between take the time in proportion to the loads per flop: 0.88 for 96 columns.
 constexpr double kCooperativeTime = 0.8;
 constexpr double kCooperativeNarrowTime = 1.05;
 double schedule_factor(const GemmSku& sku) {
   if (sku.schedule != GemmSchedule::cooperative) return 1.0;
-  return sku.tile.n >= 128 ? kCooperativeTime : kCooperativeNarrowTime;
+  const double n = std::clamp(static_cast<double>(sku.tile.n), 64.0, 128.0);
+  return kCooperativeTime + (kCooperativeNarrowTime - kCooperativeTime) *
+                                (warpgroup_loads_per_flop(n) - warpgroup_loads_per_flop(128)) /
+                                (warpgroup_loads_per_flop(64) - warpgroup_loads_per_flop(128));
+}
+
+/// The channels an fprop or dgrad mainloop reduces over (fprop's C, dgrad's K) and those its output
+/// tiles cover (fprop's K, dgrad's C).
+std::pair<std::int64_t, std::int64_t> reduced_and_output_channels(const ConvSpec& spec) {
+  return spec.operation == ConvOperation::fprop ? std::pair{spec.c, spec.k} : std::pair{spec.k, spec.c};
+}
+
+/// The 128-byte K step of an element type: 64 elements of 16 bits, 32 of 32 bits.
+std::int64_t full_k_step(const GemmSku& sku) {
+  return 1024 / size_bits(sku.a);
+}
+
+/// Tiles for channel counts between the power-of-two widths serve only the class they were measured
+/// to win (H100, bf16 fprop and dgrad, 22 shapes of 48 to 640 channels, session 21):
+/// - a width that is not a power of two (96) where it pads the output channels less than the next
+///   power of two by more than its extra loads per flop (7/6 for 96): 96, 160, 192 and 288 channels,
+///   not 224, 320, 480 or 640, where the best 96-wide kernel ran 0.69-1.00x the best kernel (the
+///   best on 2 of 16 rows; on a wave or two the estimate's rounding to whole waves hides what the
+///   extra loads cost);
+/// - a K step narrower than 128 bytes where the reduced channels are not a multiple of the full step
+///   (the full step half-empties each filter tap's last step; with multiples of 64 channels
+///   256x128x32 and 256x96x32 ran 0.87-1.07x their 64-element-step tiles, 0.99x on geometric mean,
+///   so the estimate prices a narrow step by the elements it reduces).
+bool fits_channel_class(const GemmSku& sku, const ConvSpec& spec) {
+  if (spec.operation == ConvOperation::wgrad) return true;
+  const auto [reduced, output] = reduced_and_output_channels(spec);
+  const std::int64_t width = sku.tile.n, power = std::bit_ceil(static_cast<std::uint64_t>(width));
+  if (width != power) {
+    const double extra_loads =
+        warpgroup_loads_per_flop(static_cast<double>(width)) / warpgroup_loads_per_flop(static_cast<double>(power));
+    if (static_cast<double>(ceil_div(output, width) * width) * extra_loads >=
+        static_cast<double>(ceil_div(output, power) * power))
+      return false;
+  }
+  const std::int64_t step = full_k_step(sku);
+  return sku.tile.k >= step || reduced % step != 0;
 }
 
 /// A cluster multicasts a shared operand tile: measured on an H100 (bf16 fprop and dgrad, 18 shapes)
@@ -146,15 +193,16 @@ bool pingpong(const GemmSku& sku) {
   return sku.schedule == GemmSchedule::pingpong;
 }
 
+/// The fprop / dgrad cost: waves of tiles, each as long as its tile's area times the reduction
+/// elements it steps through. The conv mainloop tiles its reduction as (channels, S, R): R x S x
+/// ceil(channels / tile K) steps, so channels that are not a multiple of the K step pad each tap.
 double estimated_cost(const GemmSku& sku, const ConvSpec& spec, int sm_count) {
+  if (!fits_channel_class(sku, spec)) return std::numeric_limits<double>::infinity();
   const std::int64_t tiles = output_tiles(sku, spec), sms = planned_sms(sm_count);
   const std::int64_t waves = ceil_div(tiles, sms);
+  const std::int64_t k_steps = spec.r * spec.s * ceil_div(reduced_and_output_channels(spec).first, sku.tile.k);
   double factor = schedule_factor(sku) * cluster_factor(sku, waves);
   if (pingpong(sku)) {
-    // The conv mainloop tiles its reduction as (channels, S, R): R x S x ceil(channels / tile K) steps,
-    // the channels being fprop's C and dgrad's K.
-    const std::int64_t channels = spec.operation == ConvOperation::fprop ? spec.c : spec.k;
-    const std::int64_t k_steps = spec.r * spec.s * ceil_div(channels, sku.tile.k);
     if (tiles <= sms) {
       if (sku.tile.m == 64 && sku.tile.n >= 128) factor *= kPingpongWideRowTime;
     } else if (k_steps <= kPingpongMaxSteps && tiles >= 2 * sms) {
@@ -163,7 +211,8 @@ double estimated_cost(const GemmSku& sku, const ConvSpec& spec, int sm_count) {
       return std::numeric_limits<double>::infinity();  // not a class it was measured to win
     }
   }
-  return static_cast<double>(waves) * sku.tile.m * sku.tile.n * small_tile_penalty(sku) * factor;
+  return static_cast<double>(waves) * sku.tile.m * sku.tile.n * small_tile_penalty(sku) * factor *
+         static_cast<double>(k_steps * sku.tile.k);
 }
 
 // Wgrad cost model (microseconds on an H100-class part; only its ordering matters), fitted on an

@@ -284,6 +284,18 @@ TEST(ConvPlanCreate, OverrideIsHonoured) {
   }
 }
 
+/// A 3x3 convolution with padding 1 over n square images of hw x hw pixels, c -> k channels.
+ConvSpec spec_of(ConvOperation op, std::int64_t n, std::int64_t hw, std::int64_t c, std::int64_t k) {
+  ConvSpec s = base_spec(op);
+  s.n = n;
+  s.h = s.w = hw;
+  s.c = c;
+  s.k = k;
+  s.r = s.s = 3;
+  s.pad_h = s.pad_w = 1;
+  return s;
+}
+
 // The heuristic by class of shape, as measured faster on an H100 (bench/conv_torch.py, sessions 10
 // and 11): fprop and dgrad take cooperative 256x128 tiles in 1x2 clusters on grids of two waves or
 // more (no cluster on one wave or one tile column), cooperative 256x64 for 64 output channels; wgrad
@@ -293,16 +305,6 @@ TEST(ConvPlanCreate, OverrideIsHonoured) {
 TEST(ConvPlanCreate, HeuristicByClassOfShape) {
   const auto has = [](const ConvSpec& spec, Shape3 tile, GemmSchedule schedule, Shape3 cluster = {1, 1, 1}) {
     return find_in_catalog(ConvPlan::sku_for(spec, kHopper, tile, cluster, schedule)) != nullptr;
-  };
-  const auto spec_of = [](ConvOperation op, std::int64_t n, std::int64_t hw, std::int64_t c, std::int64_t k) {
-    ConvSpec s = base_spec(op);
-    s.n = n;
-    s.h = s.w = hw;
-    s.c = c;
-    s.k = k;
-    s.r = s.s = 3;
-    s.pad_h = s.pad_w = 1;
-    return s;
   };
   if (!has(spec_of(ConvOperation::fprop, 1, 56, 64, 64), {128, 128, 64}, GemmSchedule::warpspecialized))
     GTEST_SKIP() << "this build has no sm_90a conv catalog (CUACTOR_KERNEL_ARCHS)";
@@ -405,6 +407,34 @@ TEST(ConvPlanCreate, HeuristicByClassOfShape) {
   EXPECT_GT(one_plan.split().rows, 1);
   EXPECT_EQ(one_plan.workspace_size(), static_cast<std::size_t>(one_plan.split().slices()) *
                                            static_cast<std::size_t>(one_image.filter_elements()) * sizeof(float));
+}
+
+TEST(ConvPlanCreate, ChannelCountsBetweenTileWidths) {
+  const ConvSpec ninety_six = spec_of(ConvOperation::fprop, 16, 56, 96, 96);
+  if (find_in_catalog(ConvPlan::sku_for(ninety_six, kHopper, {256, 96, 32}, {1, 1, 1}, GemmSchedule::cooperative)) ==
+      nullptr)
+    GTEST_SKIP() << "this build has no sm_90a conv catalog (CUACTOR_KERNEL_ARCHS)";
+  ConvPlanOptions o;
+  o.sm_count = 132;
+  for (ConvOperation op : {ConvOperation::fprop, ConvOperation::dgrad}) {
+    SCOPED_TRACE(name(op));
+    // 96 channels on both sides: 96-wide tiles and 32-element K steps leave nothing empty, where
+    // 128-wide tiles and 64-element steps padded a quarter of each (fprop 0.73x -> 1.26x cuDNN).
+    CUACTOR_ASSERT_OK_AND_ASSIGN(exact, ConvPlan::create(spec_of(op, 16, 56, 96, 96), kHopper, o));
+    EXPECT_EQ(exact.sku().tile, (Shape3{256, 96, 32})) << exact.sku().to_string();
+    EXPECT_EQ(exact.sku().schedule, GemmSchedule::cooperative) << exact.sku().to_string();
+    // Multiples of 64 channels keep the full K step. 96-wide tiles pad 320 output channels as much as
+    // 128-wide ones, and 480 too little less to pay for their extra loads (one wave of 256x96x32:
+    // 0.78x and 0.71x cuDNN, where 256x128 ran 0.96x and 0.87x).
+    for (const ConvSpec& spec :
+         {spec_of(op, 2, 64, 320, 320), spec_of(op, 32, 56, 64, 64), spec_of(op, 8, 28, 480, 480)}) {
+      CUACTOR_ASSERT_OK_AND_ASSIGN(plan, ConvPlan::create(spec, kHopper, o));
+      if (spec.c % 64 == 0) {
+        EXPECT_EQ(plan.sku().tile.k, 64) << spec.to_string() << " -> " << plan.sku().to_string();
+      }
+      EXPECT_NE(plan.sku().tile.n, 96) << spec.to_string() << " -> " << plan.sku().to_string();
+    }
+  }
 }
 
 TEST(ConvPlanCreate, OverrideRules) {
