@@ -294,11 +294,16 @@ endforeach()
 # fprop and dgrad on one wave of 64x128 tiles, 8x14x14x512 -> 512 3x3 0.72x -> 1.09x (fprop) and
 # 0.68x -> 0.91x (dgrad), 8x28x28x256 -> 512 s2 1.03x -> 1.26x (fprop); wgrad 4x32x32x640 -> 640
 # 3x3 0.80x -> 0.91x (128x128). Wgrad 64x64, 64x128 and 128x64 never beat the plans' choices.
+# 64x192 and 64x256 tiles (session 21) cover 192 or 256 output channels in one tile, so that each
+# activation tile is loaded once (the former choice, then the new tile, in one run beside cuDNN):
+# fprop 16x56x56x192 -> 192 1x1 0.74x -> 0.86x, 16x56x56x256 -> 256 1x1 0.85x -> 1.05x (dgrad 0.98x
+# -> 1.19x), 8x28x28x192 -> 192 3x3 (one wave) 0.98x -> 1.41x. Cooperative 128x192 and 128x256 tiles
+# ran 0.76-0.99x these where these win, and are not compiled.
 set(conv90ping ARCH sm_90a TEMPLATE conv_sm90_instance.cu.in CLUSTER 1 1 1 SCHEDULE pingpong
                EPILOGUE linear_combination)
 foreach(t bf16 f16)
   foreach(op conv_fprop conv_dgrad)
-    foreach(tile "128 128" "128 64" "64 128")
+    foreach(tile "128 128" "128 64" "64 128" "64 192" "64 256")
       separate_arguments(mn UNIX_COMMAND "${tile}")
       cuactor_gemm_instance(FAMILY ${op} ${conv90ping} TYPES ${t} ${t} ${t} ${t} f32 LAYOUTS nhwc krsc nhwc
                             TILE ${mn} 64)

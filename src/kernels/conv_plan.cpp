@@ -185,9 +185,20 @@ std::int64_t planned_sms(int sm_count) {
 // 0.95-1.51x the one-warpgroup 128x64 on about as many tiles (17 shapes of 26 to 104 tiles, 16 of
 // them 1.00x or more: fprop 1.51x and dgrad 1.34x on 8 x 14 x 14 x 512 -> 512 3x3, fprop 1.25x on
 // 8 x 28 x 28 x 256 -> 512 stride 2; 0.95x on dgrad 4 x 14 x 14 x 1024 -> 256 1x1).
+//
+// Its 64x192 and 64x256 tiles (session 21, 14 shapes) cover 192 or 256 output channels with one tile
+// column, so that each activation tile is loaded once, where narrower tiles load it once per column:
+// on short reductions over many pixels 64x192 ran 1.12-1.21x the plan's former choice (fprop and
+// dgrad 16 x 56 x 56 x 192 and 32 x 28 x 28 x 192 -> 192 1x1; 0.95x on fprop 16 x 56 x 56 x 64 ->
+// 192 1x1), 64x256 1.15-1.24x (fprop 32 x 56 x 56 x 64 -> 256 1x1, 16 x 56 x 56 x 256 -> 256 1x1). They are
+// considered where one tile column covers the output channels, with kPingpongFullRowTime in that
+// class; as a wave of 64-row tiles they ran like 64x128 (8 x 28 x 28 x 192 -> 192 3x3: 64x192 1.41x
+// cuDNN, the one-warpgroup 128x128 0.98x).
 constexpr std::int64_t kPingpongMaxSteps = 24;
 constexpr double kPingpongShortTime = 0.8;
 constexpr double kPingpongWideRowTime = 0.85;
+constexpr double kPingpongFullRowTime = 0.85;
+constexpr std::int64_t kPingpongMaxColumns = 128;  // wider tiles only as the one column of the output
 
 bool pingpong(const GemmSku& sku) {
   return sku.schedule == GemmSchedule::pingpong;
@@ -203,10 +214,13 @@ double estimated_cost(const GemmSku& sku, const ConvSpec& spec, int sm_count) {
   const std::int64_t k_steps = spec.r * spec.s * ceil_div(reduced_and_output_channels(spec).first, sku.tile.k);
   double factor = schedule_factor(sku) * cluster_factor(sku, waves);
   if (pingpong(sku)) {
+    const bool full_row = sku.tile.n > kPingpongMaxColumns;
+    if (full_row && reduced_and_output_channels(spec).second > sku.tile.n)
+      return std::numeric_limits<double>::infinity();
     if (tiles <= sms) {
       if (sku.tile.m == 64 && sku.tile.n >= 128) factor *= kPingpongWideRowTime;
     } else if (k_steps <= kPingpongMaxSteps && tiles >= 2 * sms) {
-      factor *= kPingpongShortTime;
+      factor *= kPingpongShortTime * (full_row ? kPingpongFullRowTime : 1.0);
     } else {
       return std::numeric_limits<double>::infinity();  // not a class it was measured to win
     }

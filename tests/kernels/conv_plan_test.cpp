@@ -437,6 +437,31 @@ TEST(ConvPlanCreate, ChannelCountsBetweenTileWidths) {
   }
 }
 
+TEST(ConvPlanCreate, FullRowPingpongTilesCoverTheOutputChannels) {
+  ConvSpec wide = spec_of(ConvOperation::fprop, 16, 56, 256, 256);
+  wide.r = wide.s = 1;
+  wide.pad_h = wide.pad_w = 0;
+  if (find_in_catalog(ConvPlan::sku_for(wide, kHopper, {64, 256, 64}, {1, 1, 1}, GemmSchedule::pingpong)) == nullptr)
+    GTEST_SKIP() << "this build has no sm_90a conv catalog (CUACTOR_KERNEL_ARCHS)";
+  ConvPlanOptions o;
+  o.sm_count = 132;
+  for (ConvOperation op : {ConvOperation::fprop, ConvOperation::dgrad}) {
+    SCOPED_TRACE(name(op));
+    // A short reduction over many pixels, 256 output channels: one 64x256 tile column loads each
+    // activation tile once (1.24x and 1.21x the 256x128 tiles, which load it twice).
+    wide.operation = op;
+    CUACTOR_ASSERT_OK_AND_ASSIGN(plan, ConvPlan::create(wide, kHopper, o));
+    EXPECT_EQ(plan.sku().tile, (Shape3{64, 256, 64})) << plan.sku().to_string();
+    EXPECT_EQ(plan.sku().schedule, GemmSchedule::pingpong) << plan.sku().to_string();
+    // 480 output channels take two columns of any tile: no pingpong tile wider than 128.
+    for (const ConvSpec& spec : {spec_of(op, 4, 32, 480, 480), spec_of(op, 16, 14, 480, 480)}) {
+      CUACTOR_ASSERT_OK_AND_ASSIGN(two_columns, ConvPlan::create(spec, kHopper, o));
+      EXPECT_FALSE(two_columns.sku().schedule == GemmSchedule::pingpong && two_columns.sku().tile.n > 128)
+          << spec.to_string() << " -> " << two_columns.sku().to_string();
+    }
+  }
+}
+
 TEST(ConvPlanCreate, OverrideRules) {
   ConvPlanOptions o;
   o.sku_override = GemmSku{};  // a dense GEMM SKU
