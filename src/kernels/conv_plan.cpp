@@ -192,8 +192,9 @@ std::int64_t planned_sms(int sm_count) {
 // dgrad 16 x 56 x 56 x 192 and 32 x 28 x 28 x 192 -> 192 1x1; 0.95x on fprop 16 x 56 x 56 x 64 ->
 // 192 1x1), 64x256 1.15-1.24x (fprop 32 x 56 x 56 x 64 -> 256 1x1, 16 x 56 x 56 x 256 -> 256 1x1). They are
 // considered where one tile column covers the output channels, with kPingpongFullRowTime in that
-// class; as a wave of 64-row tiles they ran like 64x128 (8 x 28 x 28 x 192 -> 192 3x3: 64x192 1.41x
-// cuDNN, the one-warpgroup 128x128 0.98x).
+// class. On grids of a wave they were measured only where 128-wide tiles pad the channels (8 x 28 x
+// 28 x 192 -> 192 3x3: 64x192 1.41x cuDNN, the one-warpgroup 128x128 0.98x) and are considered only
+// there.
 constexpr std::int64_t kPingpongMaxSteps = 24;
 constexpr double kPingpongShortTime = 0.8;
 constexpr double kPingpongWideRowTime = 0.85;
@@ -214,10 +215,12 @@ double estimated_cost(const GemmSku& sku, const ConvSpec& spec, int sm_count) {
   const std::int64_t k_steps = spec.r * spec.s * ceil_div(reduced_and_output_channels(spec).first, sku.tile.k);
   double factor = schedule_factor(sku) * cluster_factor(sku, waves);
   if (pingpong(sku)) {
+    const std::int64_t output = reduced_and_output_channels(spec).second;
     const bool full_row = sku.tile.n > kPingpongMaxColumns;
-    if (full_row && reduced_and_output_channels(spec).second > sku.tile.n)
-      return std::numeric_limits<double>::infinity();
+    if (full_row && output > sku.tile.n) return std::numeric_limits<double>::infinity();
     if (tiles <= sms) {
+      // On a wave a full-row tile was measured where it covers channels that 128-wide tiles pad.
+      if (full_row && output % kPingpongMaxColumns == 0) return std::numeric_limits<double>::infinity();
       if (sku.tile.m == 64 && sku.tile.n >= 128) factor *= kPingpongWideRowTime;
     } else if (k_steps <= kPingpongMaxSteps && tiles >= 2 * sms) {
       factor *= kPingpongShortTime * (full_row ? kPingpongFullRowTime : 1.0);

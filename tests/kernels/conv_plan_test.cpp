@@ -453,8 +453,13 @@ TEST(ConvPlanCreate, FullRowPingpongTilesCoverTheOutputChannels) {
     CUACTOR_ASSERT_OK_AND_ASSIGN(plan, ConvPlan::create(wide, kHopper, o));
     EXPECT_EQ(plan.sku().tile, (Shape3{64, 256, 64})) << plan.sku().to_string();
     EXPECT_EQ(plan.sku().schedule, GemmSchedule::pingpong) << plan.sku().to_string();
-    // 480 output channels take two columns of any tile: no pingpong tile wider than 128.
-    for (const ConvSpec& spec : {spec_of(op, 4, 32, 480, 480), spec_of(op, 16, 14, 480, 480)}) {
+    // 480 output channels take two columns of any tile: no pingpong tile wider than 128. Nor on a
+    // wave of tiles where 128-wide tiles pad nothing (the listed 32x14x14x1024 -> 256 1x1 layer).
+    ConvSpec listed = spec_of(op, 32, 14, 1024, 256);
+    listed.r = listed.s = 1;
+    listed.pad_h = listed.pad_w = 0;
+    if (op == ConvOperation::dgrad) std::swap(listed.c, listed.k);  // 256 output channels either way
+    for (const ConvSpec& spec : {spec_of(op, 4, 32, 480, 480), spec_of(op, 16, 14, 480, 480), listed}) {
       CUACTOR_ASSERT_OK_AND_ASSIGN(two_columns, ConvPlan::create(spec, kHopper, o));
       EXPECT_FALSE(two_columns.sku().schedule == GemmSchedule::pingpong && two_columns.sku().tile.n > 128)
           << spec.to_string() << " -> " << two_columns.sku().to_string();
