@@ -190,9 +190,9 @@ std::int64_t planned_sms(int sm_count) {
 // column, so that each activation tile is loaded once, where narrower tiles load it once per column:
 // on short reductions over many pixels 64x192 ran 1.12-1.21x the plan's former choice (fprop and
 // dgrad 16 x 56 x 56 x 192 and 32 x 28 x 28 x 192 -> 192 1x1; 0.95x on fprop 16 x 56 x 56 x 64 ->
-// 192 1x1), 64x256 1.15-1.24x (fprop 32 x 56 x 56 x 64 -> 256 1x1, 16 x 56 x 56 x 256 -> 256 1x1). They are
-// considered where one tile column covers the output channels, with kPingpongFullRowTime in that
-// class. On grids of a wave they were measured only where 128-wide tiles pad the channels (8 x 28 x
+// 192 1x1), 64x256 1.15-1.24x (fprop 32 x 56 x 56 x 64 -> 256 1x1, 16 x 56 x 56 x 256 -> 256 1x1).
+// They are considered where one tile column covers the output channels, with kPingpongFullRowTime in
+// that class. On grids of a wave they were measured only where 128-wide tiles pad the channels (8 x 28 x
 // 28 x 192 -> 192 3x3: 64x192 1.41x cuDNN, the one-warpgroup 128x128 0.98x) and are considered only
 // there.
 constexpr std::int64_t kPingpongMaxSteps = 24;
@@ -212,10 +212,10 @@ double estimated_cost(const GemmSku& sku, const ConvSpec& spec, int sm_count) {
   if (!fits_channel_class(sku, spec)) return std::numeric_limits<double>::infinity();
   const std::int64_t tiles = output_tiles(sku, spec), sms = planned_sms(sm_count);
   const std::int64_t waves = ceil_div(tiles, sms);
-  const std::int64_t k_steps = spec.r * spec.s * ceil_div(reduced_and_output_channels(spec).first, sku.tile.k);
+  const auto [reduced, output] = reduced_and_output_channels(spec);
+  const std::int64_t k_steps = spec.r * spec.s * ceil_div(reduced, sku.tile.k);
   double factor = schedule_factor(sku) * cluster_factor(sku, waves);
   if (pingpong(sku)) {
-    const std::int64_t output = reduced_and_output_channels(spec).second;
     const bool full_row = sku.tile.n > kPingpongMaxColumns;
     if (full_row && output > sku.tile.n) return std::numeric_limits<double>::infinity();
     if (tiles <= sms) {
