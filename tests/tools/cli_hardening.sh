@@ -124,6 +124,20 @@ case $case in
     expect_rc 2; expect_in err "only wgrad splits its reduction, and --op leaves wgrad out"
     run "$cli" bench conv --sku fastest
     expect_rc 2; expect_in err "fastest" ;;
+  bench_conv_plan_only)  # --plan-only plans on the host alone: its options are checked, its rows name the kernel
+    run "$cli" bench conv --plan-only --arch sm_91x
+    expect_rc 2; expect_in err "arch sm_91x: give a GPU architecture such as sm_90a or sm_80"
+    run "$cli" bench conv --plan-only --sm-count 0
+    expect_rc 2; expect_in err "sm-count 0: give the device's multiprocessor count"
+    run "$cli" bench conv --sm-count 114  # only with --plan-only
+    expect_failure; expect_in err "plan-only"
+    run "$cli" bench conv --plan-only --op fprop --dtype bf16 --shape 16,56,56,96,96,3,1
+    if "$cli" kernels --cache-dir "$work/jit" | grep -q "conv_fprop:sm_90a:bf16.*:256x96x32:1x1x1:s0:cooperative"; then
+      expect_rc 0; expect_in out "no device touched"
+      expect_in out "conv_fprop:sm_90a:bf16,bf16,bf16,bf16,f32:nhwc,krsc,nhwc:256x96x32:1x1x1:s0:cooperative"
+    else  # a build without the sm_90a conv catalog (the sanitizer builds) says so in the row
+      expect_failure; expect_in out "no convolution kernel in this build's catalog"
+    fi ;;
   tune_bad_input)  # tune's shapes, types and files are checked before anything is compiled or timed
     run "$cli" tune gemm
     expect_failure; expect_in err "nothing to tune"

@@ -1,8 +1,9 @@
 // `cuactor bench conv`: cuactor's 2-D convolution plans (fprop, dgrad, wgrad) on ResNet and Stable
 // Diffusion layers, each beside cuBLAS computing a matrix product of the same implicit-GEMM size
 // (M x N x K, same dtype) in the same run: how close a convolution comes to the dense GEMM of its
-// work, and which kernel and split the plan chose. The comparison with cuDNN runs through PyTorch
-// (bench/conv_torch.py, on the same shapes): cuDNN is not a dependency of cuactor.
+// work, and which kernel and split the plan chose (`--plan-only`: the plans alone, for a given
+// architecture and multiprocessor count, without a device). The comparison with cuDNN runs through
+// PyTorch (bench/conv_torch.py, on the same shapes): cuDNN is not a dependency of cuactor.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -18,6 +19,7 @@
 
 #include "bench_util.hpp"
 #include "commands.hpp"
+#include "cuactor/core/arch.hpp"
 #include "cuactor/gpu/device.hpp"
 #include "cuactor/gpu/memory.hpp"
 #include "cuactor/gpu/stream.hpp"
@@ -40,6 +42,9 @@ struct ConvBenchOptions {
   int warmup = 5;
   int rounds = 3;
   int reps = 20;
+  bool plan_only = false;       ///< print each case's plan without touching a device
+  std::string arch = "sm_90a";  ///< --plan-only: the architecture planned for
+  int sm_count = 132;           ///< --plan-only: its multiprocessor count (an H100 SXM's)
 };
 
 /// The built-in shapes (those of bench/conv_torch.py): ResNet-50 and Stable Diffusion layers, a
@@ -84,6 +89,11 @@ ConvSpec spec_of(const std::vector<std::int64_t>& shape, ConvOperation op, DType
   s.pad_h = s.pad_w = shape[5] / 2;
   s.stride_h = s.stride_w = shape[6];
   return s;
+}
+
+/// A shape as the rows print it: N,H,W,C,K,R,STRIDE.
+std::string shape_label(const std::vector<std::int64_t>& shape) {
+  return fmt::format("{},{},{},{},{},{},{}", shape[0], shape[1], shape[2], shape[3], shape[4], shape[5], shape[6]);
 }
 
 /// Elements of `buffer` (16-bit `dtype`) that are not finite: a result poisoned with NaN before the
@@ -169,6 +179,47 @@ Result<ConvRow> bench_case(const ConvSpec& spec, const kernels::ConvPlanOptions&
   return row;
 }
 
+/// `--plan-only`: each case's plan for the given architecture and multiprocessor count (the kernel,
+/// the split and the workspace that `cuactor bench conv` would run, and that `cuactor jit warm --conv`
+/// can compile ahead), computed on the host alone.
+Status print_plans(const std::vector<ConvOperation>& ops, const std::vector<DType>& dtypes,
+                   const std::vector<std::vector<std::int64_t>>& shapes, kernels::ConvPlanOptions base,
+                   const std::optional<kernels::ConvSplit>& split, const ConvBenchOptions& opt) {
+  const auto arch = parse_arch(opt.arch);
+  if (!arch)
+    return fail(errc::invalid_argument,
+                fmt::format("--arch {}: give a GPU architecture such as sm_90a or sm_80", opt.arch));
+  if (opt.sm_count < 1)
+    return fail(errc::invalid_argument,
+                fmt::format("--sm-count {}: give the device's multiprocessor count (>= 1)", opt.sm_count));
+  base.sm_count = opt.sm_count;
+  std::cout << fmt::format("cuactor bench conv --plan-only: plans for {} with {} SMs (no device touched)\n",
+                           arch->name(), opt.sm_count);
+  std::cout << fmt::format("{:<6} {:<5} {:<24} {:<10} {:<5} {:>10}  {}\n", "op", "dtype", "N,H,W,C,K,R,stride", "plan",
+                           "split", "workspace", "kernel");
+  int failures = 0;
+  for (const auto& shape : shapes)
+    for (const DType dtype : dtypes)
+      for (const ConvOperation op : ops) {
+        kernels::ConvPlanOptions po = base;
+        if (op == ConvOperation::wgrad) po.split_override = split;
+        const std::string label = shape_label(shape);
+        auto plan = ConvPlan::create(spec_of(shape, op, dtype), *arch, po);
+        if (!plan) {
+          ++failures;
+          std::cout << fmt::format("{:<6} {:<5} {:<24} error: {}\n", kernels::name(op), name(dtype), label,
+                                   plan.error().to_string());
+          continue;
+        }
+        std::cout << fmt::format("{:<6} {:<5} {:<24} {:<10} {:<5} {:>10}  {}\n", kernels::name(op), name(dtype), label,
+                                 kernels::name(plan->source()),
+                                 fmt::format("{}x{}", plan->split().images, plan->split().rows), plan->workspace_size(),
+                                 plan->sku().to_string());
+      }
+  if (failures > 0) return fail(errc::unsupported, fmt::format("{} case(s) have no plan", failures));
+  return ok();
+}
+
 Status run_bench_conv(const ConvBenchOptions& opt) {
   // Every option's form is checked before a device is touched (a shape's own rules, by the plan).
   CUACTOR_TRY(check_timing_options(opt.warmup, opt.rounds, opt.reps));
@@ -210,6 +261,8 @@ Status run_bench_conv(const ConvBenchOptions& opt) {
                   fmt::format("--split {}: only wgrad splits its reduction, and --op leaves wgrad out", opt.split));
   }
 
+  if (opt.plan_only) return print_plans(ops, dtypes, shapes, base, split, opt);
+
   auto dev = BenchDevice::open("cuactor bench conv needs a CUDA device (none is visible)");
   if (!dev) return fail(dev.error());
   const gpu::DeviceProperties& props = dev->props;
@@ -228,8 +281,7 @@ Status run_bench_conv(const ConvBenchOptions& opt) {
         const ConvSpec spec = spec_of(shape, op, dtype);
         kernels::ConvPlanOptions po = base;
         if (op == ConvOperation::wgrad) po.split_override = split;
-        const std::string label =
-            fmt::format("{},{},{},{},{},{},{}", shape[0], shape[1], shape[2], shape[3], shape[4], shape[5], shape[6]);
+        const std::string label = shape_label(shape);
         auto row = bench_case(spec, po, props, dev->stream, dev->pool, opt);
         if (!row) {
           ++failures;
@@ -265,6 +317,13 @@ void add_bench_conv_command(CLI::App& app) {
   cmd->add_option("--reps", opt->reps, "Timed repetitions per side and round (median reported)");
   cmd->add_option("--rounds", opt->rounds, "Interleaved rounds of both sides");
   cmd->add_option("--warmup", opt->warmup, "Untimed warm-up launches per side");
+  auto* plan_only = cmd->add_flag("--plan-only", opt->plan_only,
+                                  "Print each case's plan (kernel, split, workspace) for --arch and --sm-count "
+                                  "without a device, e.g. to warm the JIT for it on a build machine");
+  cmd->add_option("--arch", opt->arch, "--plan-only: the GPU architecture planned for (default sm_90a)")
+      ->needs(plan_only);
+  cmd->add_option("--sm-count", opt->sm_count, "--plan-only: its multiprocessor count (default 132, an H100 SXM's)")
+      ->needs(plan_only);
   cmd->callback([opt] {
     if (auto s = run_bench_conv(*opt); !s) {
       std::cerr << "cuactor bench conv: " << s.error().to_string() << "\n";
