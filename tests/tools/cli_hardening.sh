@@ -127,8 +127,18 @@ case $case in
   bench_conv_plan_only)  # --plan-only plans on the host alone: its options are checked, its rows name the kernel
     run "$cli" bench conv --plan-only --arch sm_91x
     expect_rc 2; expect_in err "arch sm_91x: give a GPU architecture such as sm_90a or sm_80"
-    run "$cli" bench conv --plan-only --sm-count 0
-    expect_rc 2; expect_in err "sm-count 0: give the device's multiprocessor count"
+    run "$cli" bench conv --plan-only --arch ""
+    expect_rc 2; expect_in err "give a GPU architecture such as sm_90a or sm_80"
+    run "$cli" bench conv --plan-only --arch
+    expect_failure; expect_in err "arch"
+    for bad in 0 -3; do
+      run "$cli" bench conv --plan-only --sm-count "$bad"
+      expect_rc 2; expect_in err "sm-count $bad: give the device's multiprocessor count"
+    done
+    for bad in x 99999999999; do
+      run "$cli" bench conv --plan-only --sm-count "$bad"
+      expect_failure; expect_in err "sm-count = $bad"
+    done
     run "$cli" bench conv --sm-count 114  # only with --plan-only
     expect_failure; expect_in err "plan-only"
     "$cli" kernels --cache-dir "$work/jit" >kernels.txt  # to a file: grep -q would cut a long listing's pipe

@@ -15,6 +15,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "bench_util.hpp"
@@ -91,9 +92,38 @@ ConvSpec spec_of(const std::vector<std::int64_t>& shape, ConvOperation op, DType
   return s;
 }
 
-/// A shape as the rows print it: N,H,W,C,K,R,STRIDE.
-std::string shape_label(const std::vector<std::int64_t>& shape) {
-  return fmt::format("{},{},{},{},{},{},{}", shape[0], shape[1], shape[2], shape[3], shape[4], shape[5], shape[6]);
+/// The cases the options ask for: every shape x dtype x operation, each planned with `base` (and
+/// wgrad with `split`, when given).
+struct ConvCases {
+  std::vector<ConvOperation> ops;
+  std::vector<DType> dtypes;
+  std::vector<std::vector<std::int64_t>> shapes;
+  kernels::ConvPlanOptions base;
+  std::optional<kernels::ConvSplit> split;
+};
+
+/// One row per case, in the order shape, dtype, operation: the case's label, then what `row_text`
+/// returns for its spec and plan options, or the error it returns. Returns how many rows failed.
+template <class RowText>
+int print_rows(const ConvCases& cases, RowText&& row_text) {
+  int failures = 0;
+  for (const auto& shape : cases.shapes)
+    for (const DType dtype : cases.dtypes)
+      for (const ConvOperation op : cases.ops) {
+        kernels::ConvPlanOptions po = cases.base;
+        if (op == ConvOperation::wgrad) po.split_override = cases.split;
+        const Result<std::string> text = row_text(spec_of(shape, op, dtype), po);
+        std::cout << fmt::format(
+            "{:<6} {:<5} {:<24} ", kernels::name(op), name(dtype),
+            fmt::format("{},{},{},{},{},{},{}", shape[0], shape[1], shape[2], shape[3], shape[4], shape[5], shape[6]));
+        if (text) {
+          std::cout << *text << "\n";
+        } else {
+          ++failures;
+          std::cout << "error: " << text.error().to_string() << "\n";
+        }
+      }
+  return failures;
 }
 
 /// Elements of `buffer` (16-bit `dtype`) that are not finite: a result poisoned with NaN before the
@@ -182,9 +212,7 @@ Result<ConvRow> bench_case(const ConvSpec& spec, const kernels::ConvPlanOptions&
 /// `--plan-only`: each case's plan for the given architecture and multiprocessor count (the kernel,
 /// the split and the workspace that `cuactor bench conv` would run, and that `cuactor jit warm --conv`
 /// can compile ahead), computed on the host alone.
-Status print_plans(const std::vector<ConvOperation>& ops, const std::vector<DType>& dtypes,
-                   const std::vector<std::vector<std::int64_t>>& shapes, kernels::ConvPlanOptions base,
-                   const std::optional<kernels::ConvSplit>& split, const ConvBenchOptions& opt) {
+Status print_plans(ConvCases cases, const ConvBenchOptions& opt) {
   const auto arch = parse_arch(opt.arch);
   if (!arch)
     return fail(errc::invalid_argument,
@@ -192,30 +220,19 @@ Status print_plans(const std::vector<ConvOperation>& ops, const std::vector<DTyp
   if (opt.sm_count < 1)
     return fail(errc::invalid_argument,
                 fmt::format("--sm-count {}: give the device's multiprocessor count (>= 1)", opt.sm_count));
-  base.sm_count = opt.sm_count;
+  cases.base.sm_count = opt.sm_count;
   std::cout << fmt::format("cuactor bench conv --plan-only: plans for {} with {} SMs (no device touched)\n",
                            arch->name(), opt.sm_count);
   std::cout << fmt::format("{:<6} {:<5} {:<24} {:<10} {:<5} {:>10}  {}\n", "op", "dtype", "N,H,W,C,K,R,stride", "plan",
                            "split", "workspace", "kernel");
-  int failures = 0;
-  for (const auto& shape : shapes)
-    for (const DType dtype : dtypes)
-      for (const ConvOperation op : ops) {
-        kernels::ConvPlanOptions po = base;
-        if (op == ConvOperation::wgrad) po.split_override = split;
-        const std::string label = shape_label(shape);
-        auto plan = ConvPlan::create(spec_of(shape, op, dtype), *arch, po);
-        if (!plan) {
-          ++failures;
-          std::cout << fmt::format("{:<6} {:<5} {:<24} error: {}\n", kernels::name(op), name(dtype), label,
-                                   plan.error().to_string());
-          continue;
-        }
-        std::cout << fmt::format("{:<6} {:<5} {:<24} {:<10} {:<5} {:>10}  {}\n", kernels::name(op), name(dtype), label,
-                                 kernels::name(plan->source()),
-                                 fmt::format("{}x{}", plan->split().images, plan->split().rows), plan->workspace_size(),
-                                 plan->sku().to_string());
-      }
+  const int failures =
+      print_rows(cases, [&](const ConvSpec& spec, const kernels::ConvPlanOptions& po) -> Result<std::string> {
+        auto plan = ConvPlan::create(spec, *arch, po);
+        if (!plan) return fail(plan.error());
+        return fmt::format("{:<10} {:<5} {:>10}  {}", kernels::name(plan->source()),
+                           fmt::format("{}x{}", plan->split().images, plan->split().rows), plan->workspace_size(),
+                           plan->sku().to_string());
+      });
   if (failures > 0) return fail(errc::unsupported, fmt::format("{} case(s) have no plan", failures));
   return ok();
 }
@@ -223,50 +240,46 @@ Status print_plans(const std::vector<ConvOperation>& ops, const std::vector<DTyp
 Status run_bench_conv(const ConvBenchOptions& opt) {
   // Every option's form is checked before a device is touched (a shape's own rules, by the plan).
   CUACTOR_TRY(check_timing_options(opt.warmup, opt.rounds, opt.reps));
-  std::vector<ConvOperation> ops;
+  ConvCases cases;
   for (const auto& text : opt.ops) {
     const auto op = kernels::parse_conv_operation(text);
     if (!op) return fail(errc::invalid_argument, fmt::format("--op {}: choose fprop, dgrad or wgrad", text));
-    ops.push_back(*op);
+    cases.ops.push_back(*op);
   }
-  std::vector<DType> dtypes;
   for (const auto& text : opt.dtypes) {
     if (text != "bf16" && text != "f16")
       return fail(errc::invalid_argument,
                   fmt::format("--dtype {}: choose bf16 or f16 (the dtypes every operation has kernels for)", text));
-    dtypes.push_back(text == "bf16" ? DType::bf16 : DType::f16);
+    cases.dtypes.push_back(text == "bf16" ? DType::bf16 : DType::f16);
   }
-  std::vector<std::vector<std::int64_t>> shapes;
   for (const auto& text : opt.shapes.empty() ? kDefaultShapes : opt.shapes) {
     auto shape = parse_ints(text, ',', 7, "--shape", "N,H,W,C,K,R,STRIDE");
     if (!shape) return fail(shape.error());
-    shapes.push_back(*shape);
+    cases.shapes.push_back(*shape);
   }
-  kernels::ConvPlanOptions base;
   if (!opt.sku.empty()) {
     auto sku = kernels::GemmSku::parse(opt.sku);
     if (!sku) return fail(sku.error());
-    base.sku_override = *sku;
+    cases.base.sku_override = *sku;
   }
-  std::optional<kernels::ConvSplit> split;
   if (!opt.split.empty()) {
     auto counts = parse_ints(opt.split, 'x', 2, "--split", "IMAGESxROWS");
     if (!counts) return fail(counts.error());
     if ((*counts)[0] > kernels::kMaxConvSlices || (*counts)[1] > kernels::kMaxConvSlices)
       return fail(errc::invalid_argument,
                   fmt::format("--split {}: each count must lie in [1, {}]", opt.split, kernels::kMaxConvSlices));
-    split = kernels::ConvSplit{static_cast<int>((*counts)[0]), static_cast<int>((*counts)[1])};
-    if (std::find(ops.begin(), ops.end(), ConvOperation::wgrad) == ops.end())
+    cases.split = kernels::ConvSplit{static_cast<int>((*counts)[0]), static_cast<int>((*counts)[1])};
+    if (std::find(cases.ops.begin(), cases.ops.end(), ConvOperation::wgrad) == cases.ops.end())
       return fail(errc::invalid_argument,
                   fmt::format("--split {}: only wgrad splits its reduction, and --op leaves wgrad out", opt.split));
   }
 
-  if (opt.plan_only) return print_plans(ops, dtypes, shapes, base, split, opt);
+  if (opt.plan_only) return print_plans(std::move(cases), opt);
 
   auto dev = BenchDevice::open("cuactor bench conv needs a CUDA device (none is visible)");
   if (!dev) return fail(dev.error());
   const gpu::DeviceProperties& props = dev->props;
-  base.sm_count = props.multiprocessors;
+  cases.base.sm_count = props.multiprocessors;
   std::cout << fmt::format(
       "cuactor bench conv: {} ({}, {} SMs); median of {}x{} event-timed launches per side after {} warm-up, "
       "interleaved; anchor: cuBLAS (cublasGemmEx) on a matrix product of the implicit GEMM's M x N x K; cuDNN: "
@@ -274,27 +287,15 @@ Status run_bench_conv(const ConvBenchOptions& opt) {
       props.name, props.arch.name(), props.multiprocessors, opt.rounds, opt.reps, opt.warmup);
   std::cout << fmt::format("{:<6} {:<5} {:<24} {:>7} {:>6} {:>7}  {:>8} {:>8} {:>6}  {:<10} {:<5} {}\n", "op", "dtype",
                            "N,H,W,C,K,R,stride", "M", "N", "K", "cuactor", "GEMM", "ratio", "plan", "split", "kernel");
-  int failures = 0;
-  for (const auto& shape : shapes)
-    for (const DType dtype : dtypes)
-      for (const ConvOperation op : ops) {
-        const ConvSpec spec = spec_of(shape, op, dtype);
-        kernels::ConvPlanOptions po = base;
-        if (op == ConvOperation::wgrad) po.split_override = split;
-        const std::string label = shape_label(shape);
+  const int failures =
+      print_rows(cases, [&](const ConvSpec& spec, const kernels::ConvPlanOptions& po) -> Result<std::string> {
         auto row = bench_case(spec, po, props, dev->stream, dev->pool, opt);
-        if (!row) {
-          ++failures;
-          std::cout << fmt::format("{:<6} {:<5} {:<24} error: {}\n", kernels::name(op), name(dtype), label,
-                                   row.error().to_string());
-          continue;
-        }
+        if (!row) return fail(row.error());
         const double ours_tf = row->flops / (row->ours_ms * 1e-3) / 1e12;
         const double gemm_tf = row->flops / (row->gemm_ms * 1e-3) / 1e12;
-        std::cout << fmt::format("{:<6} {:<5} {:<24} {:>7} {:>6} {:>7}  {:>8.1f} {:>8.1f} {:>5.2f}x  {:<10} {:<5} {}\n",
-                                 kernels::name(op), name(dtype), label, row->mnk[0], row->mnk[1], row->mnk[2], ours_tf,
-                                 gemm_tf, ours_tf / gemm_tf, row->source, row->split, row->kernel);
-      }
+        return fmt::format("{:>7} {:>6} {:>7}  {:>8.1f} {:>8.1f} {:>5.2f}x  {:<10} {:<5} {}", row->mnk[0], row->mnk[1],
+                           row->mnk[2], ours_tf, gemm_tf, ours_tf / gemm_tf, row->source, row->split, row->kernel);
+      });
   if (failures > 0) return fail(errc::internal, fmt::format("{} benchmark case(s) failed", failures));
   return ok();
 }
