@@ -235,6 +235,9 @@ foreach(t bf16 f16)
                         TILE 64 128 64)
   cuactor_gemm_instance(FAMILY conv_wgrad ${conv90} TYPES ${t} ${t} ${t} ${t} f32 LAYOUTS nhwc nhwc krsc
                         TILE 64 64 64)
+  # fprop grids that leave most multiprocessors idle even in 64x128 tiles (few pixels, many channels).
+  cuactor_gemm_instance(FAMILY conv_fprop ${conv90} TYPES ${t} ${t} ${t} ${t} f32 LAYOUTS nhwc krsc nhwc
+                        TILE 64 64 64)
 endforeach()
 # Two consumer warpgroups per tile (cuactor's cooperative ProducerConsumerConvKernel): 256x128 tiles for large outputs;
 # for fprop and dgrad also in 1x2 clusters (the two CTAs of a row band share the activation tile by

@@ -205,6 +205,19 @@ bool pingpong(const GemmSku& sku) {
   return sku.schedule == GemmSchedule::pingpong;
 }
 
+// The one-warpgroup 64x64 tile doubles the CTAs of the pingpong 64x128 tile, the estimate's choice
+// on grids of a wave or less. Measured on an H100 (bf16 and f16 fprop, session 22, 12 shapes of 8 to
+// 150 CTAs of 64x64), it ran 1.04-1.20x the pingpong 64x128 tile on all 6 shapes whose 64x64 grid
+// fills at most half a wave (16 x 7 x 7 x 1024 -> 256 1x1: 52 CTAs, 0.88x cuDNN against 0.77x; 4 x 7
+// x 7 x 1024 -> 1024 3x3: 64 CTAs, 0.80x against 0.68x), where the estimate priced the two about
+// equal; 0.94-1.01x on 4 of the 5 shapes of 100 and 104 CTAs (1.15x on the short 16 x 7 x 7 x 512 ->
+// 512 1x1) and 0.66x on 150 CTAs. So it is preferred on grids of at most half a wave only.
+constexpr double kSmallGridTileTime = 0.85;
+
+bool small_grid_tile(const GemmSku& sku) {
+  return sku.schedule == GemmSchedule::warpspecialized && sku.tile.m == 64 && sku.tile.n == 64;
+}
+
 /// The fprop / dgrad cost: waves of tiles, each as long as its tile's area times the reduction
 /// elements it steps through. The conv mainloop tiles its reduction as (channels, S, R): R x S x
 /// ceil(channels / tile K) steps, so channels that are not a multiple of the K step pad each tap.
@@ -215,6 +228,7 @@ double estimated_cost(const GemmSku& sku, const ConvSpec& spec, int sm_count) {
   const auto [reduced, output] = reduced_and_output_channels(spec);
   const std::int64_t k_steps = spec.r * spec.s * ceil_div(reduced, sku.tile.k);
   double factor = schedule_factor(sku) * cluster_factor(sku, waves);
+  if (small_grid_tile(sku) && 2 * tiles <= sms) factor *= kSmallGridTileTime;
   if (pingpong(sku)) {
     const bool full_row = sku.tile.n > kPingpongMaxColumns;
     if (full_row && output > sku.tile.n) return std::numeric_limits<double>::infinity();

@@ -357,11 +357,22 @@ TEST(ConvPlanCreate, HeuristicByClassOfShape) {
   strided.stride_h = strided.stride_w = 2;
   ASSERT_TRUE(has(strided, {64, 128, 64}, GemmSchedule::pingpong));
   for (const ConvSpec& spec :
-       {strided, spec_of(ConvOperation::fprop, 8, 14, 512, 512), spec_of(ConvOperation::dgrad, 8, 14, 512, 512)}) {
+       {strided, spec_of(ConvOperation::fprop, 8, 14, 512, 512), spec_of(ConvOperation::dgrad, 8, 14, 512, 512),
+        spec_of(ConvOperation::fprop, 8, 14, 256, 256)}) {
     CUACTOR_ASSERT_OK_AND_ASSIGN(one_wave, ConvPlan::create(spec, kHopper, o));
     EXPECT_EQ(one_wave.sku().tile, (Shape3{64, 128, 64})) << spec.to_string() << " -> " << one_wave.sku().to_string();
     EXPECT_EQ(one_wave.sku().schedule, GemmSchedule::pingpong) << one_wave.sku().to_string();
   }
+  // fprop on fewer pixels, whose 64x64 tiles fill at most half a wave (16 x 7 x 7 x 1024 -> 256 1x1: 52
+  // CTAs where 64x128 tiles leave 106 of the 132 multiprocessors idle): the one-warpgroup 64x64 tile.
+  // With 100 CTAs of 64x64 (8 x 14 x 14 x 256 -> 256 3x3, above) the pingpong 64x128 stays.
+  ConvSpec few_pixels = spec_of(ConvOperation::fprop, 16, 7, 1024, 256);
+  few_pixels.r = few_pixels.s = 1;
+  few_pixels.pad_h = few_pixels.pad_w = 0;
+  ASSERT_TRUE(has(few_pixels, {64, 64, 64}, GemmSchedule::warpspecialized));
+  CUACTOR_ASSERT_OK_AND_ASSIGN(few_pixels_plan, ConvPlan::create(few_pixels, kHopper, o));
+  EXPECT_EQ(few_pixels_plan.sku().tile, (Shape3{64, 64, 64})) << few_pixels_plan.sku().to_string();
+  EXPECT_EQ(few_pixels_plan.sku().schedule, GemmSchedule::warpspecialized) << few_pixels_plan.sku().to_string();
   // Few filters of few channels (K = C = 64): the 64x64 tile (a tile covers one filter tap's
   // channels), split over image ranges; over rows too when there are few images.
   const ConvSpec few_filters = spec_of(ConvOperation::wgrad, 32, 56, 64, 64);
