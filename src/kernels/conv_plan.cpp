@@ -914,6 +914,11 @@ Status ConvPlan::run(const ConvTensors& tensors, void* workspace, std::size_t wo
     return fail(errc::workspace_too_small,
                 fmt::format("convolution {}: workspace of {} bytes at {} is smaller than the {} bytes the plan needs",
                             sku_.to_string(), workspace_bytes, fmt::ptr(workspace), workspace_size_));
+  if (workspace_size_ > 0 && reinterpret_cast<std::uintptr_t>(workspace) % 16 != 0)
+    return fail(errc::invalid_argument,
+                fmt::format("convolution {}: workspace {} is not 16-byte aligned (the split's fp32 partials are "
+                            "written and summed in 16-byte vectors)",
+                            sku_.to_string(), fmt::ptr(workspace)));
   const auto args = make_args(spec_, tensors, options_, split_);
   switch (instance_->run(&args, workspace, workspace_bytes, stream)) {
     case CUACTOR_KERNEL_OK:

@@ -932,6 +932,7 @@ TEST_F(ConvFakePlan, RunChecksTensorsAndWorkspaceBeforeLaunching) {
   ConvTensors t = tensors(ConvOperation::fprop);
   expect_error(plan.run(t, nullptr, 0, nullptr), errc::workspace_too_small, "4096");
   expect_error(plan.run(t, fake_mut(0x200000), 4095, nullptr), errc::workspace_too_small, "4095");
+  expect_error(plan.run(t, fake_mut(0x200008), 4096, nullptr), errc::invalid_argument, "is not 16-byte aligned");
   t.w = nullptr;
   expect_error(plan.run(t, fake_mut(0x200000), 4096, nullptr), errc::invalid_argument, "tensor w:");
   EXPECT_EQ(FakeKernel::launches, 0);

@@ -197,7 +197,8 @@ class ConvPlan {
                                           std::size_t out_bytes, std::size_t source_bytes) const;
 
   /// Validates, then enqueues the kernel on `stream`: no allocation, no synchronisation
-  /// (capturable). `workspace_too_small` if `workspace_bytes` < workspace_size().
+  /// (capturable). `workspace_too_small` if `workspace_bytes` < workspace_size(); `invalid_argument`
+  /// if a workspace the plan needs is not 16-byte aligned.
   Status run(const ConvTensors& tensors, void* workspace, std::size_t workspace_bytes, cudaStream_t stream) const;
 
  private:
