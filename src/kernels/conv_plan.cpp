@@ -385,9 +385,8 @@ WgradChoice best_wgrad_split(const GemmSku& sku, const ConvSpec& s, int sm_count
 Status check_split(const ConvSpec& s, ConvSplit split) {
   if (s.operation != ConvOperation::wgrad) {
     if (split == ConvSplit{}) return ok();
-    return fail(errc::invalid_argument,
-                fmt::format("ConvPlan split {}x{}: only wgrad splits its reduction ({} takes 1x1)", split.images,
-                            split.rows, name(s.operation)));
+    return fail(errc::invalid_argument, fmt::format("ConvPlan split {}: only wgrad splits its reduction ({} takes 1x1)",
+                                                    split.to_string(), name(s.operation)));
   }
   if (split.images < 1 || split.images > s.n)
     return fail(errc::invalid_argument,
@@ -396,12 +395,12 @@ Status check_split(const ConvSpec& s, ConvSplit split) {
     return fail(errc::invalid_argument, fmt::format("ConvPlan split rows={} must be in [1, P={}]", split.rows, s.p()));
   if (static_cast<std::int64_t>(split.images) * split.rows > kMaxConvSlices)
     return fail(errc::invalid_argument,
-                fmt::format("ConvPlan split {}x{} has {} slices, more than {}", split.images, split.rows,
+                fmt::format("ConvPlan split {} has {} slices, more than {}", split.to_string(),
                             static_cast<std::int64_t>(split.images) * split.rows, kMaxConvSlices));
   if (split.rows > 1 && split.images != s.n)
     return fail(errc::invalid_argument,
-                fmt::format("ConvPlan split {}x{}: splitting rows needs one image per range (images = N = {})",
-                            split.images, split.rows, s.n));
+                fmt::format("ConvPlan split {}: splitting rows needs one image per range (images = N = {})",
+                            split.to_string(), s.n));
   if (split.rows > 1 && !rows_can_split(s))
     return fail(errc::invalid_argument,
                 fmt::format("ConvPlan split rows={}: pad_h={} exceeds dilation_h*(R-1)={}, so a range of rows could "
@@ -707,6 +706,10 @@ std::array<std::int64_t, 3> ConvSpec::implicit_gemm() const noexcept {
   return {k, c * r * s, n * p() * q()};
 }
 
+std::string ConvSplit::to_string() const {
+  return fmt::format("{}x{}", images, rows);
+}
+
 std::string ConvSpec::to_string() const {
   return fmt::format("{} {}->{} n={} h={} w={} c={} k={} r={} s={} pad={},{} stride={},{} dilation={},{}{}",
                      name(operation), name(element), name(output), n, h, w, c, k, r, s, pad_h, pad_w, stride_h,
@@ -838,9 +841,8 @@ Result<ConvPlan> ConvPlan::finish(const ConvSpec& spec, GpuArch arch, const Gemm
     split = *options.split_override;
     CUACTOR_TRY(check_split(spec, split));
     if (!sku.arch.arch_specific && split.slices() > 1)
-      return fail(errc::unsupported,
-                  fmt::format("convolution kernel {}: sm_80 kernels do not split wgrad (split {}x{})", sku.to_string(),
-                              split.images, split.rows));
+      return fail(errc::unsupported, fmt::format("convolution kernel {}: sm_80 kernels do not split wgrad (split {})",
+                                                 sku.to_string(), split.to_string()));
   } else if (spec.operation == ConvOperation::wgrad && sku.arch.arch_specific) {
     // A paired kernel the heuristic chose keeps the split it was chosen with; any other kernel, or
     // one for which the model considers no split (chosen for want of another), takes the best of all.

@@ -298,7 +298,7 @@ class ConvGpu : public test_support::GpuTest {
     CUACTOR_ASSERT_OK_AND_ASSIGN(plan, plan_for(sku, spec, split, sm_count));
     SCOPED_TRACE(::testing::Message() << sku.to_string() << " " << spec.to_string() << " alpha=" << cs.alpha
                                       << " beta=" << cs.beta << " source=" << static_cast<int>(cs.source)
-                                      << " split=" << plan.split().images << "x" << plan.split().rows);
+                                      << " split=" << plan.split().to_string());
     ASSERT_EQ(plan.sku(), sku);
     if (split) {
       ASSERT_EQ(plan.split(), *split);

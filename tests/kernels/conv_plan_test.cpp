@@ -296,6 +296,13 @@ ConvSpec spec_of(ConvOperation op, std::int64_t n, std::int64_t hw, std::int64_t
   return s;
 }
 
+/// `s` with a 1x1 filter and no padding.
+ConvSpec pointwise(ConvSpec s) {
+  s.r = s.s = 1;
+  s.pad_h = s.pad_w = 0;
+  return s;
+}
+
 // The heuristic by class of shape, as measured faster on an H100 (bench/conv_torch.py, sessions 10
 // and 11): fprop and dgrad take cooperative 256x128 tiles in 1x2 clusters on grids of two waves or
 // more (no cluster on one wave or one tile column), cooperative 256x64 for 64 output channels; wgrad
@@ -366,9 +373,7 @@ TEST(ConvPlanCreate, HeuristicByClassOfShape) {
   // fprop on fewer pixels, whose 64x64 tiles fill at most half a wave (16 x 7 x 7 x 1024 -> 256 1x1: 52
   // CTAs where 64x128 tiles leave 106 of the 132 multiprocessors idle): the one-warpgroup 64x64 tile.
   // With 100 CTAs of 64x64 (8 x 14 x 14 x 256 -> 256 3x3, above) the pingpong 64x128 stays.
-  ConvSpec few_pixels = spec_of(ConvOperation::fprop, 16, 7, 1024, 256);
-  few_pixels.r = few_pixels.s = 1;
-  few_pixels.pad_h = few_pixels.pad_w = 0;
+  const ConvSpec few_pixels = pointwise(spec_of(ConvOperation::fprop, 16, 7, 1024, 256));
   ASSERT_TRUE(has(few_pixels, {64, 64, 64}, GemmSchedule::warpspecialized));
   CUACTOR_ASSERT_OK_AND_ASSIGN(few_pixels_plan, ConvPlan::create(few_pixels, kHopper, o));
   EXPECT_EQ(few_pixels_plan.sku().tile, (Shape3{64, 64, 64})) << few_pixels_plan.sku().to_string();
@@ -449,9 +454,7 @@ TEST(ConvPlanCreate, ChannelCountsBetweenTileWidths) {
 }
 
 TEST(ConvPlanCreate, FullRowPingpongTilesCoverTheOutputChannels) {
-  ConvSpec wide = spec_of(ConvOperation::fprop, 16, 56, 256, 256);
-  wide.r = wide.s = 1;
-  wide.pad_h = wide.pad_w = 0;
+  ConvSpec wide = pointwise(spec_of(ConvOperation::fprop, 16, 56, 256, 256));
   if (find_in_catalog(ConvPlan::sku_for(wide, kHopper, {64, 256, 64}, {1, 1, 1}, GemmSchedule::pingpong)) == nullptr)
     GTEST_SKIP() << "this build has no sm_90a conv catalog (CUACTOR_KERNEL_ARCHS)";
   ConvPlanOptions o;
@@ -466,9 +469,7 @@ TEST(ConvPlanCreate, FullRowPingpongTilesCoverTheOutputChannels) {
     EXPECT_EQ(plan.sku().schedule, GemmSchedule::pingpong) << plan.sku().to_string();
     // 480 output channels take two columns of any tile: no pingpong tile wider than 128. Nor on a
     // wave of tiles where 128-wide tiles pad nothing (the listed 32x14x14x1024 -> 256 1x1 layer).
-    ConvSpec listed = spec_of(op, 32, 14, 1024, 256);
-    listed.r = listed.s = 1;
-    listed.pad_h = listed.pad_w = 0;
+    ConvSpec listed = pointwise(spec_of(op, 32, 14, 1024, 256));
     if (op == ConvOperation::dgrad) std::swap(listed.c, listed.k);  // 256 output channels either way
     for (const ConvSpec& spec : {spec_of(op, 4, 32, 480, 480), spec_of(op, 16, 14, 480, 480), listed}) {
       CUACTOR_ASSERT_OK_AND_ASSIGN(no_full_row, ConvPlan::create(spec, kHopper, o));

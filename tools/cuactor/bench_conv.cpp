@@ -202,7 +202,7 @@ Result<ConvRow> bench_case(const ConvSpec& spec, const kernels::ConvPlanOptions&
   if (!times) return fail(times.error());
   row.kernel = fmt::format("{} {}", plan->sku().arch.name(), short_sku_name(plan->sku()));
   row.source = std::string(kernels::name(plan->source()));
-  row.split = fmt::format("{}x{}", plan->split().images, plan->split().rows);
+  row.split = plan->split().to_string();
   row.flops = plan->flops();
   row.ours_ms = times->first;
   row.gemm_ms = times->second;
@@ -229,9 +229,8 @@ Status print_plans(ConvCases cases, const ConvBenchOptions& opt) {
       print_rows(cases, [&](const ConvSpec& spec, const kernels::ConvPlanOptions& po) -> Result<std::string> {
         auto plan = ConvPlan::create(spec, *arch, po);
         if (!plan) return fail(plan.error());
-        return fmt::format("{:<10} {:<5} {:>10}  {}", kernels::name(plan->source()),
-                           fmt::format("{}x{}", plan->split().images, plan->split().rows), plan->workspace_size(),
-                           plan->sku().to_string());
+        return fmt::format("{:<10} {:<5} {:>10}  {}", kernels::name(plan->source()), plan->split().to_string(),
+                           plan->workspace_size(), plan->sku().to_string());
       });
   if (failures > 0) return fail(errc::unsupported, fmt::format("{} case(s) have no plan", failures));
   return ok();

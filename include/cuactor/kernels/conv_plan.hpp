@@ -126,6 +126,8 @@ struct ConvSplit {
   int rows = 1;
   /// images * rows.
   [[nodiscard]] int slices() const noexcept { return images * rows; }
+  /// "IMAGESxROWS", as messages and tools print a split.
+  [[nodiscard]] std::string to_string() const;
   friend bool operator==(const ConvSplit&, const ConvSplit&) = default;
 };
 
