@@ -8,7 +8,8 @@
  * computes side by side, each writing fp32 partial sums to the workspace, and a second kernel adds
  * the slices and applies alpha and beta: a filter gradient has few output tiles (K x R S C), often
  * fewer than the device has multiprocessors, and CUTLASS's sm_90a conv kernel has no split-K of its
- * own. sm_80 instances (CUTLASS 2.x) are never split and refuse split_n or split_p above 1. */
+ * own. Fprop instances of small-grid tiles split their input channels the same way (split_c). sm_80
+ * instances (CUTLASS 2.x) are never split and refuse split_n, split_p or split_c above 1. */
 #ifndef CUACTOR_KERNELS_CONV_INSTANCE_ABI_H
 #define CUACTOR_KERNELS_CONV_INSTANCE_ABI_H
 
@@ -26,6 +27,9 @@ extern "C" {
 /** The most slices one wgrad launch computes (its CUTLASS parameters travel as one kernel argument
  *  of at most 32 KiB). */
 #define CUACTOR_CONV_MAX_SLICES 32
+/** The most slices one fprop channel split computes (an fprop slice's parameters are larger: they
+ *  hold the TMA epilogue's descriptors too). */
+#define CUACTOR_CONV_MAX_CHANNEL_SLICES 16
 
 typedef struct cuactor_conv_args {
   int n, h, w, c; /**< Activation extents. */
@@ -46,6 +50,10 @@ typedef struct cuactor_conv_args {
    *  pad_h <= dilation_h (R - 1), so that every slice reads at least one input row. */
   int split_n;
   int split_p;
+  /** Fprop only, on instances that split channels (see SlicedConv<FpropChannelSlicing>): the reduced input channels
+   *  split into split_c ranges of whole K steps (values below 1 count as 1; at most one range per K
+   *  step), each range's partial output summed by the second kernel as wgrad's slices are. */
+  int split_c;
 } cuactor_conv_args;
 
 #ifdef __cplusplus

@@ -102,7 +102,7 @@ struct ImplicitGemmConv
   static int can_implement(const void* p) {
     if (p == nullptr) return CUACTOR_KERNEL_BAD_ARGS;
     const auto& a = *static_cast<const cuactor_conv_args*>(p);
-    if (a.split_n > 1 || a.split_p > 1) return CUACTOR_KERNEL_NOT_IMPLEMENTABLE;
+    if (a.split_n > 1 || a.split_p > 1 || a.split_c > 1) return CUACTOR_KERNEL_NOT_IMPLEMENTABLE;
     return Entries::can_implement(p);
   }
 

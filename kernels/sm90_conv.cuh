@@ -210,6 +210,13 @@ struct DirectConv
     return Config::arguments(Config::problem_shape(a, a.n, a.h, a.pad_h, a.pad_h), a, a.a, a.b, a.c_source, a.d,
                              a.alpha, a.beta);
   }
+
+  /// ABI entry: as AdapterEntries', and a channel split (which only SlicedConv<FpropChannelSlicing> computes) is
+  /// refused.
+  static int can_implement(const void* p) {
+    if (p != nullptr && static_cast<const cuactor_conv_args*>(p)->split_c > 1) return CUACTOR_KERNEL_NOT_IMPLEMENTABLE;
+    return DirectConv::AdapterEntries::can_implement(p);
+  }
 };
 
 /// A range of the wgrad reduction: images [n0, n0 + n) and, within each, output rows [p0, p0 + p),
@@ -274,30 +281,31 @@ inline bool same_slice_args(const cuactor_conv_args& x, const cuactor_conv_args&
   return x.n == y.n && x.h == y.h && x.w == y.w && x.c == y.c && x.k == y.k && x.r == y.r && x.s == y.s &&
          x.pad_h == y.pad_h && x.pad_w == y.pad_w && x.stride_h == y.stride_h && x.stride_w == y.stride_w &&
          x.dilation_h == y.dilation_h && x.dilation_w == y.dilation_w && x.a == y.a && x.b == y.b &&
-         x.device == y.device && x.sm_count == y.sm_count && x.split_n == y.split_n && x.split_p == y.split_p;
+         x.device == y.device && x.sm_count == y.sm_count && x.split_n == y.split_n && x.split_p == y.split_p &&
+         x.split_c == y.split_c;
 }
 
 /// The launch parameters of every slice, one kernel argument (indexed by blockIdx.z, or walked by the
 /// persistent kernel's tiles).
-template <class Kernel>
+template <class Kernel, int Count = CUACTOR_CONV_MAX_SLICES>
 struct SliceParams {
-  typename Kernel::Params slice[CUACTOR_CONV_MAX_SLICES];
+  typename Kernel::Params slice[Count];
 };
 
 /// Runs CUTLASS's kernel on slice blockIdx.z: the conv kernel maps its tiles to blockIdx.x and y
 /// only (its L mode is 1), so slices side by side in z are independent problems.
-template <class Kernel>
+template <class Kernel, int Count>
 __global__ void __launch_bounds__(Kernel::MaxThreadsPerBlock, Kernel::MinBlocksPerMultiprocessor)
-    conv_slices_kernel(CUTLASS_GRID_CONSTANT const SliceParams<Kernel> params) {
+    conv_slices_kernel(CUTLASS_GRID_CONSTANT const SliceParams<Kernel, Count> params) {
   extern __shared__ char smem[];
   Kernel op;
   op(params.slice[blockIdx.z], smem);
 }
 
 /// Runs the persistent PingpongConvKernel over the first `count` slices, their tiles one after another.
-template <class Kernel>
+template <class Kernel, int Count>
 __global__ void __launch_bounds__(Kernel::MaxThreadsPerBlock, Kernel::MinBlocksPerMultiprocessor)
-    conv_persistent_slices_kernel(CUTLASS_GRID_CONSTANT const SliceParams<Kernel> params, int count) {
+    conv_persistent_slices_kernel(CUTLASS_GRID_CONSTANT const SliceParams<Kernel, Count> params, int count) {
   extern __shared__ char smem[];
   Kernel op;
   op.run(params.slice, count, smem);
@@ -370,84 +378,64 @@ __global__ void __launch_bounds__(kSumThreads)
   reinterpret_cast<cutlass::AlignedArray<ElementD, 4>*>(d)[v] = out;
 }
 
-/// Wgrad, split into slices of the reduction (cuactor_conv_args::split_n / split_p): one launch
-/// computes every slice's fp32 partial filter gradient into the workspace, a second adds them and
-/// applies alpha and beta. The slices fill the device when the filter alone has too few tiles. An
-/// unsplit problem runs one kernel writing D directly (DirectConv), without partials.
-template <class A, class B, class C, class D, class Acc, int TileM, int TileN, int TileK, int ClusterM, int ClusterN,
-          int ClusterK, class Schedule>
-struct SlicedWgradConv {
-  using ElementC = typename C::type;
-  using ElementD = typename D::type;
-  using Config = ConvKernelOf<cutlass::conv::Operator::kWgrad, typename A::type, typename B::type, float, float,
-                              typename Acc::type, TileM, TileN, TileK, ClusterM, ClusterN, ClusterK, Schedule>;
+/// A convolution split into slices of its reduction: one launch computes every slice's fp32 partial
+/// output into the workspace, a second adds them and applies alpha and beta, so that problems whose
+/// output has too few tiles for the device still fill it. An unsplit problem runs one kernel writing D
+/// directly (`Slicing::Direct`), without partials. `Slicing` says how the reduction is cut: its
+/// `Config` (the fp32-output kernel), `Direct`, `Slice`, `kMaxSlices`, `unsplit(a)`, `slices(a, out)`
+/// (0: a split the ABI does not allow), `elements(a)` (of the output) and `slice_arguments(a, slice,
+/// partial)`.
+template <class Slicing>
+struct SlicedConv {
+  using Config = typename Slicing::Config;
   using Kernel = typename Config::Kernel;
-  using Direct =
-      DirectConv<tags::conv_wgrad, A, B, C, D, Acc, TileM, TileN, TileK, ClusterM, ClusterN, ClusterK, Schedule>;
-  static_assert(sizeof(SliceParams<Kernel>) <= 32764, "slice parameters exceed the 32764-byte kernel argument limit");
-
-  /// Whether the arguments ask for one slice (the direct kernel).
-  static bool unsplit(const cuactor_conv_args& a) { return a.split_n <= 1 && a.split_p <= 1; }
-  static constexpr int kClusterSize = ClusterM * ClusterN * ClusterK;
-
-  /// Elements of the filter gradient, K x R x S x C.
-  static long long filter_elements(const cuactor_conv_args& a) { return static_cast<long long>(a.k) * a.r * a.s * a.c; }
-
-  /// CUTLASS arguments of one slice writing its partials to `partial`.
-  static typename Config::Adapter::Arguments slice_arguments(const cuactor_conv_args& a, const WgradSlice& s,
-                                                             float* partial) {
-    const int p_total = output_rows(a);
-    const int q = windows(a.w, a.pad_w, a.dilation_w, a.s, a.stride_w);
-    const long long dy_offset = (static_cast<long long>(s.n0) * p_total + s.p0) * q * a.k;
-    const long long x_offset = (static_cast<long long>(s.n0) * a.h + s.h0) * a.w * a.c;
-    // can_implement probes with null operands: no offset applied to those.
-    const auto* dy = static_cast<const typename A::type*>(a.a);
-    const auto* x = static_cast<const typename B::type*>(a.b);
-    if (dy != nullptr) dy += dy_offset;
-    if (x != nullptr) x += x_offset;
-    return Config::arguments(Config::problem_shape(a, s.n, s.h, s.pad_top, s.pad_bottom), a, dy, x, partial, partial,
-                             1.0f, 0.0f);
-  }
+  using Direct = typename Slicing::Direct;
+  using Slice = typename Slicing::Slice;
+  using ElementC = typename Slicing::ElementC;
+  using ElementD = typename Slicing::ElementD;
+  static constexpr int kMaxSlices = Slicing::kMaxSlices;
+  using Params = SliceParams<Kernel, kMaxSlices>;
+  static_assert(sizeof(Params) <= 32764, "slice parameters exceed the 32764-byte kernel argument limit");
 
   /// ABI entry: CUACTOR_KERNEL_OK if the split is allowed and CUTLASS accepts every slice.
   static int can_implement(const void* p) {
     if (p == nullptr) return CUACTOR_KERNEL_BAD_ARGS;
     const auto& a = *static_cast<const cuactor_conv_args*>(p);
-    if (unsplit(a)) return Direct::can_implement(p);
-    WgradSlice slices[CUACTOR_CONV_MAX_SLICES];
-    const int count = wgrad_slices(a, slices);
-    if (count == 0 || filter_elements(a) % 4 != 0) return CUACTOR_KERNEL_NOT_IMPLEMENTABLE;
+    if (Slicing::unsplit(a)) return Direct::can_implement(p);
+    Slice slices[kMaxSlices];
+    const int count = Slicing::slices(a, slices);
+    if (count == 0 || Slicing::elements(a) % 4 != 0) return CUACTOR_KERNEL_NOT_IMPLEMENTABLE;
     for (int i = 0; i < count; ++i)
-      if (Config::Adapter::can_implement(slice_arguments(a, slices[i], nullptr)) != cutlass::Status::kSuccess)
+      if (Config::Adapter::can_implement(Slicing::slice_arguments(a, slices[i], nullptr)) != cutlass::Status::kSuccess)
         return CUACTOR_KERNEL_NOT_IMPLEMENTABLE;
     return CUACTOR_KERNEL_OK;
   }
 
-  /// ABI entry: the fp32 partials, one filter per slice.
+  /// ABI entry: the fp32 partials, one output per slice.
   static size_t workspace_size(const void* p) {
     if (p == nullptr) return 0;
     const auto& a = *static_cast<const cuactor_conv_args*>(p);
-    if (unsplit(a)) return Direct::workspace_size(p);
-    WgradSlice slices[CUACTOR_CONV_MAX_SLICES];
-    return static_cast<size_t>(wgrad_slices(a, slices)) * static_cast<size_t>(filter_elements(a)) * sizeof(float);
+    if (Slicing::unsplit(a)) return Direct::workspace_size(p);
+    Slice slices[kMaxSlices];
+    return static_cast<size_t>(Slicing::slices(a, slices)) * static_cast<size_t>(Slicing::elements(a)) * sizeof(float);
   }
 
   /// ABI entry: the slice launch, then the sum; no allocation, no synchronisation.
   static int run(const void* p, void* workspace, size_t workspace_bytes, void* stream) {
     if (p == nullptr) return CUACTOR_KERNEL_BAD_ARGS;
     const auto& a = *static_cast<const cuactor_conv_args*>(p);
-    if (unsplit(a)) return Direct::run(p, workspace, workspace_bytes, stream);
-    WgradSlice slices[CUACTOR_CONV_MAX_SLICES];
-    const int count = wgrad_slices(a, slices);
+    if (Slicing::unsplit(a)) return Direct::run(p, workspace, workspace_bytes, stream);
+    Slice slices[kMaxSlices];
+    const int count = Slicing::slices(a, slices);
     if (count == 0) return CUACTOR_KERNEL_NOT_IMPLEMENTABLE;
-    const long long elements = filter_elements(a);
+    const long long elements = Slicing::elements(a);
     if (workspace == nullptr || workspace_bytes < static_cast<size_t>(count) * elements * sizeof(float))
       return CUACTOR_KERNEL_WORKSPACE_TOO_SMALL;
     bool configured = false;
     if constexpr (Config::kPingpong)
-      configured = configure_shared_memory<Kernel, conv_persistent_slices_kernel<Kernel>>();
+      configured = configure_shared_memory<Kernel, conv_persistent_slices_kernel<Kernel, kMaxSlices>>();
     else
-      configured = configure_shared_memory<Kernel, conv_slices_kernel<Kernel>>();
+      configured = configure_shared_memory<Kernel, conv_slices_kernel<Kernel, kMaxSlices>>();
     if (!configured) return CUACTOR_KERNEL_INIT_FAILED;
     auto* partials = static_cast<float*>(workspace);
     // 32 KiB of parameters: static storage per thread rather than the stack (they are copied into the
@@ -455,13 +443,13 @@ struct SlicedWgradConv {
     // two TMA descriptors that the driver encodes on the host (up to 64 per launch): a launch whose
     // slices read what the thread's previous launch read and write the same workspace (a training
     // loop's tensors, reused by a caching allocator) keeps them.
-    static thread_local SliceParams<Kernel> params;
+    static thread_local Params params;
     static thread_local cuactor_conv_args params_args{};
     static thread_local const void* params_workspace = nullptr;
     if (params_workspace != workspace || !same_slice_args(params_args, a)) {
       for (int i = 0; i < count; ++i)
         params.slice[i] =
-            Kernel::to_underlying_arguments(slice_arguments(a, slices[i], partials + i * elements), nullptr);
+            Kernel::to_underlying_arguments(Slicing::slice_arguments(a, slices[i], partials + i * elements), nullptr);
       params_args = a;
       params_workspace = workspace;
     }
@@ -477,17 +465,20 @@ struct SlicedWgradConv {
     config.dynamicSmemBytes = Kernel::SharedStorageSize;
     config.stream = s;
     cudaLaunchAttribute cluster[1]{};
-    if constexpr (kClusterSize > 1) {
+    constexpr auto kCluster = typename Config::ClusterShape{};
+    if constexpr (cute::size(kCluster) > 1) {
       cluster[0].id = cudaLaunchAttributeClusterDimension;
-      cluster[0].val.clusterDim = {ClusterM, ClusterN, ClusterK};
+      cluster[0].val.clusterDim = {static_cast<unsigned>(cute::get<0>(kCluster)),
+                                   static_cast<unsigned>(cute::get<1>(kCluster)),
+                                   static_cast<unsigned>(cute::get<2>(kCluster))};
       config.attrs = cluster;
       config.numAttrs = 1;
     }
     cudaError_t launched = cudaSuccess;
     if constexpr (Config::kPingpong)
-      launched = cudaLaunchKernelEx(&config, conv_persistent_slices_kernel<Kernel>, params, count);
+      launched = cudaLaunchKernelEx(&config, conv_persistent_slices_kernel<Kernel, kMaxSlices>, params, count);
     else
-      launched = cudaLaunchKernelEx(&config, conv_slices_kernel<Kernel>, params);
+      launched = cudaLaunchKernelEx(&config, conv_slices_kernel<Kernel, kMaxSlices>, params);
     if (launched != cudaSuccess) return CUACTOR_KERNEL_LAUNCH_FAILED;
     // The sum, launched while the slices finish (programmatic dependent launch; see sum_slices_kernel).
     const int groups = sum_groups(count);
@@ -508,14 +499,131 @@ struct SlicedWgradConv {
   }
 };
 
-/// The instance of a convolution SKU: wgrad splits its reduction (SlicedWgradConv), fprop and dgrad
-/// run one kernel (DirectConv). sm_90a convolution instances compute D = alpha * acc + beta * C.
+/// Wgrad split into slices of its reduction over N x P x Q (cuactor_conv_args::split_n / split_p): a
+/// filter gradient has few output tiles (K x R S C), often fewer than the device has multiprocessors.
+template <class A, class B, class C, class D, class Acc, int TileM, int TileN, int TileK, int ClusterM, int ClusterN,
+          int ClusterK, class Schedule>
+struct WgradSlicing {
+  using ElementC = typename C::type;
+  using ElementD = typename D::type;
+  using Config = ConvKernelOf<cutlass::conv::Operator::kWgrad, typename A::type, typename B::type, float, float,
+                              typename Acc::type, TileM, TileN, TileK, ClusterM, ClusterN, ClusterK, Schedule>;
+  using Direct =
+      DirectConv<tags::conv_wgrad, A, B, C, D, Acc, TileM, TileN, TileK, ClusterM, ClusterN, ClusterK, Schedule>;
+  using Slice = WgradSlice;
+  static constexpr int kMaxSlices = CUACTOR_CONV_MAX_SLICES;
+
+  static bool unsplit(const cuactor_conv_args& a) { return a.split_n <= 1 && a.split_p <= 1; }
+  static int slices(const cuactor_conv_args& a, Slice (&out)[kMaxSlices]) {
+    return a.split_c > 1 ? 0 : wgrad_slices(a, out);
+  }
+  /// Elements of the filter gradient, K x R x S x C.
+  static long long elements(const cuactor_conv_args& a) { return static_cast<long long>(a.k) * a.r * a.s * a.c; }
+
+  /// CUTLASS arguments of one slice writing its partials to `partial`.
+  static typename Config::Adapter::Arguments slice_arguments(const cuactor_conv_args& a, const Slice& s,
+                                                             float* partial) {
+    const int p_total = output_rows(a);
+    const int q = windows(a.w, a.pad_w, a.dilation_w, a.s, a.stride_w);
+    const long long dy_offset = (static_cast<long long>(s.n0) * p_total + s.p0) * q * a.k;
+    const long long x_offset = (static_cast<long long>(s.n0) * a.h + s.h0) * a.w * a.c;
+    // can_implement probes with null operands: no offset applied to those.
+    const auto* dy = static_cast<const typename A::type*>(a.a);
+    const auto* x = static_cast<const typename B::type*>(a.b);
+    if (dy != nullptr) dy += dy_offset;
+    if (x != nullptr) x += x_offset;
+    return Config::arguments(Config::problem_shape(a, s.n, s.h, s.pad_top, s.pad_bottom), a, dy, x, partial, partial,
+                             1.0f, 0.0f);
+  }
+};
+
+/// A range of fprop's reduced input channels, [c0, c0 + c).
+struct ChannelSlice {
+  int c0, c;
+};
+
+/// The channel slices of split_c (see cuactor_conv_args): whole `step`-channel K steps per slice, as
+/// even as integer division makes them (the last slice ends at C), or 0 when the split is not one
+/// this ABI allows (more slices than K steps, or than CUACTOR_CONV_MAX_CHANNEL_SLICES).
+inline int channel_slices(const cuactor_conv_args& a, int step, ChannelSlice (&out)[CUACTOR_CONV_MAX_CHANNEL_SLICES]) {
+  const int count = a.split_c > 1 ? a.split_c : 1;
+  const int steps = (a.c + step - 1) / step;
+  if (count > steps || count > CUACTOR_CONV_MAX_CHANNEL_SLICES) return 0;
+  for (int i = 0; i < count; ++i) {
+    const int first = steps * i / count, last = steps * (i + 1) / count;
+    out[i].c0 = first * step;
+    out[i].c = std::min(a.c, last * step) - out[i].c0;
+  }
+  return count;
+}
+
+/// Fprop split into ranges of its input channels (cuactor_conv_args::split_c): each slice reads the
+/// activations' and filters' channels [c0, c0 + c) in place (their rows keep the tensors' strides)
+/// and writes a packed fp32 N x P x Q x K partial. For grids with few output tiles and long
+/// reductions (a few pixels, many channels), which leave most multiprocessors idle unsplit.
+template <class A, class B, class C, class D, class Acc, int TileM, int TileN, int TileK, int ClusterM, int ClusterN,
+          int ClusterK, class Schedule>
+struct FpropChannelSlicing {
+  using ElementC = typename C::type;
+  using ElementD = typename D::type;
+  using Config = ConvKernelOf<cutlass::conv::Operator::kFprop, typename A::type, typename B::type, float, float,
+                              typename Acc::type, TileM, TileN, TileK, ClusterM, ClusterN, ClusterK, Schedule>;
+  using Direct =
+      DirectConv<tags::conv_fprop, A, B, C, D, Acc, TileM, TileN, TileK, ClusterM, ClusterN, ClusterK, Schedule>;
+  using Slice = ChannelSlice;
+  static constexpr int kMaxSlices = CUACTOR_CONV_MAX_CHANNEL_SLICES;
+  using ProblemShape = typename Config::ProblemShape;
+
+  static bool unsplit(const cuactor_conv_args& a) { return a.split_c <= 1; }
+  static int slices(const cuactor_conv_args& a, Slice (&out)[kMaxSlices]) {
+    return a.split_n > 1 || a.split_p > 1 ? 0 : channel_slices(a, TileK, out);
+  }
+  /// Elements of the output, N x P x Q x K.
+  static long long elements(const cuactor_conv_args& a) {
+    const long long p = output_rows(a), q = windows(a.w, a.pad_w, a.dilation_w, a.s, a.stride_w);
+    return static_cast<long long>(a.n) * p * q * a.k;
+  }
+
+  /// CUTLASS arguments of one slice writing its partials to `partial`.
+  static typename Config::Adapter::Arguments slice_arguments(const cuactor_conv_args& a, const Slice& s,
+                                                             float* partial) {
+    using Extent = typename ProblemShape::TensorExtent;
+    using Stride = typename ProblemShape::TensorStride;
+    using Spatial = typename ProblemShape::SpatialExtent;
+    const std::int64_t row = static_cast<std::int64_t>(a.w) * a.c, tap_row = static_cast<std::int64_t>(a.s) * a.c;
+    const ProblemShape shape(
+        cutlass::conv::Mode::kCrossCorrelation, Extent{a.n, a.h, a.w, s.c}, Stride{a.h * row, row, a.c, 1},
+        Extent{a.k, a.r, a.s, s.c}, Stride{a.r * tap_row, tap_row, a.c, 1}, Spatial{a.pad_h, a.pad_w},
+        Spatial{a.pad_h, a.pad_w}, Spatial{a.stride_h, a.stride_w}, Spatial{a.dilation_h, a.dilation_w}, 1);
+    // can_implement probes with null operands: no offset applied to those.
+    const auto* x = static_cast<const typename A::type*>(a.a);
+    const auto* w = static_cast<const typename B::type*>(a.b);
+    if (x != nullptr) x += s.c0;
+    if (w != nullptr) w += s.c0;
+    return Config::arguments(shape, a, x, w, partial, partial, 1.0f, 0.0f);
+  }
+};
+
+/// Fprop tiles whose instances also split their input channels (FpropChannelSlicing): the
+/// one-warpgroup 64x64 tile with 16-bit tensors, which plans take for grids of at most half a wave
+/// (conv_plan.cpp's `splits_channels` names the same tiles).
+template <class Family, class D, int TileM, int TileN, class Schedule>
+inline constexpr bool kSplitsChannels =
+    std::is_same_v<Family, tags::conv_fprop>&& std::is_same_v<Schedule, tags::warpspecialized>&& TileM == 64 &&
+    TileN == 64 && cutlass::sizeof_bits<typename D::type>::value == 16;
+
+/// The instance of a convolution SKU: wgrad splits its reduction over pixels, fprop on the tiles of
+/// kSplitsChannels its input channels (SlicedConv); other fprop and dgrad instances run one kernel
+/// (DirectConv). sm_90a convolution instances compute D = alpha * acc + beta * C.
 template <class Family, class A, class B, class C, class D, class Acc, int TileM, int TileN, int TileK, int ClusterM,
           int ClusterN, int ClusterK, class Schedule, class Epilogue>
 requires std::is_same_v<Epilogue, tags::linear_combination>
 using ImplicitGemmConv = std::conditional_t<
     std::is_same_v<Family, tags::conv_wgrad>,
-    SlicedWgradConv<A, B, C, D, Acc, TileM, TileN, TileK, ClusterM, ClusterN, ClusterK, Schedule>,
-    DirectConv<Family, A, B, C, D, Acc, TileM, TileN, TileK, ClusterM, ClusterN, ClusterK, Schedule>>;
+    SlicedConv<WgradSlicing<A, B, C, D, Acc, TileM, TileN, TileK, ClusterM, ClusterN, ClusterK, Schedule>>,
+    std::conditional_t<
+        kSplitsChannels<Family, D, TileM, TileN, Schedule>,
+        SlicedConv<FpropChannelSlicing<A, B, C, D, Acc, TileM, TileN, TileK, ClusterM, ClusterN, ClusterK, Schedule>>,
+        DirectConv<Family, A, B, C, D, Acc, TileM, TileN, TileK, ClusterM, ClusterN, ClusterK, Schedule>>>;
 
 }  // namespace cuactor::kernels::sm90

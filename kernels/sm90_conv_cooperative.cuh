@@ -249,7 +249,7 @@ struct ConvKernelBase {
 };
 
 /// The kernel over ProducerConsumerConvMainloop of the same WarpLayout: non-persistent, one CTA per
-/// output tile on a grid of (M tiles, N tiles), so its blockIdx.z is free (SlicedWgradConv uses it).
+/// output tile on a grid of (M tiles, N tiles), so its blockIdx.z is free (SlicedConv uses it).
 template <class ProblemShape_, class CollectiveMainloop_, class CollectiveEpilogue_, class WarpLayout>
 class ProducerConsumerConvKernel
     : public ConvKernelBase<ProblemShape_, CollectiveMainloop_, CollectiveEpilogue_, WarpLayout> {

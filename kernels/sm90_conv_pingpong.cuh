@@ -7,7 +7,7 @@
 /// in the one-tile-per-CTA kernels. This is how cuDNN's sm_90 wgrad kernels run (two consumer
 /// warpgroups on separate tiles over a grid of at most one CTA per multiprocessor).
 ///
-/// The grid covers a list of problems (SlicedWgradConv's slices of one reduction, or one problem):
+/// The grid covers a list of problems (SlicedConv's slices of one reduction, or one problem):
 /// their tiles are numbered one problem after another, M tiles fastest, and CTA b takes tiles b,
 /// b + G, b + 2G, ... of a grid of G CTAs, its consumer warpgroups alternating.
 #pragma once

@@ -41,6 +41,8 @@ constexpr std::int64_t kMaxFilterOffset = 255;
 
 static_assert(kMaxConvSlices == CUACTOR_CONV_MAX_SLICES,
               "the plan's slice cap is the instances' (conv_instance_abi.h)");
+static_assert(kMaxConvChannelSlices == CUACTOR_CONV_MAX_CHANNEL_SLICES,
+              "the plan's channel slice cap is the instances' (conv_instance_abi.h)");
 
 /// Layouts of (A, B, C/D) of each operation's implicit GEMM.
 std::array<MatrixLayout, 3> layouts_of(ConvOperation op) {
@@ -218,6 +220,52 @@ bool small_grid_tile(const GemmSku& sku) {
   return sku.schedule == GemmSchedule::warpspecialized && sku.tile.m == 64 && sku.tile.n == 64;
 }
 
+/// Whether `sku`'s instances split fprop's input channels: the sm_90a small-grid tile with 16-bit
+/// tensors (kernels/sm90_conv.cuh's kSplitsChannels names the same tiles).
+bool splits_channels(const GemmSku& sku, const ConvSpec& spec) {
+  return spec.operation == ConvOperation::fprop && sku.arch.arch_specific && small_grid_tile(sku) &&
+         size_bits(sku.d) == 16;
+}
+
+// A channel split of fprop runs its slices side by side and adds their fp32 partials in a second
+// kernel, as wgrad's split does. Its time model was fitted on an H100 (session 23, bf16 and f16, 14
+// shapes of 4 to 64 tiles of 64x64, 1x1 and 3x3 filters, each unsplit and split 2, 4, 8 and 16 ways:
+// 134 timings, all within 5% of the model but one at 7%): about 5.5 us of launch and fill, 0.153 us
+// per K step of the longest slice and wave, and for a split the sum's 3.14 us plus 0.65 us per MB of
+// partials written and read back and of output written. So a split pays where the filter's taps
+// make the reduction long (1x7x7x512->512 3x3: 16.3 us unsplit, 11.0 us in 8 slices); on 1x1
+// filters the sum costs about what the slices save, or more.
+constexpr double kChannelStepMicros = 0.153;
+constexpr double kChannelSumMicros = 3.14;
+constexpr double kChannelSumMicrosPerByte = 0.65e-6;
+
+/// The estimated time of fprop with `sku` in `slices` ranges of input channels, less what every
+/// split shares (the launch and the fill).
+double channel_split_micros(const GemmSku& sku, const ConvSpec& s, std::int64_t slices, int sm_count) {
+  const std::int64_t steps = s.r * s.s * ceil_div(ceil_div(s.c, sku.tile.k), slices);  // the longest slice's
+  const std::int64_t waves = ceil_div(output_tiles(sku, s) * slices, planned_sms(sm_count));
+  const double mainloop = static_cast<double>(waves * steps) * kChannelStepMicros;
+  if (slices == 1) return mainloop;
+  const double bytes =
+      static_cast<double>(s.n * s.p() * s.q() * s.k) * (8.0 * static_cast<double>(slices) + size_bits(s.output) / 8.0);
+  return mainloop + kChannelSumMicros + bytes * kChannelSumMicrosPerByte;
+}
+
+/// The channel split of fprop with `sku` of the least estimated time, {1, 1, 1} where it does not
+/// split or a split would not gain.
+ConvSplit best_channel_split(const GemmSku& sku, const ConvSpec& s, int sm_count) {
+  if (!splits_channels(sku, s)) return {};
+  const std::int64_t most = std::min<std::int64_t>(ceil_div(s.c, sku.tile.k), kMaxConvChannelSlices);
+  std::int64_t best = 1;
+  double best_micros = channel_split_micros(sku, s, 1, sm_count);
+  for (std::int64_t slices = 2; slices <= most; ++slices)
+    if (const double t = channel_split_micros(sku, s, slices, sm_count); t < best_micros) {
+      best = slices;
+      best_micros = t;
+    }
+  return ConvSplit{.channels = static_cast<int>(best)};
+}
+
 /// The fprop / dgrad cost: waves of tiles, each as long as its tile's area times the reduction
 /// elements it steps through. The conv mainloop tiles its reduction as (channels, S, R): R x S x
 /// ceil(channels / tile K) steps, so channels that are not a multiple of the K step pad each tap.
@@ -381,13 +429,33 @@ WgradChoice best_wgrad_split(const GemmSku& sku, const ConvSpec& s, int sm_count
   return best;
 }
 
-/// An explicit split against the rules of ConvPlanOptions::split_override.
-Status check_split(const ConvSpec& s, ConvSplit split) {
-  if (s.operation != ConvOperation::wgrad) {
-    if (split == ConvSplit{}) return ok();
-    return fail(errc::invalid_argument, fmt::format("ConvPlan split {}: only wgrad splits its reduction ({} takes 1x1)",
-                                                    split.to_string(), name(s.operation)));
+/// An explicit split against the rules of ConvPlanOptions::split_override, for `sku`.
+Status check_split(const ConvSpec& s, const GemmSku& sku, ConvSplit split) {
+  if (split == ConvSplit{}) return ok();
+  if (s.operation == ConvOperation::fprop) {
+    if (split.images != 1 || split.rows != 1)
+      return fail(errc::invalid_argument,
+                  fmt::format("ConvPlan split {}: fprop splits its input channels only (images and rows 1)",
+                              split.to_string()));
+    const std::int64_t most = std::min<std::int64_t>(ceil_div(s.c, sku.tile.k), kMaxConvChannelSlices);
+    if (split.channels < 1 || split.channels > most)
+      return fail(errc::invalid_argument,
+                  fmt::format("ConvPlan split channels={} must be in [1, {}] (C={} in K steps of {}, at most {} "
+                              "slices)",
+                              split.channels, most, s.c, sku.tile.k, kMaxConvChannelSlices));
+    if (split.channels > 1 && !splits_channels(sku, s))
+      return fail(errc::unsupported,
+                  fmt::format("convolution kernel {} does not split channels (split {}; the one-warpgroup 64x64 "
+                              "tile of 16-bit tensors does)",
+                              sku.to_string(), split.to_string()));
+    return ok();
   }
+  if (s.operation != ConvOperation::wgrad)
+    return fail(errc::invalid_argument, fmt::format("ConvPlan split {}: {} is never split (it takes 1x1)",
+                                                    split.to_string(), name(s.operation)));
+  if (split.channels != 1)
+    return fail(errc::invalid_argument,
+                fmt::format("ConvPlan split {}: wgrad splits images and rows, not channels", split.to_string()));
   if (split.images < 1 || split.images > s.n)
     return fail(errc::invalid_argument,
                 fmt::format("ConvPlan split images={} must be in [1, N={}]", split.images, s.n));
@@ -406,6 +474,9 @@ Status check_split(const ConvSpec& s, ConvSplit split) {
                 fmt::format("ConvPlan split rows={}: pad_h={} exceeds dilation_h*(R-1)={}, so a range of rows could "
                             "read padding only",
                             split.rows, s.pad_h, s.dilation_h * (s.r - 1)));
+  if (!sku.arch.arch_specific && split.slices() > 1)
+    return fail(errc::unsupported, fmt::format("convolution kernel {}: sm_80 kernels do not split wgrad (split {})",
+                                               sku.to_string(), split.to_string()));
   return ok();
 }
 
@@ -602,6 +673,7 @@ cuactor_conv_args make_args(const ConvSpec& s, const ConvTensors& t, const ConvP
   a.sm_count = o.sm_count;
   a.split_n = split.images;
   a.split_p = split.rows;
+  a.split_c = split.channels;
   return a;
 }
 
@@ -707,7 +779,7 @@ std::array<std::int64_t, 3> ConvSpec::implicit_gemm() const noexcept {
 }
 
 std::string ConvSplit::to_string() const {
-  return fmt::format("{}x{}", images, rows);
+  return channels == 1 ? fmt::format("{}x{}", images, rows) : fmt::format("{}x{}x{}", images, rows, channels);
 }
 
 std::string ConvSpec::to_string() const {
@@ -778,6 +850,8 @@ Result<ConvPlan> ConvPlan::create(const ConvSpec& spec, GpuArch device_arch, con
     const CatalogEntry* unconsidered = nullptr;  // a kernel that computes it but that the model does not consider
     for (const CatalogEntry& e : catalog()) {
       if (!sku_computes(e.sku, spec) || !runs_on(e.sku, device_arch) || !heuristic_candidate(e.sku)) continue;
+      // An explicit channel split asks for a kernel that splits channels.
+      if (options.split_override && options.split_override->channels > 1 && !splits_channels(e.sku, spec)) continue;
       if (Status fits = check_sku_computes(e.sku, spec); !fits) {
         if (!refusal) refusal = fits.error();
         continue;
@@ -839,10 +913,9 @@ Result<ConvPlan> ConvPlan::finish(const ConvSpec& spec, GpuArch arch, const Gemm
   ConvSplit split;
   if (options.split_override) {
     split = *options.split_override;
-    CUACTOR_TRY(check_split(spec, split));
-    if (!sku.arch.arch_specific && split.slices() > 1)
-      return fail(errc::unsupported, fmt::format("convolution kernel {}: sm_80 kernels do not split wgrad (split {})",
-                                                 sku.to_string(), split.to_string()));
+    CUACTOR_TRY(check_split(spec, sku, split));
+  } else if (splits_channels(sku, spec)) {
+    split = best_channel_split(sku, spec, options.sm_count);
   } else if (spec.operation == ConvOperation::wgrad && sku.arch.arch_specific) {
     // A paired kernel the heuristic chose keeps the split it was chosen with; any other kernel, or
     // one for which the model considers no split (chosen for want of another), takes the best of all.

@@ -10,8 +10,9 @@ std::size_t ConvPlanCache::KeyHash::operator()(const Key& k) const noexcept {
   for (std::size_t v : {static_cast<std::size_t>(k.arch.sm()), static_cast<std::size_t>(k.arch.arch_specific),
                         static_cast<std::size_t>(k.sm_count), static_cast<std::size_t>(k.device),
                         k.sku_override ? hash_value(*k.sku_override) : std::size_t{0},
-                        k.split_override ? static_cast<std::size_t>(k.split_override->images) << 8 |
-                                               static_cast<std::size_t>(k.split_override->rows)
+                        k.split_override ? static_cast<std::size_t>(k.split_override->images) << 16 |
+                                               static_cast<std::size_t>(k.split_override->rows) << 8 |
+                                               static_cast<std::size_t>(k.split_override->channels)
                                          : std::size_t{0}})
     boost::hash_combine(h, v);
   return h;

@@ -303,8 +303,13 @@ class ConvGpu : public test_support::GpuTest {
     if (split) {
       ASSERT_EQ(plan.split(), *split);
     }
-    if (spec.operation != ConvOperation::wgrad) {
-      ASSERT_EQ(plan.workspace_size(), 0u) << "only wgrad needs scratch";
+    if (plan.split() == ConvSplit{}) {
+      if (spec.operation != ConvOperation::wgrad) {
+        ASSERT_EQ(plan.workspace_size(), 0u) << "an unsplit plan needs none";
+      }
+    } else {
+      ASSERT_EQ(plan.workspace_size(), static_cast<std::size_t>(plan.split().slices()) *
+                                           static_cast<std::size_t>(spec.result_elements()) * sizeof(float));
     }
     Problem p;
     CUACTOR_ASSERT_OK(prepare(spec, cs, rng, p));
@@ -382,6 +387,38 @@ TEST_F(ConvGpu, WgradSplitsMatchFp64Reference) {
   for (const CatalogEntry* e : entries)
     for (const auto& [cs, splits] : plans) {
       check_case(e->sku, cs, rng);  // the cost model's split
+      if (HasFatalFailure()) return;
+      for (const ConvSplit& split : splits) {
+        check_case(e->sku, cs, rng, split);
+        if (HasFatalFailure()) return;
+      }
+    }
+}
+
+// Fprop's input channels split into ranges of whole K steps (the last range ending at C, not a
+// multiple of 64; 3x3 filters with padding and stride at every range) equal the fp64 reference for
+// every split and for the plan's own, on the kernels that split channels.
+TEST_F(ConvGpu, FpropChannelSplitsMatchFp64Reference) {
+  std::vector<const CatalogEntry*> entries;
+  for (const CatalogEntry* e : catalog_entries(GemmFamily::conv_fprop))
+    if (runs_on(e->sku, props_.arch) && e->sku.arch.arch_specific && e->sku.tile == Shape3{64, 64, 64} &&
+        e->sku.schedule == GemmSchedule::warpspecialized && size_bits(e->sku.d) == 16)
+      entries.push_back(e);
+  if (entries.empty()) GTEST_SKIP() << "no conv_fprop kernel that splits channels runs on " << props_.arch.name();
+  const Case deep{.n = 2, .h = 7, .w = 9, .c = 264, .k = 40, .filter = {3, 3}, .pad = {1, 1}};  // 5 K steps
+  const Case pointwise{.n = 1, .h = 7, .w = 7, .c = 2048, .k = 72};                             // 32 K steps
+  const Case strided{.n = 2, .h = 11, .w = 9, .c = 200, .k = 24, .filter = {3, 3}, .pad = {1, 1}, .stride = {2, 2}};
+  const std::pair<Case, std::vector<ConvSplit>> plans[] = {
+      {deep, {{.channels = 2}, {.channels = 3}, {.channels = 5}}},
+      {scaled(deep, Source::separate), {{.channels = 4}}},
+      {scaled(deep, Source::aliased), {{.channels = 5}}},
+      {pointwise, {{.channels = 8}, {.channels = 16}}},
+      {strided, {{.channels = 2}, {.channels = 4}}},
+  };
+  std::mt19937_64 rng(20261126);
+  for (const CatalogEntry* e : entries)
+    for (const auto& [cs, splits] : plans) {
+      check_case(e->sku, cs, rng);  // the plan's split (deep: 5 slices of 9 K steps; pointwise: none)
       if (HasFatalFailure()) return;
       for (const ConvSplit& split : splits) {
         check_case(e->sku, cs, rng, split);
@@ -477,18 +514,21 @@ TEST_F(ConvGpu, HeuristicChoosesAKernelOfTheOperation) {
 TEST_F(ConvGpu, CapturedGraphEqualsEager) {
   const Case cs =
       scaled({.n = 3, .h = 13, .w = 11, .c = 24, .k = 40, .filter = {3, 3}, .pad = {1, 1}}, Source::separate);
+  // Deep enough for an fprop channel split (5 K steps) on the kernels that split channels.
+  const Case deep =
+      scaled({.n = 2, .h = 7, .w = 9, .c = 320, .k = 40, .filter = {3, 3}, .pad = {1, 1}}, Source::separate);
   std::mt19937_64 rng(11);
-  for (const CatalogEntry* e : conv_entries(props_.arch)) {
-    const ConvSpec spec = spec_of(e->sku, cs);
-    SCOPED_TRACE(e->sku.to_string());
-    CUACTOR_ASSERT_OK_AND_ASSIGN(plan, plan_for(e->sku, spec));
+  const auto check = [&](const GemmSku& sku, const Case& c, std::optional<ConvSplit> split) {
+    const ConvSpec spec = spec_of(sku, c);
+    SCOPED_TRACE(sku.to_string() + " split " + (split ? split->to_string() : std::string("(plan's)")));
+    CUACTOR_ASSERT_OK_AND_ASSIGN(plan, plan_for(sku, spec, split));
     Problem p;
-    CUACTOR_ASSERT_OK(prepare(spec, cs, rng, p));
+    CUACTOR_ASSERT_OK(prepare(spec, c, rng, p));
     CUACTOR_ASSERT_OK_AND_ASSIGN(ws, workspace_for(plan));
     const cudaStream_t s = stream_.get();
     CUACTOR_ASSERT_OK(plan.run(p.tensors, ws.data(), plan.workspace_size(), s));
     CUACTOR_ASSERT_OK_AND_ASSIGN(eager, download(p));
-    expect_matches(e->sku, p, eager);
+    expect_matches(sku, p, eager);
     CUACTOR_ASSERT_OK(gpu::memset_async(p.dout.data(), 0xff, p.dout.size(), s));
     CUACTOR_ASSERT_OK(stream_.synchronize());
     CUACTOR_ASSERT_OK(gpu::begin_stream_capture(s, gpu::CaptureMode::global));
@@ -502,6 +542,15 @@ TEST_F(ConvGpu, CapturedGraphEqualsEager) {
       CUACTOR_ASSERT_OK_AND_ASSIGN(replayed, download(p));
       EXPECT_TRUE(replayed == eager) << "graph replay " << replay << " differs from the eager run";
       CUACTOR_ASSERT_OK(gpu::memset_async(p.dout.data(), 0xff, p.dout.size(), s));
+    }
+  };
+  for (const CatalogEntry* e : conv_entries(props_.arch)) {
+    check(e->sku, cs, std::nullopt);
+    if (HasFatalFailure()) return;
+    if (e->sku.family == GemmFamily::conv_fprop && e->sku.arch.arch_specific && e->sku.tile == Shape3{64, 64, 64} &&
+        e->sku.schedule == GemmSchedule::warpspecialized && size_bits(e->sku.d) == 16) {
+      check(e->sku, deep, ConvSplit{.channels = 5});
+      if (HasFatalFailure()) return;
     }
   }
 }

@@ -261,10 +261,10 @@ TEST(ConvPlanCreate, WithoutKernelsSaysCatalogElseChoosesOne) {
     EXPECT_EQ(plan->source(), PlanSource::heuristic);
     EXPECT_EQ(plan->spec(), spec);
     EXPECT_EQ(plan->device_arch(), kHopper);
-    // A split wgrad's fp32 partials: one K x R x S x C filter per slice (none unsplit).
+    // A split's fp32 partials: one result (a wgrad's K x R x S x C filter) per slice, none unsplit.
     const int slices = plan->split().slices();
     const std::size_t partials =
-        static_cast<std::size_t>(slices) * static_cast<std::size_t>(spec.filter_elements()) * sizeof(float);
+        static_cast<std::size_t>(slices) * static_cast<std::size_t>(spec.result_elements()) * sizeof(float);
     EXPECT_EQ(plan->workspace_size(), slices > 1 ? partials : 0u);
     EXPECT_DOUBLE_EQ(plan->flops(), spec.flops());
   }
@@ -378,6 +378,21 @@ TEST(ConvPlanCreate, HeuristicByClassOfShape) {
   CUACTOR_ASSERT_OK_AND_ASSIGN(few_pixels_plan, ConvPlan::create(few_pixels, kHopper, o));
   EXPECT_EQ(few_pixels_plan.sku().tile, (Shape3{64, 64, 64})) << few_pixels_plan.sku().to_string();
   EXPECT_EQ(few_pixels_plan.sku().schedule, GemmSchedule::warpspecialized) << few_pixels_plan.sku().to_string();
+  EXPECT_EQ(few_pixels_plan.split(), ConvSplit{}) << "16 K steps of a 1x1 filter save less than the sum costs";
+  // One image of 7 x 7 through a 3x3 filter (8 tiles of 64x64, 72 K steps): 8 channel slices of 9 K steps.
+  ConvSpec single_image = spec_of(ConvOperation::fprop, 1, 7, 512, 512);
+  CUACTOR_ASSERT_OK_AND_ASSIGN(single_image_plan, ConvPlan::create(single_image, kHopper, o));
+  EXPECT_EQ(single_image_plan.sku().tile, (Shape3{64, 64, 64})) << single_image_plan.sku().to_string();
+  EXPECT_EQ(single_image_plan.split(), ConvSplit{.channels = 8});
+  EXPECT_EQ(single_image_plan.workspace_size(), 8u * 49u * 512u * sizeof(float));
+  // An explicit channel split takes a kernel that splits channels where the heuristic takes another
+  // (8 x 14 x 14 x 256 -> 256 3x3: the pingpong 64x128 above).
+  ConvPlanOptions split_options = o;
+  split_options.split_override = ConvSplit{.channels = 2};
+  CUACTOR_ASSERT_OK_AND_ASSIGN(
+      split_plan, ConvPlan::create(spec_of(ConvOperation::fprop, 8, 14, 256, 256), kHopper, split_options));
+  EXPECT_EQ(split_plan.sku().tile, (Shape3{64, 64, 64})) << split_plan.sku().to_string();
+  EXPECT_EQ(split_plan.split(), ConvSplit{.channels = 2});
   // Few filters of few channels (K = C = 64): the 64x64 tile (a tile covers one filter tap's
   // channels), split over image ranges; over rows too when there are few images.
   const ConvSpec few_filters = spec_of(ConvOperation::wgrad, 32, 56, 64, 64);
@@ -1014,9 +1029,100 @@ TEST_F(ConvFakePlan, WgradSplitOverrideRules) {
   expect_error(with(padded, {2, 2}), errc::invalid_argument, "pad_h=3 exceeds dilation_h*(R-1)=2");
   ConvSpec fprop = s;
   fprop.operation = ConvOperation::fprop;
-  expect_error(with(fprop, {2, 1}), errc::invalid_argument, "only wgrad splits");
+  expect_error(with(fprop, {2, 1}), errc::invalid_argument, "fprop splits its input channels only");
   CUACTOR_ASSERT_OK(with(fprop, {1, 1}));
+  ConvSpec dgrad = s;
+  dgrad.operation = ConvOperation::dgrad;
+  expect_error(with(dgrad, {2, 1}), errc::invalid_argument, "dgrad is never split");
+  expect_error(with(dgrad, ConvSplit{.channels = 2}), errc::invalid_argument, "dgrad is never split");
+  expect_error(with(s, ConvSplit{.channels = 2}), errc::invalid_argument, "wgrad splits images and rows, not channels");
   CUACTOR_ASSERT_OK(with(s, {2, 4}));
+}
+
+/// A plan of `spec` on sm_90a running the fake instance as the one-warpgroup 64x64 tile, whose
+/// fprop instances split their input channels.
+Result<ConvPlan> fake_small_grid_plan(const ConvSpec& spec, const ConvPlanOptions& options = {}) {
+  return ConvPlan::with_instance(spec, kHopper, ConvPlan::sku_for(spec, kHopper, {64, 64, 64}), fake_instance(),
+                                 nullptr, PlanSource::tuned, options);
+}
+
+TEST_F(ConvFakePlan, FpropChannelSplitOverrideRules) {
+  const ConvSpec s = spec(ConvOperation::fprop);  // C = 24: one K step of 64
+  const auto with = [&](ConvSpec spec, ConvSplit split, bool small_grid) {
+    ConvPlanOptions o;
+    o.split_override = split;
+    return small_grid ? fake_small_grid_plan(spec, o) : fake_plan(spec, o);
+  };
+  ConvSpec wide = s;
+  wide.c = 512;  // 8 K steps
+  expect_error(with(wide, ConvSplit{.channels = 2}, false), errc::unsupported, "does not split channels");
+  expect_error(with(wide, ConvSplit{.channels = 0}, true), errc::invalid_argument, "channels=0 must be in [1, 8]");
+  expect_error(with(wide, ConvSplit{.channels = 9}, true), errc::invalid_argument, "channels=9 must be in [1, 8]");
+  expect_error(with(s, ConvSplit{.channels = 2}, true), errc::invalid_argument, "channels=2 must be in [1, 1]");
+  expect_error(with(wide, ConvSplit{.images = 2, .channels = 2}, true), errc::invalid_argument,
+               "fprop splits its input channels only");
+  ConvSpec wider = s;
+  wider.c = 4096;  // 64 K steps: the slice cap binds
+  expect_error(with(wider, ConvSplit{.channels = 17}, true), errc::invalid_argument, "channels=17 must be in [1, 16]");
+  ConvSpec f32 = wide;
+  f32.element = f32.output = DType::f32;
+  expect_error(ConvPlan::with_instance(f32, kHopper, ConvPlan::sku_for(f32, kHopper, {64, 64, 32}), fake_instance(),
+                                       nullptr, PlanSource::tuned,
+                                       [] {
+                                         ConvPlanOptions o;
+                                         o.split_override = ConvSplit{.channels = 2};
+                                         return o;
+                                       }()),
+               errc::unsupported, "does not split channels");
+  CUACTOR_ASSERT_OK_AND_ASSIGN(plan, with(wide, ConvSplit{.channels = 8}, true));
+  EXPECT_EQ(plan.split(), ConvSplit{.channels = 8});
+  EXPECT_EQ(plan.split().to_string(), "1x1x8");
+  CUACTOR_ASSERT_OK(plan.run(tensors(ConvOperation::fprop), nullptr, 0, nullptr));
+  EXPECT_EQ(FakeKernel::last.split_c, 8);
+  EXPECT_EQ(FakeKernel::last.split_n, 1);
+  EXPECT_EQ(FakeKernel::last.split_p, 1);
+}
+
+// The channel split of the small-grid tile, by its time model (fitted on an H100): where the filter's
+// taps make the reduction long the slices pay for their sum, within one wave; on 1x1 filters they do
+// not. Each case was measured so (session 23).
+TEST_F(ConvFakePlan, FpropChannelSplitPaysOnLongReductions) {
+  ConvPlanOptions o;
+  o.sm_count = 132;
+  // 1 x 7 x 7 x 512 -> 512 3x3: 8 tiles, 72 K steps. Measured 16.3 us unsplit, 11.9 in 4, 11.0 in 8 slices.
+  const ConvSpec one_image = spec_of(ConvOperation::fprop, 1, 7, 512, 512);
+  CUACTOR_ASSERT_OK_AND_ASSIGN(plan, fake_small_grid_plan(one_image, o));
+  EXPECT_EQ(plan.split(), ConvSplit{.channels = 8});
+  // 4 images: 32 tiles, so 8 slices take two waves. Measured 16.5 us unsplit, 13.5 in 4, 16.4 in 8.
+  ConvSpec four_images = one_image;
+  four_images.n = 4;
+  CUACTOR_ASSERT_OK_AND_ASSIGN(four_plan, fake_small_grid_plan(four_images, o));
+  EXPECT_EQ(four_plan.split(), ConvSplit{.channels = 4});
+  // On 40 multiprocessors one image's 8 slices would take two waves too.
+  o.sm_count = 40;
+  CUACTOR_ASSERT_OK_AND_ASSIGN(fewer_sms, fake_small_grid_plan(one_image, o));
+  EXPECT_EQ(fewer_sms.split(), ConvSplit{.channels = 4});
+  o.sm_count = 132;
+  // 1x1 filters: 1 x 14 x 14 x 1024 -> 256 (16 K steps) measured 8.0 us unsplit, 10.3 in 4 slices;
+  // 1 x 14 x 14 x 2048 -> 256 (32 K steps) 10.4 us unsplit, 10.9 in 4.
+  ConvSpec few_pixels = pointwise(spec_of(ConvOperation::fprop, 1, 14, 1024, 256));
+  CUACTOR_ASSERT_OK_AND_ASSIGN(pointwise_plan, fake_small_grid_plan(few_pixels, o));
+  EXPECT_EQ(pointwise_plan.split(), ConvSplit{});
+  few_pixels.c = 2048;
+  CUACTOR_ASSERT_OK_AND_ASSIGN(longer_plan, fake_small_grid_plan(few_pixels, o));
+  EXPECT_EQ(longer_plan.split(), ConvSplit{});
+  // Few channels: 3x3 taps of 2 channel steps (18 K steps) keep one slice.
+  ConvSpec short_reduction = one_image;
+  short_reduction.c = 128;
+  CUACTOR_ASSERT_OK_AND_ASSIGN(short_plan, fake_small_grid_plan(short_reduction, o));
+  EXPECT_EQ(short_plan.split(), ConvSplit{});
+  // Not a tile that splits, nor another operation on the split tile.
+  CUACTOR_ASSERT_OK_AND_ASSIGN(lone, fake_plan(one_image, o));
+  EXPECT_EQ(lone.split(), ConvSplit{});
+  ConvSpec dgrad = one_image;
+  dgrad.operation = ConvOperation::dgrad;  // the same implicit GEMM: 512 output channels, 512 x 3x3 reduced
+  CUACTOR_ASSERT_OK_AND_ASSIGN(dgrad_plan, fake_small_grid_plan(dgrad, o));
+  EXPECT_EQ(dgrad_plan.split(), ConvSplit{});
 }
 
 }  // namespace

@@ -117,22 +117,28 @@ struct ConvTensors {
   float beta = 0.0f;
 };
 
-/// How a wgrad plan splits its reduction over N x P x Q: `images` ranges of the batch times `rows`
-/// ranges of output rows within each image, computed side by side in one launch into fp32 partials
-/// that a second kernel adds (the filter gradient alone often has fewer tiles than the device has
-/// multiprocessors). fprop and dgrad are never split.
+/// How a plan splits its reduction into slices, computed side by side in one launch into fp32
+/// partials that a second kernel adds, so that an output of few tiles still fills the device. Wgrad
+/// splits N x P x Q: `images` ranges of the batch times `rows` ranges of output rows within each
+/// image (the filter gradient alone often has fewer tiles than the device has multiprocessors).
+/// fprop splits its input channels into `channels` ranges of whole K steps, on the kernels that do
+/// (the one-warpgroup 64x64 tile of 16-bit tensors), for grids of few output tiles over long
+/// reductions. dgrad is never split.
 struct ConvSplit {
   int images = 1;
   int rows = 1;
-  /// images * rows.
-  [[nodiscard]] int slices() const noexcept { return images * rows; }
-  /// "IMAGESxROWS", as messages and tools print a split.
+  int channels = 1;
+  /// images * rows * channels.
+  [[nodiscard]] int slices() const noexcept { return images * rows * channels; }
+  /// "IMAGESxROWS", or "IMAGESxROWSxCHANNELS" for a channel split.
   [[nodiscard]] std::string to_string() const;
   friend bool operator==(const ConvSplit&, const ConvSplit&) = default;
 };
 
-/// The most slices a wgrad split has.
+/// The most slices a split has.
 inline constexpr int kMaxConvSlices = 32;
+/// The most slices an fprop channel split has.
+inline constexpr int kMaxConvChannelSlices = 16;
 
 /// Options of ConvPlan::create.
 struct ConvPlanOptions {
@@ -142,10 +148,12 @@ struct ConvPlanOptions {
   int sm_count = 0;
   /// Ordinal of the device the plan's kernels run on.
   int device = 0;
-  /// Wgrad: use exactly this split instead of the cost model's. Rules: images in [1, N], rows in
-  /// [1, P], slices at most kMaxConvSlices, rows > 1 only with images == N and pad_h <=
-  /// dilation_h (R - 1) (every slice reads an input row). Other operations, and sm_80 kernels, take
-  /// {1, 1} only.
+  /// Use exactly this split instead of the plan's. Rules: wgrad: images in [1, N], rows in [1, P],
+  /// channels 1, slices at most kMaxConvSlices, rows > 1 only with images == N and pad_h <=
+  /// dilation_h (R - 1) (every slice reads an input row); fprop: images and rows 1, channels in [1,
+  /// the K steps of C] and at most kMaxConvChannelSlices, above 1 only on a kernel that splits channels
+  /// (without sku_override the plan then chooses among those);
+  /// dgrad, and sm_80 kernels, {1, 1, 1} only.
   std::optional<ConvSplit> split_override;
 };
 
@@ -183,10 +191,10 @@ class ConvPlan {
   [[nodiscard]] const ConvSpec& spec() const noexcept { return spec_; }
   [[nodiscard]] PlanSource source() const noexcept { return source_; }
   [[nodiscard]] GpuArch device_arch() const noexcept { return device_arch_; }
-  /// How the plan splits a wgrad reduction ({1, 1} for fprop and dgrad).
+  /// How the plan splits its reduction ({1, 1, 1}: unsplit; always for dgrad).
   [[nodiscard]] ConvSplit split() const noexcept { return split_; }
-  /// Scratch bytes run() needs: wgrad's fp32 partials (slices x K x R x S x C x 4 bytes), 0 for
-  /// fprop and dgrad.
+  /// Scratch bytes run() needs: a split's fp32 partials (slices x the output's elements x 4 bytes),
+  /// 0 unsplit.
   [[nodiscard]] std::size_t workspace_size() const noexcept { return workspace_size_; }
   [[nodiscard]] double flops() const noexcept { return spec_.flops(); }
 
