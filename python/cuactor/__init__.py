@@ -320,15 +320,22 @@ def _require_dy_shape(dy_shape: tuple[int, ...], hw: tuple[int, int], rs: tuple[
                                    f"dilation={params[2]} gives P x Q = {want[0]} x {want[1]}")
 
 
-def _split_pair(split: Any) -> tuple[int, int]:
-    """``split`` as an (images, rows) pair of ints."""
+def _wgrad_split(split: Any) -> tuple[int, int, int]:
+    """A wgrad ``split``, an (images, rows) pair of ints, as the (images, rows, channels) of _core."""
     if not isinstance(split, (tuple, list)) or len(split) != 2 or None in (pair := tuple(map(_as_int, split))):
         raise InvalidArgumentError(f"split={split!r}: give a pair of ints (images, rows)")
-    return pair  # type: ignore[return-value]
+    return (*pair, 1)  # type: ignore[return-value]
+
+
+def _fprop_split(split: Any) -> tuple[int, int, int]:
+    """An fprop ``split``, a count of input-channel ranges, as the (images, rows, channels) of _core."""
+    if (channels := _as_int(split)) is None:
+        raise InvalidArgumentError(f"split={split!r}: give an int (how many ranges of input channels)")
+    return (1, 1, channels)
 
 
 def _conv_launch(run: Any, a: Any, b: Any, shape: tuple[int, ...], params: tuple[tuple[int, int], ...],
-                 out: Any, stream: int | None, sku: str | None, split: tuple[int, int] | None = None) -> Any:
+                 out: Any, stream: int | None, sku: str | None, split: tuple[int, int, int] | None = None) -> Any:
     """Allocates the result (torch, out=None) and runs ``run`` (a _core.conv2d* function) on the stream."""
     torch = _torch_of(a)
     out = _prepare_out(torch, a, shape, out, None, getattr(a, "dtype", None),
@@ -339,7 +346,7 @@ def _conv_launch(run: Any, a: Any, b: Any, shape: tuple[int, ...], params: tuple
 
 def conv2d(x: Any, w: Any, *, stride: int | tuple[int, int] = 1, padding: int | tuple[int, int] = 0,
            dilation: int | tuple[int, int] = 1, out: Any = None, stream: int | None = None,
-           sku: str | None = None) -> Any:
+           sku: str | None = None, split: int | None = None) -> Any:
     """2-D convolution forward (cross-correlation, as ``torch.nn.functional.conv2d``) with a CUTLASS
     implicit-GEMM kernel, on channels-last tensors: x (N, H, W, C) and w (K, R, S, C) -> (N, P, Q, K)
     with P = (H + 2 padding_h - dilation_h (R - 1) - 1) // stride_h + 1, likewise Q.
@@ -353,18 +360,23 @@ def conv2d(x: Any, w: Any, *, stride: int | tuple[int, int] = 1, padding: int | 
     (``stream=`` otherwise); capturable by torch.cuda.graph. Not differentiable: the result carries no
     autograd history (see :func:`conv2d_backward_data` and :func:`conv2d_backward_weight`).
     ``sku`` (a kernel's SKU text, as ``cuactor kernels`` lists them) runs exactly that catalog kernel
-    instead of the heuristic's choice: for tuning and benchmarks.
+    instead of the heuristic's choice: for tuning and benchmarks. ``split`` slices the input channels into
+    that many ranges, each reduced into fp32 partial outputs that a second kernel sums, instead of the
+    plan's own choice (which splits where the output alone leaves most of the GPU idle): for tuning and
+    benchmarks. Its rules: 1 to 16 ranges, at most one per K step of the kernel's tile, above 1 only on a
+    kernel that splits channels (the one-warpgroup 64x64 tile of bf16 / f16 tensors).
 
     Raises:
         InvalidArgumentError: shapes, dtypes, devices, layouts or stride / padding / dilation break a rule.
         UnsupportedError: no kernel of this build computes it on this GPU (sm_90a only; groups, fp8, TMA
-            im2col limits on padding and dilated filter extent).
+            im2col limits on padding and dilated filter extent), or ``split`` on a kernel that does not split.
     """
     n, h, wd, _ = _shape4("x", x, "N x H x W x C")
     k, r, s, _ = _shape4("w", w, "K x R x S x C")
     params = _conv_params(stride, padding, dilation)
     p, q = _conv_output_hw((h, wd), (r, s), *params)
-    return _conv_launch(_core.conv2d, x, w, (n, p, q, k), params, out, stream, sku)
+    return _conv_launch(_core.conv2d, x, w, (n, p, q, k), params, out, stream, sku,
+                        None if split is None else _fprop_split(split))
 
 
 def conv2d_backward_data(dy: Any, w: Any, input_hw: int | tuple[int, int], *, stride: int | tuple[int, int] = 1,
@@ -412,4 +424,4 @@ def conv2d_backward_weight(dy: Any, x: Any, filter_rs: int | tuple[int, int], *,
     params = _conv_params(stride, padding, dilation)
     _require_dy_shape(dy_shape, (h, wd), rs, params, f"x's {h}x{wd} and filter_rs={rs}")
     return _conv_launch(_core.conv2d_backward_weight, dy, x, (dy_shape[3], *rs, c), params, out, stream, sku,
-                        None if split is None else _split_pair(split))
+                        None if split is None else _wgrad_split(split))

@@ -22,6 +22,8 @@ namespace cuactor::pyext {
 namespace {
 
 using Pair = std::array<std::int64_t, 2>;
+/// A split: images, rows (wgrad) and input-channel ranges (fprop), as kernels::ConvSplit.
+using SplitCounts = std::array<std::int64_t, 3>;
 
 kernels::ConvPlanCache& conv_plans() {
   static kernels::ConvPlanCache cache;
@@ -81,7 +83,7 @@ void require_extent(const TensorArg& t, std::size_t dim, const TensorArg& from, 
 /// `op`, plans it (cached) and enqueues it on `stream` (see LaunchSource).
 void conv(kernels::ConvOperation op, nb::handle a_obj, nb::handle b_obj, nb::handle out_obj,
           std::optional<std::uintptr_t> stream, const Pair& stride, const Pair& padding, const Pair& dilation,
-          nb::handle alloc_obj, const std::optional<std::string>& sku, const std::optional<Pair>& split) {
+          nb::handle alloc_obj, const std::optional<std::string>& sku, const std::optional<SplitCounts>& split) {
   using kernels::ConvOperation;
   const LaunchSource source(stream, alloc_obj, a_obj);
   const std::optional<kernels::GemmSku> sku_override =
@@ -132,11 +134,15 @@ void conv(kernels::ConvOperation op, nb::handle a_obj, nb::handle b_obj, nb::han
   options.sku_override = sku_override;
   if (split) {
     // The plan checks the split's rules; here only that each count fits its int.
-    for (const std::int64_t v : *split)
-      if (v < 1 || v > kernels::kMaxConvSlices)
-        raise(errc::invalid_argument, fmt::format("split=({}, {}): each count must lie in [1, {}] (images, rows)",
-                                                  (*split)[0], (*split)[1], kernels::kMaxConvSlices));
-    options.split_override = kernels::ConvSplit{static_cast<int>((*split)[0]), static_cast<int>((*split)[1])};
+    const auto [images, rows, channels] = *split;
+    if (images < 1 || images > kernels::kMaxConvSlices || rows < 1 || rows > kernels::kMaxConvSlices)
+      raise(errc::invalid_argument, fmt::format("split=({}, {}): each count must lie in [1, {}] (images, rows)", images,
+                                                rows, kernels::kMaxConvSlices));
+    if (channels < 1 || channels > kernels::kMaxConvChannelSlices)
+      raise(errc::invalid_argument, fmt::format("split={}: the input channels split into [1, {}] ranges", channels,
+                                                kernels::kMaxConvChannelSlices));
+    options.split_override =
+        kernels::ConvSplit{static_cast<int>(images), static_cast<int>(rows), static_cast<int>(channels)};
   }
   // Malformed specs (stride, padding, an empty output, channel alignment) and those without a kernel
   // are rejected here, naming the value and the rule; failures are not cached.
@@ -182,8 +188,9 @@ void bind_conv(nb::module_& m) {
        "(symmetric) and `dilation` are (height, width) pairs. Every tensor is packed in the order of its dimensions "
        "(channels contiguous) and on one CUDA device. `alloc` gives the plan's workspace, if any, as for mm (default: "
        "torch's caching allocator for torch tensors, else stream-ordered from the device's pool). `sku` (a GemmSku "
-       "text) runs exactly that catalog kernel instead of the heuristic's choice; `split` (wgrad only: images, rows) "
-       "slices the reduction into that many ranges instead of the cost model's split. Raises the cuactor.errors class "
+       "text) runs exactly that catalog kernel instead of the heuristic's choice; `split` (images, rows, channels) "
+       "slices the reduction into that many ranges instead of the plan's split: wgrad splits images and rows, fprop "
+       "its input channels. Raises the cuactor.errors class "
        "of the failure."},
       {"conv2d_backward_data", kernels::ConvOperation::dgrad, "dy", "w",
        "Convolution data gradient, as conv2d: out = dx (N, H, W, C) from dy (N, P, Q, K) and w (K, R, S, C); H and W "
@@ -197,7 +204,7 @@ void bind_conv(nb::module_& m) {
         d.name,
         [op = d.op](nb::handle a, nb::handle b, nb::handle out, std::optional<std::uintptr_t> stream,
                     const Pair& stride, const Pair& padding, const Pair& dilation, nb::handle alloc,
-                    const std::optional<std::string>& sku, const std::optional<Pair>& split) {
+                    const std::optional<std::string>& sku, const std::optional<SplitCounts>& split) {
           conv(op, a, b, out, stream, stride, padding, dilation, alloc, sku, split);
         },
         nb::arg(d.a).none(), nb::arg(d.b).none(), nb::arg("out").none(), nb::arg("stream").none(), nb::arg("stride"),

@@ -264,6 +264,9 @@ def test_conv_argument_rules(np):
     for bad in (2, "2x1", (1, 2, 3), (1.0, 2), (True, 1)):
         with pytest.raises(cuactor.InvalidArgumentError, match=r"split=.*: give a pair of ints \(images, rows\)"):
             cuactor.conv2d_backward_weight(y, x, 3, padding=1, out=w, stream=0, split=bad)
+    for bad in ("2", (1, 1, 4), 1.5, True):
+        with pytest.raises(cuactor.InvalidArgumentError, match=r"split=.*: give an int \(how many ranges of input ch"):
+            cuactor.conv2d(x, w, padding=1, out=y, stream=0, split=bad)
     # stride 2, dilation 2 and lists are accepted (the host arrays are then refused).
     with pytest.raises(cuactor.InvalidArgumentError, match="CUDA device memory"):
         cuactor.conv2d(x, w, stride=[2, 1], padding=(2, 1), dilation=(2, 1), out=np.zeros((2, 5, 7, 32), np.float16),

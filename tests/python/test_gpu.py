@@ -497,6 +497,19 @@ def test_conv2d_rules_on_the_device(conv_torch):
         cuactor.conv2d_backward_weight(dy16, x_nhwc, 3, split=(0, 1), **geom)
     with pytest.raises(cuactor.errors.InvalidArgumentError, match="images=3 must be in"):
         cuactor.conv2d_backward_weight(dy16, x_nhwc, 3, split=(3, 1), **geom)
+    # A forced fprop channel split: the plan's own output; counts past the rules and kernels that do
+    # not split channels are refused naming them.
+    _, x_nhwc, _, w_krsc, geom = conv_operands(torch, (4, 9, 7, 256, 64, 1, 1, 1, 0, 1), torch.bfloat16)
+    want = cuactor.conv2d(x_nhwc, w_krsc, **geom).double()
+    got = cuactor.conv2d(x_nhwc, w_krsc, split=4, **geom).double()
+    assert ((got - want).norm() / want.norm()).item() < 1e-2
+    with pytest.raises(cuactor.errors.InvalidArgumentError, match=r"split=17: the input channels split into \[1, 16\]"):
+        cuactor.conv2d(x_nhwc, w_krsc, split=17, **geom)
+    with pytest.raises(cuactor.errors.InvalidArgumentError, match=r"split channels=5 must be in \[1, 4\]"):
+        cuactor.conv2d(x_nhwc, w_krsc, split=5, **geom)
+    pingpong = "conv_fprop:sm_90a:bf16,bf16,bf16,bf16,f32:nhwc,krsc,nhwc:64x128x64:1x1x1:s0:pingpong:linear_combination"
+    with pytest.raises(cuactor.errors.UnsupportedError, match="does not split channels"):
+        cuactor.conv2d(x_nhwc, w_krsc, split=2, sku=pingpong, **geom)
 
 
 def test_conv2d_runs_on_the_current_stream(conv_torch):

@@ -117,11 +117,19 @@ case $case in
       expect_rc 2; expect_in err "shape $bad: give 7 positive integers N,H,W,C,K,R,STRIDE"
     done
     run "$cli" bench conv --split 0x1
-    expect_rc 2; expect_in err "split 0x1: give 2 positive integers IMAGESxROWS"
+    expect_rc 2; expect_in err "split 0x1: give 2 positive integers IMAGESxROWS or 1x1xCHANNELS"
+    run "$cli" bench conv --split 1x1x0
+    expect_rc 2; expect_in err "split 1x1x0: give 3 positive integers IMAGESxROWS or 1x1xCHANNELS"
     run "$cli" bench conv --split 64x1
     expect_rc 2; expect_in err "split 64x1: each count must lie in \[1, 32\]"
+    for bad in 2x1x4 1x1x17; do
+      run "$cli" bench conv --split "$bad"
+      expect_rc 2; expect_in err "split $bad: an fprop split is 1x1xCHANNELS with CHANNELS in \[1, 16\]"
+    done
     run "$cli" bench conv --op fprop --split 2x1
-    expect_rc 2; expect_in err "only wgrad splits its reduction, and --op leaves wgrad out"
+    expect_rc 2; expect_in err "it splits wgrad (wgrad splits IMAGESxROWS, fprop 1x1xCHANNELS), and --op leaves wgrad out"
+    run "$cli" bench conv --op wgrad --split 1x1x4
+    expect_rc 2; expect_in err "it splits fprop .*and --op leaves fprop out"
     run "$cli" bench conv --sku fastest
     expect_rc 2; expect_in err "fastest" ;;
   bench_conv_plan_only)  # --plan-only plans on the host alone: its options are checked, its rows name the kernel

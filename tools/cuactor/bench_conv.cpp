@@ -39,7 +39,7 @@ struct ConvBenchOptions {
   std::vector<std::string> dtypes{"bf16", "f16"};
   std::vector<std::string> shapes;  ///< N,H,W,C,K,R,STRIDE (padding R / 2); empty: the built-in list
   std::string sku;                  ///< a catalog kernel instead of the heuristic's choice
-  std::string split;                ///< wgrad: IMAGESxROWS instead of the cost model's split
+  std::string split;                ///< IMAGESxROWS (wgrad) or 1x1xCHANNELS (fprop) instead of the plan's split
   int warmup = 5;
   int rounds = 3;
   int reps = 20;
@@ -93,13 +93,14 @@ ConvSpec spec_of(const std::vector<std::int64_t>& shape, ConvOperation op, DType
 }
 
 /// The cases the options ask for: every shape x dtype x operation, each planned with `base` (and
-/// wgrad with `split`, when given).
+/// `split_op` with `split`, when given).
 struct ConvCases {
   std::vector<ConvOperation> ops;
   std::vector<DType> dtypes;
   std::vector<std::vector<std::int64_t>> shapes;
   kernels::ConvPlanOptions base;
   std::optional<kernels::ConvSplit> split;
+  ConvOperation split_op = ConvOperation::wgrad;  ///< the operation `split` applies to
 };
 
 /// One row per case, in the order shape, dtype, operation: the case's label, then what `row_text`
@@ -111,7 +112,7 @@ int print_rows(const ConvCases& cases, RowText&& row_text) {
     for (const DType dtype : cases.dtypes)
       for (const ConvOperation op : cases.ops) {
         kernels::ConvPlanOptions po = cases.base;
-        if (op == ConvOperation::wgrad) po.split_override = cases.split;
+        if (op == cases.split_op) po.split_override = cases.split;
         const Result<std::string> text = row_text(spec_of(shape, op, dtype), po);
         std::cout << fmt::format(
             "{:<6} {:<5} {:<24} ", kernels::name(op), name(dtype),
@@ -262,15 +263,25 @@ Status run_bench_conv(const ConvBenchOptions& opt) {
     cases.base.sku_override = *sku;
   }
   if (!opt.split.empty()) {
-    auto counts = parse_ints(opt.split, 'x', 2, "--split", "IMAGESxROWS");
+    const bool channels = std::count(opt.split.begin(), opt.split.end(), 'x') == 2;
+    auto counts = channels ? parse_ints(opt.split, 'x', 3, "--split", "IMAGESxROWS or 1x1xCHANNELS")
+                           : parse_ints(opt.split, 'x', 2, "--split", "IMAGESxROWS or 1x1xCHANNELS");
     if (!counts) return fail(counts.error());
-    if ((*counts)[0] > kernels::kMaxConvSlices || (*counts)[1] > kernels::kMaxConvSlices)
+    if (channels && ((*counts)[0] != 1 || (*counts)[1] != 1 || (*counts)[2] > kernels::kMaxConvChannelSlices))
+      return fail(errc::invalid_argument,
+                  fmt::format("--split {}: an fprop split is 1x1xCHANNELS with CHANNELS in [1, {}]", opt.split,
+                              kernels::kMaxConvChannelSlices));
+    if (!channels && ((*counts)[0] > kernels::kMaxConvSlices || (*counts)[1] > kernels::kMaxConvSlices))
       return fail(errc::invalid_argument,
                   fmt::format("--split {}: each count must lie in [1, {}]", opt.split, kernels::kMaxConvSlices));
-    cases.split = kernels::ConvSplit{static_cast<int>((*counts)[0]), static_cast<int>((*counts)[1])};
-    if (std::find(cases.ops.begin(), cases.ops.end(), ConvOperation::wgrad) == cases.ops.end())
+    cases.split = kernels::ConvSplit{static_cast<int>((*counts)[0]), static_cast<int>((*counts)[1]),
+                                     channels ? static_cast<int>((*counts)[2]) : 1};
+    cases.split_op = channels ? ConvOperation::fprop : ConvOperation::wgrad;
+    if (std::find(cases.ops.begin(), cases.ops.end(), cases.split_op) == cases.ops.end())
       return fail(errc::invalid_argument,
-                  fmt::format("--split {}: only wgrad splits its reduction, and --op leaves wgrad out", opt.split));
+                  fmt::format("--split {}: it splits {} (wgrad splits IMAGESxROWS, fprop 1x1xCHANNELS), and --op "
+                              "leaves {} out",
+                              opt.split, kernels::name(cases.split_op), kernels::name(cases.split_op)));
   }
 
   if (opt.plan_only) return print_plans(std::move(cases), opt);
@@ -313,7 +324,9 @@ void add_bench_conv_command(CLI::App& app) {
                   "N,H,W,C,K,R,STRIDE with an R x R filter and padding R / 2 (repeatable; default: the layers of "
                   "bench/conv_torch.py)");
   cmd->add_option("--sku", opt->sku, "Run this catalog kernel instead of the heuristic's choice");
-  cmd->add_option("--split", opt->split, "wgrad: split the reduction IMAGESxROWS instead of the cost model's choice");
+  cmd->add_option(
+      "--split", opt->split,
+      "Split the reduction instead of the plan's choice: wgrad IMAGESxROWS, fprop 1x1xCHANNELS (input channel ranges)");
   cmd->add_option("--reps", opt->reps, "Timed repetitions per side and round (median reported)");
   cmd->add_option("--rounds", opt->rounds, "Interleaved rounds of both sides");
   cmd->add_option("--warmup", opt->warmup, "Untimed warm-up launches per side");
