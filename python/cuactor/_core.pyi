@@ -41,7 +41,7 @@ def conv2d(x: object | None, w: object | None, out: object | None, stream: int |
 
 def conv2d_backward_data(dy: object | None, w: object | None, out: object | None, stream: int | None, stride: Sequence[int], padding: Sequence[int], dilation: Sequence[int], alloc: object | None = None, sku: str | None = None, split: Sequence[int] | None = None) -> None:
     """
-    Convolution data gradient, as conv2d: out = dx (N, H, W, C) from dy (N, P, Q, K) and w (K, R, S, C); H and W are out's.
+    Convolution data gradient, as conv2d: out = dx (N, H, W, C) from dy (N, P, Q, K) and w (K, R, S, C); H and W are out's. It is never split (a `split` other than (1, 1, 1) is refused).
     """
 
 def conv2d_backward_weight(dy: object | None, x: object | None, out: object | None, stream: int | None, stride: Sequence[int], padding: Sequence[int], dilation: Sequence[int], alloc: object | None = None, sku: str | None = None, split: Sequence[int] | None = None) -> None:

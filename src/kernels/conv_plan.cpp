@@ -230,21 +230,24 @@ bool splits_channels(const GemmSku& sku, const ConvSpec& spec) {
 // A channel split of fprop runs its slices side by side and adds their fp32 partials in a second
 // kernel, as wgrad's split does. Its time model was fitted on an H100 (session 23, bf16 and f16, 14
 // shapes of 4 to 64 tiles of 64x64, 1x1 and 3x3 filters, each unsplit and split 2, 4, 8 and 16 ways:
-// 134 timings, all within 5% of the model but one at 7%): about 5.5 us of launch and fill, 0.153 us
-// per K step of the longest slice and wave, and for a split the sum's 3.14 us plus 0.65 us per MB of
-// partials written and read back and of output written. So a split pays where the filter's taps
-// make the reduction long (1x7x7x512->512 3x3: 16.3 us unsplit, 11.0 us in 8 slices); on 1x1
-// filters the sum costs about what the slices save, or more.
+// 134 timings, all within 5% of the model but one at 7%): 5.5 us of launch and fill, 0.153 us per K
+// step of the longest slice and wave, and for a split the sum's 3.14 us plus 0.65 us per MB of
+// partials written and read back and of output written. A split pays where the filter's taps make the
+// reduction long (1x7x7x512->512 3x3: 16.3 us unsplit, 11.0 us in 8 slices); on 1x1 filters over 4
+// tiles or more the sum cost what the slices saved, or more (1x7x7x2048->512, 8 tiles: 10.3 us
+// unsplit, 10.4 in 8 slices). So a split is taken only where the model expects it to save a tenth of
+// the time, twice its largest error.
+constexpr double kChannelFillMicros = 5.5;
 constexpr double kChannelStepMicros = 0.153;
 constexpr double kChannelSumMicros = 3.14;
 constexpr double kChannelSumMicrosPerByte = 0.65e-6;
+constexpr double kChannelSplitMinGain = 0.9;
 
-/// The estimated time of fprop with `sku` in `slices` ranges of input channels, less what every
-/// split shares (the launch and the fill).
+/// The estimated time of fprop with `sku` in `slices` ranges of input channels.
 double channel_split_micros(const GemmSku& sku, const ConvSpec& s, std::int64_t slices, int sm_count) {
   const std::int64_t steps = s.r * s.s * ceil_div(ceil_div(s.c, sku.tile.k), slices);  // the longest slice's
   const std::int64_t waves = ceil_div(output_tiles(sku, s) * slices, planned_sms(sm_count));
-  const double mainloop = static_cast<double>(waves * steps) * kChannelStepMicros;
+  const double mainloop = kChannelFillMicros + static_cast<double>(waves * steps) * kChannelStepMicros;
   if (slices == 1) return mainloop;
   const double bytes =
       static_cast<double>(s.n * s.p() * s.q() * s.k) * (8.0 * static_cast<double>(slices) + size_bits(s.output) / 8.0);
@@ -252,12 +255,12 @@ double channel_split_micros(const GemmSku& sku, const ConvSpec& s, std::int64_t 
 }
 
 /// The channel split of fprop with `sku` of the least estimated time, {1, 1, 1} where it does not
-/// split or a split would not gain.
+/// split or where no split saves kChannelSplitMinGain of the unsplit time.
 ConvSplit best_channel_split(const GemmSku& sku, const ConvSpec& s, int sm_count) {
   if (!splits_channels(sku, s)) return {};
   const std::int64_t most = std::min<std::int64_t>(ceil_div(s.c, sku.tile.k), kMaxConvChannelSlices);
   std::int64_t best = 1;
-  double best_micros = channel_split_micros(sku, s, 1, sm_count);
+  double best_micros = kChannelSplitMinGain * channel_split_micros(sku, s, 1, sm_count);
   for (std::int64_t slices = 2; slices <= most; ++slices)
     if (const double t = channel_split_micros(sku, s, slices, sm_count); t < best_micros) {
       best = slices;
@@ -848,27 +851,32 @@ Result<ConvPlan> ConvPlan::create(const ConvSpec& spec, GpuArch device_arch, con
     double best_cost = 0;
     std::optional<Error> refusal;                // why a kernel that matches the spec's types cannot compute it
     const CatalogEntry* unconsidered = nullptr;  // a kernel that computes it but that the model does not consider
-    for (const CatalogEntry& e : catalog()) {
-      if (!sku_computes(e.sku, spec) || !runs_on(e.sku, device_arch) || !heuristic_candidate(e.sku)) continue;
-      // An explicit channel split asks for a kernel that splits channels.
-      if (options.split_override && options.split_override->channels > 1 && !splits_channels(e.sku, spec)) continue;
-      if (Status fits = check_sku_computes(e.sku, spec); !fits) {
-        if (!refusal) refusal = fits.error();
-        continue;
+    // An explicit channel split asks for a kernel that splits channels. Where none computes the spec,
+    // the usual choice follows, and its plan refuses the split naming the rule.
+    const bool channel_split = options.split_override && options.split_override->channels > 1;
+    for (const bool splitting_only : {channel_split, false}) {
+      for (const CatalogEntry& e : catalog()) {
+        if (!sku_computes(e.sku, spec) || !runs_on(e.sku, device_arch) || !heuristic_candidate(e.sku)) continue;
+        if (splitting_only && !splits_channels(e.sku, spec)) continue;
+        if (Status fits = check_sku_computes(e.sku, spec); !fits) {
+          if (!refusal) refusal = fits.error();
+          continue;
+        }
+        const bool split_wgrad = spec.operation == ConvOperation::wgrad && e.sku.arch.arch_specific;
+        const double cost = split_wgrad ? best_wgrad_split(e.sku, spec, options.sm_count, true).micros
+                                        : estimated_cost(e.sku, spec, options.sm_count);
+        if (cost == std::numeric_limits<double>::infinity()) {  // no considered split, or a class it never won
+          if (unconsidered == nullptr) unconsidered = &e;
+          continue;
+        }
+        const bool better_arch = chosen != nullptr && e.sku.arch.arch_specific && !chosen->sku.arch.arch_specific;
+        const bool same_arch = chosen != nullptr && e.sku.arch == chosen->sku.arch;
+        if (chosen == nullptr || better_arch || (same_arch && cost < best_cost)) {
+          chosen = &e;
+          best_cost = cost;
+        }
       }
-      const bool split_wgrad = spec.operation == ConvOperation::wgrad && e.sku.arch.arch_specific;
-      const double cost = split_wgrad ? best_wgrad_split(e.sku, spec, options.sm_count, true).micros
-                                      : estimated_cost(e.sku, spec, options.sm_count);
-      if (cost == std::numeric_limits<double>::infinity()) {  // no considered split, or a class it never won
-        if (unconsidered == nullptr) unconsidered = &e;
-        continue;
-      }
-      const bool better_arch = chosen != nullptr && e.sku.arch.arch_specific && !chosen->sku.arch.arch_specific;
-      const bool same_arch = chosen != nullptr && e.sku.arch == chosen->sku.arch;
-      if (chosen == nullptr || better_arch || (same_arch && cost < best_cost)) {
-        chosen = &e;
-        best_cost = cost;
-      }
+      if (chosen != nullptr || unconsidered != nullptr || !splitting_only) break;
     }
     // A build whose only kernels for the spec are ones the model does not consider (paired ones only)
     // still runs it, with the kernel's best split of all.

@@ -194,7 +194,7 @@ void bind_conv(nb::module_& m) {
        "of the failure."},
       {"conv2d_backward_data", kernels::ConvOperation::dgrad, "dy", "w",
        "Convolution data gradient, as conv2d: out = dx (N, H, W, C) from dy (N, P, Q, K) and w (K, R, S, C); H and W "
-       "are out's."},
+       "are out's. It is never split (a `split` other than (1, 1, 1) is refused)."},
       {"conv2d_backward_weight", kernels::ConvOperation::wgrad, "dy", "x",
        "Convolution filter gradient, as conv2d: out = dw (K, R, S, C) from dy (N, P, Q, K) and x (N, H, W, C); R and S "
        "are out's."},

@@ -224,13 +224,13 @@ Status print_plans(ConvCases cases, const ConvBenchOptions& opt) {
   cases.base.sm_count = opt.sm_count;
   std::cout << fmt::format("cuactor bench conv --plan-only: plans for {} with {} SMs (no device touched)\n",
                            arch->name(), opt.sm_count);
-  std::cout << fmt::format("{:<6} {:<5} {:<24} {:<10} {:<5} {:>10}  {}\n", "op", "dtype", "N,H,W,C,K,R,stride", "plan",
+  std::cout << fmt::format("{:<6} {:<5} {:<24} {:<10} {:<7} {:>10}  {}\n", "op", "dtype", "N,H,W,C,K,R,stride", "plan",
                            "split", "workspace", "kernel");
   const int failures =
       print_rows(cases, [&](const ConvSpec& spec, const kernels::ConvPlanOptions& po) -> Result<std::string> {
         auto plan = ConvPlan::create(spec, *arch, po);
         if (!plan) return fail(plan.error());
-        return fmt::format("{:<10} {:<5} {:>10}  {}", kernels::name(plan->source()), plan->split().to_string(),
+        return fmt::format("{:<10} {:<7} {:>10}  {}", kernels::name(plan->source()), plan->split().to_string(),
                            plan->workspace_size(), plan->sku().to_string());
       });
   if (failures > 0) return fail(errc::unsupported, fmt::format("{} case(s) have no plan", failures));
@@ -295,7 +295,7 @@ Status run_bench_conv(const ConvBenchOptions& opt) {
       "interleaved; anchor: cuBLAS (cublasGemmEx) on a matrix product of the implicit GEMM's M x N x K; cuDNN: "
       "bench/conv_torch.py\n",
       props.name, props.arch.name(), props.multiprocessors, opt.rounds, opt.reps, opt.warmup);
-  std::cout << fmt::format("{:<6} {:<5} {:<24} {:>7} {:>6} {:>7}  {:>8} {:>8} {:>6}  {:<10} {:<5} {}\n", "op", "dtype",
+  std::cout << fmt::format("{:<6} {:<5} {:<24} {:>7} {:>6} {:>7}  {:>8} {:>8} {:>6}  {:<10} {:<7} {}\n", "op", "dtype",
                            "N,H,W,C,K,R,stride", "M", "N", "K", "cuactor", "GEMM", "ratio", "plan", "split", "kernel");
   const int failures =
       print_rows(cases, [&](const ConvSpec& spec, const kernels::ConvPlanOptions& po) -> Result<std::string> {
@@ -303,7 +303,7 @@ Status run_bench_conv(const ConvBenchOptions& opt) {
         if (!row) return fail(row.error());
         const double ours_tf = row->flops / (row->ours_ms * 1e-3) / 1e12;
         const double gemm_tf = row->flops / (row->gemm_ms * 1e-3) / 1e12;
-        return fmt::format("{:>7} {:>6} {:>7}  {:>8.1f} {:>8.1f} {:>5.2f}x  {:<10} {:<5} {}", row->mnk[0], row->mnk[1],
+        return fmt::format("{:>7} {:>6} {:>7}  {:>8.1f} {:>8.1f} {:>5.2f}x  {:<10} {:<7} {}", row->mnk[0], row->mnk[1],
                            row->mnk[2], ours_tf, gemm_tf, ours_tf / gemm_tf, row->source, row->split, row->kernel);
       });
   if (failures > 0) return fail(errc::internal, fmt::format("{} benchmark case(s) failed", failures));
