@@ -362,9 +362,10 @@ def conv2d(x: Any, w: Any, *, stride: int | tuple[int, int] = 1, padding: int | 
     ``sku`` (a kernel's SKU text, as ``cuactor kernels`` lists them) runs exactly that catalog kernel
     instead of the heuristic's choice: for tuning and benchmarks. ``split`` slices the input channels into
     that many ranges, each reduced into fp32 partial outputs that a second kernel sums, instead of the
-    plan's own choice (which splits where the output alone leaves most of the GPU idle): for tuning and
-    benchmarks. Its rules: 1 to 16 ranges, at most one per K step of the kernel's tile, above 1 only on a
-    kernel that splits channels (the one-warpgroup 64x64 tile of bf16 / f16 tensors).
+    plan's own choice (which splits small grids where its time model expects a tenth less time, such as
+    3x3 filters over a few tiles): for tuning and benchmarks. Its rules: 1 to 16 ranges, at most one per
+    K step of the kernel's tile, above 1 only on a kernel that splits channels (the one-warpgroup 64x64
+    tile of bf16 / f16 tensors).
 
     Raises:
         InvalidArgumentError: shapes, dtypes, devices, layouts or stride / padding / dilation break a rule.
