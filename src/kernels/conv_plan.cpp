@@ -227,6 +227,12 @@ bool splits_channels(const GemmSku& sku, const ConvSpec& spec) {
          size_bits(sku.d) == 16;
 }
 
+/// The most ranges `sku` may split fprop's input channels into: one per K step of C, at most
+/// kMaxConvChannelSlices (the instances' cap).
+std::int64_t most_channel_slices(const GemmSku& sku, const ConvSpec& s) {
+  return std::min<std::int64_t>(ceil_div(s.c, sku.tile.k), kMaxConvChannelSlices);
+}
+
 // A channel split of fprop runs its slices side by side and adds their fp32 partials in a second
 // kernel, as wgrad's split does. Its time model was fitted on an H100 (session 23, bf16 and f16, 14
 // shapes of 4 to 64 tiles of 64x64, 1x1 and 3x3 filters, each unsplit and split 2, 4, 8 and 16 ways:
@@ -258,7 +264,7 @@ double channel_split_micros(const GemmSku& sku, const ConvSpec& s, std::int64_t 
 /// split or where no split saves kChannelSplitMinGain of the unsplit time.
 ConvSplit best_channel_split(const GemmSku& sku, const ConvSpec& s, int sm_count) {
   if (!splits_channels(sku, s)) return {};
-  const std::int64_t most = std::min<std::int64_t>(ceil_div(s.c, sku.tile.k), kMaxConvChannelSlices);
+  const std::int64_t most = most_channel_slices(sku, s);
   std::int64_t best = 1;
   double best_micros = kChannelSplitMinGain * channel_split_micros(sku, s, 1, sm_count);
   for (std::int64_t slices = 2; slices <= most; ++slices)
@@ -440,7 +446,7 @@ Status check_split(const ConvSpec& s, const GemmSku& sku, ConvSplit split) {
       return fail(errc::invalid_argument,
                   fmt::format("ConvPlan split {}: fprop splits its input channels only (images and rows 1)",
                               split.to_string()));
-    const std::int64_t most = std::min<std::int64_t>(ceil_div(s.c, sku.tile.k), kMaxConvChannelSlices);
+    const std::int64_t most = most_channel_slices(sku, s);
     if (split.channels < 1 || split.channels > most)
       return fail(errc::invalid_argument,
                   fmt::format("ConvPlan split channels={} must be in [1, {}] (C={} in K steps of {}, at most {} "

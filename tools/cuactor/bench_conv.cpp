@@ -264,8 +264,7 @@ Status run_bench_conv(const ConvBenchOptions& opt) {
   }
   if (!opt.split.empty()) {
     const bool channels = std::count(opt.split.begin(), opt.split.end(), 'x') == 2;
-    auto counts = channels ? parse_ints(opt.split, 'x', 3, "--split", "IMAGESxROWS or 1x1xCHANNELS")
-                           : parse_ints(opt.split, 'x', 2, "--split", "IMAGESxROWS or 1x1xCHANNELS");
+    auto counts = parse_ints(opt.split, 'x', channels ? 3 : 2, "--split", "IMAGESxROWS or 1x1xCHANNELS");
     if (!counts) return fail(counts.error());
     if (channels && ((*counts)[0] != 1 || (*counts)[1] != 1 || (*counts)[2] > kernels::kMaxConvChannelSlices))
       return fail(errc::invalid_argument,
