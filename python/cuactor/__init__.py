@@ -320,18 +320,27 @@ def _require_dy_shape(dy_shape: tuple[int, ...], hw: tuple[int, int], rs: tuple[
                                    f"dilation={params[2]} gives P x Q = {want[0]} x {want[1]}")
 
 
+def _split_counts(split: Any, counts: tuple[int, int, int]) -> tuple[int, int, int]:
+    """``counts`` (images, rows, channels) for _core, which takes 64-bit ints and names the rules of
+    each count; a count beyond 64 bits is refused here, as _core's conversion would raise TypeError."""
+    for v in counts:
+        if not -2**63 <= v < 2**63:
+            raise InvalidArgumentError(f"split={split!r}: {v} does not fit a 64-bit int")
+    return counts
+
+
 def _wgrad_split(split: Any) -> tuple[int, int, int]:
     """A wgrad ``split``, an (images, rows) pair of ints, as the (images, rows, channels) of _core."""
     if not isinstance(split, (tuple, list)) or len(split) != 2 or None in (pair := tuple(map(_as_int, split))):
         raise InvalidArgumentError(f"split={split!r}: give a pair of ints (images, rows)")
-    return (*pair, 1)  # type: ignore[return-value]
+    return _split_counts(split, (*pair, 1))  # type: ignore[arg-type]
 
 
 def _fprop_split(split: Any) -> tuple[int, int, int]:
     """An fprop ``split``, a count of input-channel ranges, as the (images, rows, channels) of _core."""
     if (channels := _as_int(split)) is None:
         raise InvalidArgumentError(f"split={split!r}: give an int (how many ranges of input channels)")
-    return (1, 1, channels)
+    return _split_counts(split, (1, 1, channels))
 
 
 def _conv_launch(run: Any, a: Any, b: Any, shape: tuple[int, ...], params: tuple[tuple[int, int], ...],

@@ -267,6 +267,11 @@ def test_conv_argument_rules(np):
     for bad in ("2", (1, 1, 4), 1.5, True):
         with pytest.raises(cuactor.InvalidArgumentError, match=r"split=.*: give an int \(how many ranges of input ch"):
             cuactor.conv2d(x, w, padding=1, out=y, stream=0, split=bad)
+    # Counts beyond 64 bits: a typed error, not the binding's TypeError.
+    with pytest.raises(cuactor.InvalidArgumentError, match=r"split=.*: 1180591620717411303424 does not fit a 64-bit"):
+        cuactor.conv2d(x, w, padding=1, out=y, stream=0, split=2**70)
+    with pytest.raises(cuactor.InvalidArgumentError, match=r"split=.*: -1180591620717411303424 does not fit a 64-bit"):
+        cuactor.conv2d_backward_weight(y, x, 3, padding=1, out=w, stream=0, split=(1, -2**70))
     # stride 2, dilation 2 and lists are accepted (the host arrays are then refused).
     with pytest.raises(cuactor.InvalidArgumentError, match="CUDA device memory"):
         cuactor.conv2d(x, w, stride=[2, 1], padding=(2, 1), dilation=(2, 1), out=np.zeros((2, 5, 7, 32), np.float16),
