@@ -129,6 +129,13 @@ cuactor_gemm_instance(${dense90} TYPES bf16 bf16 bf16 bf16 f32 LAYOUTS row col r
 # fp16, small M (decode): pingpong 64x128x128 (without it f16 decode ran the large tile at 0.62x cuBLAS).
 cuactor_gemm_instance(${dense90} TYPES f16 f16 f16 f16 f32 LAYOUTS row col row TILE 64 128 128 CLUSTER 1 1 1
                       SCHEDULE pingpong EPILOGUE linear_combination)
+# bf16 and fp16 pingpong 64x32x64: pointwise convolutions (1x1, unit stride, unpadded fprop) on grids of
+# few tiles over long reductions, which ConvPlan runs as this GEMM (1.03-1.14x its conv kernels there);
+# GemmPlan's heuristic leaves tiles narrower than 64 columns alone.
+cuactor_gemm_instance(${dense90} TYPES bf16 bf16 bf16 bf16 f32 LAYOUTS row col row TILE 64 32 64 CLUSTER 1 1 1
+                      SCHEDULE pingpong EPILOGUE linear_combination)
+cuactor_gemm_instance(${dense90} TYPES f16 f16 f16 f16 f32 LAYOUTS row col row TILE 64 32 64 CLUSTER 1 1 1
+                      SCHEDULE pingpong EPILOGUE linear_combination)
 # fp16, large M, both B layouts.
 cuactor_gemm_instance(${dense90} TYPES f16 f16 f16 f16 f32 LAYOUTS row col row TILE 128 256 64 CLUSTER 2 1 1
                       SCHEDULE cooperative EPILOGUE linear_combination)

@@ -95,7 +95,7 @@ def _prepare_out(torch: Any, a: Any, shape: tuple[int, ...], out: Any, out_dtype
 def mm(a: Any, b: Any, out: Any = None, out_dtype: Any = None, *, epilogue: str | None = None, c: Any = None,
        row_scale: Any = None, col_scale: Any = None, row_bias: Any = None, col_bias: Any = None, amax: Any = None,
        aux: Any = None, row_sum: Any = None, alpha: float = 1.0, beta: float = 0.0, clamp: tuple[float, float] | None = None,
-       stream: int | None = None) -> Any:
+       stream: int | None = None, sku: str | None = None) -> Any:
     """``out = epilogue(a @ b)`` with a CUTLASS GEMM: (M, K) x (K, N) -> (M, N), or batched
     (B, M, K) x (B, K, N) -> (B, M, N).
 
@@ -117,9 +117,13 @@ def mm(a: Any, b: Any, out: Any = None, out_dtype: Any = None, *, epilogue: str 
     thread blocks (the last bits vary run to run). ``clamp`` is (lo, hi). Trees outside the catalog are compiled by
     the JIT on first use (about a minute, then cached on disk).
 
+    ``sku`` (a dense kernel's SKU text, as ``cuactor kernels`` lists them) runs exactly that catalog kernel
+    instead of the plan's choice: for tuning and benchmarks.
+
     Raises:
         InvalidArgumentError: shapes, dtypes, devices, strides or the epilogue token break a rule.
-        UnsupportedError: no kernel of this build computes the combination on this GPU.
+        UnsupportedError: no kernel of this build computes the combination on this GPU, or ``sku`` is not
+            compiled into its catalog.
     """
     torch = _torch_of(a)
     nd = _ndim(a)
@@ -130,7 +134,7 @@ def mm(a: Any, b: Any, out: Any = None, out_dtype: Any = None, *, epilogue: str 
     out = _prepare_out(torch, a, tuple(int(s) for s in shape), out, out_dtype, getattr(a, "dtype", None))
     lo, hi = clamp if clamp is not None else (-3.4028234663852886e38, 3.4028234663852886e38)
     _core.mm(a, b, out, stream, None, epilogue, c, row_scale, col_scale, row_bias, col_bias, amax, aux, row_sum,
-             float(alpha), float(beta), float(lo), float(hi))
+             float(alpha), float(beta), float(lo), float(hi), sku)
     return out
 
 
@@ -369,7 +373,10 @@ def conv2d(x: Any, w: Any, *, stride: int | tuple[int, int] = 1, padding: int | 
     (``stream=`` otherwise); capturable by torch.cuda.graph. Not differentiable: the result carries no
     autograd history (see :func:`conv2d_backward_data` and :func:`conv2d_backward_weight`).
     ``sku`` (a kernel's SKU text, as ``cuactor kernels`` lists them) runs exactly that catalog kernel
-    instead of the heuristic's choice: for tuning and benchmarks. ``split`` slices the input channels into
+    instead of the heuristic's choice: for tuning and benchmarks. A pointwise convolution (1x1 filter,
+    unit stride, no padding) is a GEMM; on grids of few tiles over many input channels the plan runs it
+    on a dense GEMM kernel, and ``sku`` may name one (``dense:...:row,col,row:...``) for such a
+    convolution. ``split`` slices the input channels into
     that many ranges, each reduced into fp32 partial outputs that a second kernel sums, instead of the
     plan's own choice (which splits small grids where its time model expects a tenth less time, such as
     3x3 filters over a few tiles): for tuning and benchmarks. Its rules: 1 to 16 ranges, at most one per

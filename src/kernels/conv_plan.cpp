@@ -275,6 +275,59 @@ ConvSplit best_channel_split(const GemmSku& sku, const ConvSpec& s, int sm_count
   return ConvSplit{.channels = static_cast<int>(best)};
 }
 
+// A pointwise fprop (1x1 filter, unit stride, no padding) is the dense GEMM y (NHW x K) = x (NHW x C)
+// . w (K x C)^T, which a dense kernel runs on plain TMA tiles where the conv kernels load through TMA
+// im2col. Measured on an H100 (bf16, session 24, 11 shapes, dense kernels beside cuDNN and the conv
+// plans in one run): the dense pingpong 64x32x64 tile ran 1.03-1.14x the conv plan's choice on each of
+// the 6 shapes whose 64x32 grid fills at most half a wave over 16 K steps or more (1x7x7x2048->512:
+// 0.89x cuDNN against 0.78x; 4x7x7x2048->512: 0.89x against 0.84x; 1x7x7x1024->256: 0.87x against
+// 0.83x), and 0.93-0.98x the conv plan past that class (16x7x7x1024->256 on 104 CTAs, 8x7x7x2048->512
+// on 112, 1x28x28x512->128 over 8 K steps), far less on full grids. Its CTAs load a 64-row activation
+// tile and a 32-row filter tile per K step, three quarters of a 64x64 tile's loads, on twice the CTAs.
+constexpr Shape3 kPointwiseGemmTile{64, 32, 64};
+constexpr std::int64_t kPointwiseMinSteps = 16;
+
+/// Whether `s` is a dense GEMM as it stands: fprop of a 1x1 filter, unit stride, no padding.
+bool is_pointwise_fprop(const ConvSpec& s) {
+  return s.operation == ConvOperation::fprop && s.r == 1 && s.s == 1 && s.stride_h == 1 && s.stride_w == 1 &&
+         s.pad_h == 0 && s.pad_w == 0 && s.groups == 1;
+}
+
+/// The dense GEMM of a pointwise fprop: A = x (NHW x C, row-major), B = w (C x K, column-major: K rows
+/// of C), D = y (NHW x K, row-major).
+GemmProblem pointwise_problem(const ConvSpec& s) {
+  GemmProblem p;
+  p.m = s.n * s.h * s.w;
+  p.n = s.k;
+  p.k = s.c;
+  p.a = p.b = s.element;
+  p.c = p.d = s.output;
+  p.layout_a = MatrixLayout::row;
+  p.layout_b = MatrixLayout::col;
+  p.layout_c = MatrixLayout::row;
+  p.epilogue = GemmEpilogue::linear_combination;
+  return p;
+}
+
+/// The catalog's dense kernel for the pointwise class of `s`, if it has one for its types (GemmSku's
+/// defaults are the rest: sm_90a, fp32 accumulation, row / col / row, linear combination).
+const CatalogEntry* pointwise_kernel(const ConvSpec& s) {
+  GemmSku sku;
+  sku.a = sku.b = s.element;
+  sku.c = sku.d = s.output;
+  sku.tile = kPointwiseGemmTile;
+  sku.schedule = GemmSchedule::pingpong;
+  return find_in_catalog(sku);
+}
+
+/// Whether the dense route is the class it was measured to win: a pointwise fprop whose 64x32 grid
+/// fills at most half a wave, over kPointwiseMinSteps K steps or more.
+bool in_pointwise_class(const ConvSpec& s, int sm_count) {
+  const std::int64_t tiles = ceil_div(s.n * s.h * s.w, kPointwiseGemmTile.m) * ceil_div(s.k, kPointwiseGemmTile.n);
+  return is_pointwise_fprop(s) && 2 * tiles <= planned_sms(sm_count) &&
+         ceil_div(s.c, kPointwiseGemmTile.k) >= kPointwiseMinSteps;
+}
+
 /// The fprop / dgrad cost: waves of tiles, each as long as its tile's area times the reduction
 /// elements it steps through. The conv mainloop tiles its reduction as (channels, S, R): R x S x
 /// ceil(channels / tile K) steps, so channels that are not a multiple of the K step pad each tap.
@@ -686,6 +739,21 @@ cuactor_conv_args make_args(const ConvSpec& s, const ConvTensors& t, const ConvP
   return a;
 }
 
+/// The dense GEMM operands of a pointwise fprop (pointwise_problem): packed rows of C channels in x
+/// and w, of K in y and its source.
+GemmOperands pointwise_operands(const ConvSpec& s, const ConvTensors& t) {
+  GemmOperands o;
+  o.a = t.x;
+  o.b = t.w;
+  o.c = t.source;
+  o.d = t.out;
+  o.lda = o.ldb = s.c;
+  o.ldc = o.ldd = s.k;
+  o.alpha = t.alpha;
+  o.beta = t.beta;
+  return o;
+}
+
 /// The tensors an operation reads, by name and role.
 struct Operand {
   const char* name;
@@ -836,6 +904,19 @@ Result<ConvPlan> ConvPlan::create(const ConvSpec& spec, GpuArch device_arch, con
   CUACTOR_TRY(check_supported(spec, device_arch));
   CUACTOR_TRY(check_options(options));
   const CatalogEntry* chosen = nullptr;
+  if (options.sku_override && options.sku_override->family == GemmFamily::dense) {
+    const GemmSku& want = *options.sku_override;
+    if (!is_pointwise_fprop(spec))
+      return fail(errc::invalid_argument,
+                  fmt::format("ConvPlan override {}: a dense GEMM kernel computes only fprop with a 1x1 filter, unit "
+                              "stride and no padding, not {}",
+                              want.to_string(), spec.to_string()));
+    if (options.split_override && *options.split_override != ConvSplit{})
+      return fail(errc::invalid_argument,
+                  fmt::format("ConvPlan override {}: a dense GEMM kernel does not split (split {})", want.to_string(),
+                              options.split_override->to_string()));
+    return finish_pointwise(spec, device_arch, want, PlanSource::overridden, options);
+  }
   if (options.sku_override) {
     const GemmSku& want = *options.sku_override;
     if (!sku_computes(want, spec))
@@ -900,8 +981,25 @@ Result<ConvPlan> ConvPlan::create(const ConvSpec& spec, GpuArch device_arch, con
                       "instantiate others)",
                       spec.to_string(), device_arch.name()));
   }
+  if (!options.sku_override && !options.split_override && in_pointwise_class(spec, options.sm_count) &&
+      !(splits_channels(chosen->sku, spec) && best_channel_split(chosen->sku, spec, options.sm_count).channels > 1))
+    if (const CatalogEntry* dense = pointwise_kernel(spec); dense != nullptr && runs_on(dense->sku, device_arch))
+      return finish_pointwise(spec, device_arch, dense->sku, PlanSource::heuristic, options);
   return finish(spec, device_arch, chosen->sku, *chosen->instance, nullptr,
                 options.sku_override ? PlanSource::overridden : PlanSource::heuristic, options);
+}
+
+Result<ConvPlan> ConvPlan::finish_pointwise(const ConvSpec& spec, GpuArch arch, const GemmSku& sku, PlanSource source,
+                                            const ConvPlanOptions& options) {
+  GemmPlanOptions gemm_options;
+  gemm_options.sku_override = sku;
+  gemm_options.sm_count = options.sm_count;
+  gemm_options.device = options.device;
+  auto gemm = GemmPlan::make(pointwise_problem(spec), arch, gemm_options);
+  if (!gemm) return fail(gemm.error());
+  ConvPlan plan(spec, arch, sku, nullptr, nullptr, source, options, ConvSplit{}, gemm->workspace_size());
+  plan.gemm_ = std::move(*gemm);
+  return plan;
 }
 
 Result<ConvPlan> ConvPlan::with_instance(const ConvSpec& spec, GpuArch device_arch, const GemmSku& sku,
@@ -1008,6 +1106,7 @@ Status ConvPlan::run(const ConvTensors& tensors, void* workspace, std::size_t wo
                 fmt::format("convolution {}: workspace {} is not 16-byte aligned (the split's fp32 partials are "
                             "written and summed in 16-byte vectors)",
                             sku_.to_string(), fmt::ptr(workspace)));
+  if (gemm_) return gemm_->run(pointwise_operands(spec_, tensors), workspace, workspace_bytes, stream);
   const auto args = make_args(spec_, tensors, options_, split_);
   switch (instance_->run(&args, workspace, workspace_bytes, stream)) {
     case CUACTOR_KERNEL_OK:

@@ -46,6 +46,13 @@ double estimated_cost(const GemmSku& s, const GemmProblem& p, int sm_count) {
   return static_cast<double>(waves) * s.tile.m * s.tile.n * small_tile_penalty;
 }
 
+/// Kernels the heuristic compares: not stream-K (see estimated_cost), and no tile narrower than 64
+/// columns. Those serve pointwise convolutions (ConvPlan), where they were measured; the cost above
+/// was never fitted to them and would take them for decode shapes (more tiles, less area each).
+bool heuristic_candidate(const GemmSku& s) {
+  return !is_stream_k(s.schedule) && s.tile.n >= 64;
+}
+
 std::string describe(const GemmProblem& p) {
   return fmt::format("A={} B={} C={} D={}, layouts {},{},{}, epilogue {}", name(p.a), name(p.b), name(p.c), name(p.d),
                      name(p.layout_a), name(p.layout_b), name(p.layout_c), name(p.epilogue));
@@ -219,7 +226,7 @@ Result<GemmPlan> GemmPlan::make(const GemmProblem& problem, GpuArch device_arch,
     // tile configuration for this shape.
     double best_cost = 0;
     for (const CatalogEntry* e : catalog_entries(GemmFamily::dense)) {
-      if (!sku_computes(e->sku, problem) || !runs_on(e->sku, device_arch) || is_stream_k(e->sku.schedule)) continue;
+      if (!sku_computes(e->sku, problem) || !runs_on(e->sku, device_arch) || !heuristic_candidate(e->sku)) continue;
       const double cost = estimated_cost(e->sku, problem, sm_count);
       const bool better = chosen == nullptr || e->sku.arch.sm() > chosen->sku.arch.sm() ||
                           (e->sku.arch.sm() == chosen->sku.arch.sm() &&

@@ -104,7 +104,8 @@ Case scaled(Case cs, Source source) {
 
 ConvSpec spec_of(const GemmSku& sku, const Case& cs) {
   ConvSpec spec;
-  spec.operation = operation_of(sku.family);
+  // A dense GEMM kernel computes pointwise fprop (ConvPlan's route for 1x1 filters on few tiles).
+  spec.operation = sku.family == GemmFamily::dense ? ConvOperation::fprop : operation_of(sku.family);
   spec.element = sku.a;
   spec.output = sku.d;
   spec.n = cs.n;
@@ -425,6 +426,35 @@ TEST_F(ConvGpu, FpropChannelSplitsMatchFp64Reference) {
         if (HasFatalFailure()) return;
       }
     }
+}
+
+// Pointwise fprop on the dense GEMM kernels that ConvPlan routes it to (1x1, unit stride, unpadded, on
+// few tiles): tails in pixels (M), filters (N) and channels (K), alpha/beta with a separate and an
+// aliased source; and the heuristic's own choice of that kernel for such a spec.
+TEST_F(ConvGpu, PointwiseFpropOnDenseKernelsMatchesFp64Reference) {
+  std::vector<const CatalogEntry*> entries;
+  for (const CatalogEntry* e : catalog_entries(GemmFamily::dense))
+    if (runs_on(e->sku, props_.arch) && e->sku.arch.arch_specific && e->sku.tile == Shape3{64, 32, 64} &&
+        e->sku.layout_a == MatrixLayout::row && e->sku.layout_b == MatrixLayout::col &&
+        e->sku.epilogue == GemmEpilogue::linear_combination)
+      entries.push_back(e);
+  if (entries.empty()) GTEST_SKIP() << "no dense 64x32x64 kernel runs on " << props_.arch.name();
+  const Case deep{.n = 1, .h = 7, .w = 7, .c = 2048, .k = 72};  // 49 pixels, 3 tiles of filters, 32 K steps
+  const Case tails{.n = 3, .h = 5, .w = 9, .c = 136, .k = 40};  // 135 pixels, a K step of 8 channels
+  const Case few_tiles{.n = 1, .h = 5, .w = 7, .c = 1032, .k = 40};
+  std::mt19937_64 rng(20261127);
+  for (const CatalogEntry* e : entries)
+    for (const Case& cs : {deep, tails, scaled(deep, Source::separate), scaled(tails, Source::aliased), few_tiles}) {
+      check_case(e->sku, cs, rng);
+      if (HasFatalFailure()) return;
+    }
+  for (const CatalogEntry* e : entries) {
+    const ConvSpec spec = spec_of(e->sku, few_tiles);  // 2 tiles of 64x32 over 17 K steps
+    ConvPlanOptions o;
+    o.sm_count = props_.multiprocessors;
+    CUACTOR_ASSERT_OK_AND_ASSIGN(plan, ConvPlan::create(spec, props_.arch, o));
+    EXPECT_EQ(plan.sku(), e->sku) << spec.to_string() << " -> " << plan.sku().to_string();
+  }
 }
 
 // A split's sum adds the slices in slice order whatever order they finished in: repeated runs give the

@@ -448,6 +448,64 @@ TEST(ConvPlanCreate, HeuristicByClassOfShape) {
                                            static_cast<std::size_t>(one_image.filter_elements()) * sizeof(float));
 }
 
+// A pointwise fprop (1x1, unit stride, unpadded) is a dense GEMM: on grids whose 64x32 tiles fill at
+// most half a wave over 16 K steps or more it runs on the dense pingpong 64x32x64 kernel (session 24,
+// H100: 1.03-1.14x the conv kernels there, 0.93-0.98x past that class). Skipped without that kernel.
+TEST(ConvPlanCreate, PointwiseFpropOnFewTilesRunsTheDenseGemm) {
+  GemmSku dense;
+  dense.family = GemmFamily::dense;
+  dense.arch = kHopper;
+  dense.tile = {64, 32, 64};
+  dense.schedule = GemmSchedule::pingpong;
+  if (find_in_catalog(dense) == nullptr ||
+      !find_in_catalog(ConvPlan::sku_for(base_spec(), kHopper, {64, 64, 64}, {1, 1, 1})))
+    GTEST_SKIP() << "this build has no dense 64x32x64 bf16 kernel or no sm_90a conv catalog";
+  ConvPlanOptions o;
+  o.sm_count = 132;
+  for (const ConvSpec& spec : {pointwise(spec_of(ConvOperation::fprop, 1, 7, 2048, 512)),      // 16 tiles, 32 steps
+                               pointwise(spec_of(ConvOperation::fprop, 4, 7, 2048, 512)),      // 64 tiles
+                               pointwise(spec_of(ConvOperation::fprop, 1, 14, 1024, 256))}) {  // 16 steps
+    CUACTOR_ASSERT_OK_AND_ASSIGN(plan, ConvPlan::create(spec, kHopper, o));
+    EXPECT_EQ(plan.sku(), dense) << spec.to_string() << " -> " << plan.sku().to_string();
+    EXPECT_EQ(plan.split(), ConvSplit{});
+    EXPECT_EQ(plan.workspace_size(), 0u);
+  }
+  // Past the class: more than half a wave of 64x32 tiles (104), fewer than 16 K steps, a 3x3 filter,
+  // stride 2, padding, an explicit split, and f32 tensors (no dense f32 kernel) keep the conv kernels.
+  ConvSpec strided = pointwise(spec_of(ConvOperation::fprop, 1, 14, 2048, 256));
+  strided.stride_h = strided.stride_w = 2;
+  ConvSpec padded = pointwise(spec_of(ConvOperation::fprop, 1, 7, 2048, 512));
+  padded.pad_h = 1;
+  ConvSpec f32 = pointwise(spec_of(ConvOperation::fprop, 1, 7, 2048, 512));
+  f32.element = f32.output = DType::f32;
+  for (const ConvSpec& spec :
+       {pointwise(spec_of(ConvOperation::fprop, 16, 7, 1024, 256)),
+        pointwise(spec_of(ConvOperation::fprop, 1, 28, 512, 128)), spec_of(ConvOperation::fprop, 1, 7, 2048, 512),
+        strided, padded, f32, pointwise(spec_of(ConvOperation::dgrad, 1, 7, 2048, 512))}) {
+    CUACTOR_ASSERT_OK_AND_ASSIGN(plan, ConvPlan::create(spec, kHopper, o));
+    EXPECT_EQ(plan.sku().family, family_of(spec.operation)) << spec.to_string() << " -> " << plan.sku().to_string();
+  }
+  ConvPlanOptions unsplit = o;
+  unsplit.split_override = ConvSplit{};
+  CUACTOR_ASSERT_OK_AND_ASSIGN(
+      explicit_split, ConvPlan::create(pointwise(spec_of(ConvOperation::fprop, 1, 7, 2048, 512)), kHopper, unsplit));
+  EXPECT_EQ(explicit_split.sku().family, GemmFamily::conv_fprop) << explicit_split.sku().to_string();
+  // The dense kernel by override, wherever the spec is pointwise; f16 takes its own.
+  ConvPlanOptions forced = o;
+  forced.sku_override = dense;
+  CUACTOR_ASSERT_OK_AND_ASSIGN(
+      forced_plan, ConvPlan::create(pointwise(spec_of(ConvOperation::fprop, 16, 7, 1024, 256)), kHopper, forced));
+  EXPECT_EQ(forced_plan.sku(), dense);
+  EXPECT_EQ(forced_plan.source(), PlanSource::overridden);
+  ConvSpec half = pointwise(spec_of(ConvOperation::fprop, 1, 7, 2048, 512));
+  half.element = half.output = DType::f16;
+  dense.a = dense.b = dense.c = dense.d = DType::f16;
+  if (find_in_catalog(dense) != nullptr) {
+    CUACTOR_ASSERT_OK_AND_ASSIGN(half_plan, ConvPlan::create(half, kHopper, o));
+    EXPECT_EQ(half_plan.sku(), dense) << half_plan.sku().to_string();
+  }
+}
+
 TEST(ConvPlanCreate, ChannelCountsBetweenTileWidths) {
   const ConvSpec ninety_six = spec_of(ConvOperation::fprop, 16, 56, 96, 96);
   if (find_in_catalog(ConvPlan::sku_for(ninety_six, kHopper, {256, 96, 32}, {1, 1, 1}, GemmSchedule::cooperative)) ==
@@ -522,6 +580,30 @@ TEST(ConvPlanCreate, OverrideRules) {
   expect_error(ConvPlan::create(base_spec(), kHopper, o), errc::invalid_argument, "pingpong");
   o.sku_override = ConvPlan::sku_for(base_spec(), kHopper, {64, 128, 64}, {1, 1, 1}, GemmSchedule::cooperative);
   expect_error(ConvPlan::create(base_spec(), kHopper, o), errc::invalid_argument, "cooperative");
+  // A dense GEMM kernel computes pointwise fprop only (1x1 filter, unit stride, no padding), unsplit,
+  // of its own types and layouts.
+  GemmSku dense;
+  dense.arch = kHopper;
+  dense.tile = {64, 32, 64};
+  dense.schedule = GemmSchedule::pingpong;
+  o.sku_override = dense;
+  expect_error(ConvPlan::create(base_spec(), kHopper, o), errc::invalid_argument,
+               "a dense GEMM kernel computes only fprop with a 1x1 filter, unit stride and no padding");
+  ConvSpec pointwise_spec = pointwise(base_spec());
+  pointwise_spec.stride_h = 2;
+  expect_error(ConvPlan::create(pointwise_spec, kHopper, o), errc::invalid_argument, "unit stride");
+  pointwise_spec.stride_h = 1;
+  expect_error(ConvPlan::create(pointwise(base_spec(ConvOperation::wgrad)), kHopper, o), errc::invalid_argument,
+               "computes only fprop");
+  ConvPlanOptions split = o;
+  split.split_override = ConvSplit{.channels = 2};
+  expect_error(ConvPlan::create(pointwise_spec, kHopper, split), errc::invalid_argument,
+               "a dense GEMM kernel does not split (split 1x1x2)");
+  expect_error(ConvPlan::create(pointwise(base_spec(ConvOperation::fprop, DType::f16)), kHopper, o),
+               errc::invalid_argument, "does not compute the problem");
+  o.sku_override->tile = {64, 8, 64};  // never compiled
+  expect_error(ConvPlan::create(pointwise_spec, kHopper, o), errc::unsupported,
+               "not compiled into this build's catalog");
 }
 
 // ---- ConvPlan rejections: each names the field and the rule, before any catalog search ----

@@ -126,6 +126,21 @@ def test_mm_matches_torch(torch_cuda, dtype):
     assert rel_err(torch, out, torch.mm(a, w.t()).double()) < TOL[dtype]
 
 
+def test_mm_runs_the_sku_it_is_given(torch_cuda):
+    torch = torch_cuda
+    a = torch.randn(200, 256, device="cuda", dtype=torch.bfloat16)
+    w = torch.randn(136, 256, device="cuda", dtype=torch.bfloat16)
+    pingpong = "dense:sm_90a:bf16,bf16,bf16,bf16,f32:row,col,row:64x128x128:1x1x1:s0:pingpong:linear_combination"
+    out = cuactor.mm(a, w.t(), sku=pingpong)
+    assert rel_err(torch, out, a.double() @ w.double().t()) < TOL["bfloat16"]
+    with pytest.raises(cuactor.errors.InvalidArgumentError, match=r"GemmSku 'fastest': expected 9"):
+        cuactor.mm(a, w.t(), sku="fastest")
+    with pytest.raises(cuactor.errors.InvalidArgumentError, match="does not compute the problem"):
+        cuactor.mm(a, w.t(), sku=pingpong.replace("row,col,row", "row,row,row"))
+    with pytest.raises(cuactor.errors.UnsupportedError, match="is not compiled into this build's catalog"):
+        cuactor.mm(a, w.t(), sku=pingpong.replace("64x128x128", "64x8x64"))
+
+
 def test_mm_runs_on_the_current_stream(torch_cuda):
     torch = torch_cuda
     a = torch.randn(256, 256, device="cuda", dtype=torch.bfloat16)
@@ -510,6 +525,13 @@ def test_conv2d_rules_on_the_device(conv_torch):
     pingpong = "conv_fprop:sm_90a:bf16,bf16,bf16,bf16,f32:nhwc,krsc,nhwc:64x128x64:1x1x1:s0:pingpong:linear_combination"
     with pytest.raises(cuactor.errors.UnsupportedError, match="does not split channels"):
         cuactor.conv2d(x_nhwc, w_krsc, split=2, sku=pingpong, **geom)
+    # A pointwise convolution on a dense GEMM kernel, named or chosen; a 3x3 one refuses it.
+    dense = "dense:sm_90a:bf16,bf16,bf16,bf16,f32:row,col,row:64x32x64:1x1x1:s0:pingpong:linear_combination"
+    got = cuactor.conv2d(x_nhwc, w_krsc, sku=dense, **geom).double()
+    assert ((got - want).norm() / want.norm()).item() < 1e-2
+    _, x3, _, w3, geom3 = conv_operands(torch, CONV_SHAPES[1], torch.bfloat16)
+    with pytest.raises(cuactor.errors.InvalidArgumentError, match="computes only fprop with a 1x1 filter"):
+        cuactor.conv2d(x3, w3, sku=dense, **geom3)
 
 
 def test_conv2d_runs_on_the_current_stream(conv_torch):

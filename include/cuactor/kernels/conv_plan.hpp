@@ -142,7 +142,8 @@ inline constexpr int kMaxConvChannelSlices = 16;
 
 /// Options of ConvPlan::create.
 struct ConvPlanOptions {
-  /// Use exactly this catalog kernel instead of the heuristic's choice.
+  /// Use exactly this catalog kernel instead of the heuristic's choice: a convolution kernel, or for a
+  /// pointwise fprop (1x1 filter, unit stride, no padding) a dense GEMM one (row, col, row layouts).
   std::optional<GemmSku> sku_override;
   /// Multiprocessor count of the target device (0: queried by the kernel at run time).
   int sm_count = 0;
@@ -168,7 +169,9 @@ class ConvPlan {
   /// architecture without a kernel, the sm_90a kernels' TMA im2col limits on padding and filter
   /// extent), each naming the value and the rule. sm_90a kernels are chosen wherever one computes
   /// the spec; catalog sm_80 (CUTLASS 2.x) ones compute strided dgrad (on Hopper too) and dgrad on
-  /// Ampere / Ada. sm_80 fprop and wgrad exist only through the JIT and with_instance().
+  /// Ampere / Ada. sm_80 fprop and wgrad exist only through the JIT and with_instance(). A pointwise
+  /// fprop (1x1 filter, unit stride, no padding) is a dense GEMM; on grids of few tiles over long
+  /// reductions it runs on the catalog's dense 64x32 kernel, and sku() is then that dense SKU.
   static Result<ConvPlan> create(const ConvSpec& spec, GpuArch device_arch, const ConvPlanOptions& options = {});
 
   /// A plan running `instance` (of SKU `sku`: a catalog instance, or one compiled at run time whose
@@ -227,12 +230,16 @@ class ConvPlan {
   static Result<ConvPlan> finish(const ConvSpec& spec, GpuArch arch, const GemmSku& sku,
                                  const cuactor_gemm_instance& instance, std::shared_ptr<const void> owner,
                                  PlanSource source, const ConvPlanOptions& options);
+  /// A plan running pointwise fprop as the dense GEMM `sku` (a catalog kernel).
+  static Result<ConvPlan> finish_pointwise(const ConvSpec& spec, GpuArch arch, const GemmSku& sku, PlanSource source,
+                                           const ConvPlanOptions& options);
 
   ConvSpec spec_;
   GpuArch device_arch_;
   GemmSku sku_;
   const cuactor_gemm_instance* instance_ = nullptr;
   std::shared_ptr<const void> owner_;  // keeps a run-time compiled instance's library loaded
+  std::optional<GemmPlan> gemm_;       // pointwise fprop on a dense GEMM kernel, instead of instance_
   PlanSource source_ = PlanSource::heuristic;
   ConvPlanOptions options_;
   ConvSplit split_;
