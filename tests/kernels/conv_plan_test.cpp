@@ -423,6 +423,13 @@ TEST(ConvPlanCreate, HeuristicByClassOfShape) {
   EXPECT_EQ(wide.sku().tile, (Shape3{128, 128, 64})) << wide.sku().to_string();
   EXPECT_EQ(wide.sku().schedule, GemmSchedule::pingpong) << wide.sku().to_string();
   EXPECT_EQ(wide.split(), ConvSplit{});
+  // 480 channels leave each tap's last 128-wide tile column a quarter empty: no pingpong (session 24:
+  // 0.83x the cooperative 256x128 on 4 x 32 x 32 x 480, 0.95x the coresident 128x128 on 32 x 7 x 7 x 480).
+  CUACTOR_ASSERT_OK_AND_ASSIGN(padded, ConvPlan::create(spec_of(ConvOperation::wgrad, 4, 32, 480, 480), kHopper, o));
+  EXPECT_EQ(padded.sku().schedule, GemmSchedule::cooperative) << padded.sku().to_string();
+  CUACTOR_ASSERT_OK_AND_ASSIGN(padded_short,
+                               ConvPlan::create(spec_of(ConvOperation::wgrad, 32, 7, 480, 480), kHopper, o));
+  EXPECT_EQ(padded_short.sku().schedule, GemmSchedule::coresident) << padded_short.sku().to_string();
   const ConvSpec narrow_wide = spec_of(ConvOperation::wgrad, 2, 64, 320, 320);
   ASSERT_TRUE(has(narrow_wide, {64, 64, 64}, GemmSchedule::coresident));
   CUACTOR_ASSERT_OK_AND_ASSIGN(narrow_wide_plan, ConvPlan::create(narrow_wide, kHopper, o));
