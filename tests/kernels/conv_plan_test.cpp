@@ -492,6 +492,12 @@ TEST(ConvPlanCreate, PointwiseFpropOnFewTilesRunsTheDenseGemm) {
     CUACTOR_ASSERT_OK_AND_ASSIGN(plan, ConvPlan::create(spec, kHopper, o));
     EXPECT_EQ(plan.sku().family, family_of(spec.operation)) << spec.to_string() << " -> " << plan.sku().to_string();
   }
+  // In the class, but where the conv plan splits channels (3 tiles of 64x32, 2 of 64x64, 32 K steps:
+  // 16 slices by its time model), the split stays.
+  CUACTOR_ASSERT_OK_AND_ASSIGN(split_plan,
+                               ConvPlan::create(pointwise(spec_of(ConvOperation::fprop, 1, 7, 2048, 72)), kHopper, o));
+  EXPECT_EQ(split_plan.sku().family, GemmFamily::conv_fprop) << split_plan.sku().to_string();
+  EXPECT_EQ(split_plan.split(), ConvSplit{.channels = 16});
   ConvPlanOptions unsplit = o;
   unsplit.split_override = ConvSplit{};
   CUACTOR_ASSERT_OK_AND_ASSIGN(

@@ -525,10 +525,16 @@ def test_conv2d_rules_on_the_device(conv_torch):
     pingpong = "conv_fprop:sm_90a:bf16,bf16,bf16,bf16,f32:nhwc,krsc,nhwc:64x128x64:1x1x1:s0:pingpong:linear_combination"
     with pytest.raises(cuactor.errors.UnsupportedError, match="does not split channels"):
         cuactor.conv2d(x_nhwc, w_krsc, split=2, sku=pingpong, **geom)
-    # A pointwise convolution on a dense GEMM kernel, named or chosen; a 3x3 one refuses it.
+    # A pointwise convolution on a dense GEMM kernel, named, or chosen by the plan for few tiles over many
+    # channels (1 x 7 x 7 x 2048 -> 512); a 3x3 one refuses it.
     dense = "dense:sm_90a:bf16,bf16,bf16,bf16,f32:row,col,row:64x32x64:1x1x1:s0:pingpong:linear_combination"
     got = cuactor.conv2d(x_nhwc, w_krsc, sku=dense, **geom).double()
     assert ((got - want).norm() / want.norm()).item() < 1e-2
+    x1, x1_nhwc, w1, w1_krsc, geom1 = conv_operands(torch, (1, 7, 7, 2048, 512, 1, 1, 1, 0, 1), torch.bfloat16)
+    chosen = cuactor.conv2d(x1_nhwc, w1_krsc, **geom1).double()
+    ref = torch.nn.functional.conv2d(x1.double(), w1.double()).permute(0, 2, 3, 1)
+    assert ((chosen - ref).norm() / ref.norm()).item() < 1e-2
+    assert torch.equal(chosen, cuactor.conv2d(x1_nhwc, w1_krsc, sku=dense, **geom1).double())
     _, x3, _, w3, geom3 = conv_operands(torch, CONV_SHAPES[1], torch.bfloat16)
     with pytest.raises(cuactor.errors.InvalidArgumentError, match="computes only fprop with a 1x1 filter"):
         cuactor.conv2d(x3, w3, sku=dense, **geom3)

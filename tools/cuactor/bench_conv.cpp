@@ -212,7 +212,7 @@ Result<ConvRow> bench_case(const ConvSpec& spec, const kernels::ConvPlanOptions&
 
 /// `--plan-only`: each case's plan for the given architecture and multiprocessor count (the kernel,
 /// the split and the workspace that `cuactor bench conv` would run, and that `cuactor jit warm --conv`
-/// can compile ahead), computed on the host alone.
+/// can compile ahead, or `--gemm` for a pointwise fprop's dense kernel), computed on the host alone.
 Status print_plans(ConvCases cases, const ConvBenchOptions& opt) {
   const auto arch = parse_arch(opt.arch);
   if (!arch)

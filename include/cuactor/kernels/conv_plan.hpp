@@ -145,7 +145,8 @@ struct ConvPlanOptions {
   /// Use exactly this catalog kernel instead of the heuristic's choice: a convolution kernel, or for a
   /// pointwise fprop (1x1 filter, unit stride, no padding) a dense GEMM one (row, col, row layouts).
   std::optional<GemmSku> sku_override;
-  /// Multiprocessor count of the target device (0: queried by the kernel at run time).
+  /// Multiprocessor count of the target device (0: queried by the kernel at run time; a plan on a
+  /// dense GEMM kernel assumes an H100's 132 then, as GemmPlan does).
   int sm_count = 0;
   /// Ordinal of the device the plan's kernels run on.
   int device = 0;
@@ -154,7 +155,8 @@ struct ConvPlanOptions {
   /// dilation_h (R - 1) (every slice reads an input row); fprop: images and rows 1, channels in [1,
   /// the K steps of C] and at most kMaxConvChannelSlices, above 1 only on a kernel that splits channels
   /// (without sku_override the plan then chooses among those);
-  /// dgrad, and sm_80 kernels, {1, 1, 1} only.
+  /// dgrad, and sm_80 kernels, {1, 1, 1} only. Any split override keeps a pointwise fprop on the conv
+  /// kernels (a dense GEMM kernel does not split).
   std::optional<ConvSplit> split_override;
 };
 
