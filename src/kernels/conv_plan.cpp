@@ -309,12 +309,18 @@ GemmProblem pointwise_problem(const ConvSpec& s) {
   return p;
 }
 
-/// The catalog's dense kernel for the pointwise class of `s`, if it has one for its types (GemmSku's
-/// defaults are the rest: sm_90a, fp32 accumulation, row / col / row, linear combination).
-const CatalogEntry* pointwise_kernel(const ConvSpec& s) {
+/// The catalog's dense 64x32x64 pingpong kernel for problem `p` (types, layouts and epilogue as
+/// pointwise_problem states them; sm_90a, fp32 accumulation), if it has one.
+const CatalogEntry* pointwise_kernel(const GemmProblem& p) {
   GemmSku sku;
-  sku.a = sku.b = s.element;
-  sku.c = sku.d = s.output;
+  sku.a = p.a;
+  sku.b = p.b;
+  sku.c = p.c;
+  sku.d = p.d;
+  sku.layout_a = p.layout_a;
+  sku.layout_b = p.layout_b;
+  sku.layout_c = p.layout_c;
+  sku.epilogue = p.epilogue;
   sku.tile = kPointwiseGemmTile;
   sku.schedule = GemmSchedule::pingpong;
   return find_in_catalog(sku);
@@ -990,7 +996,8 @@ Result<ConvPlan> ConvPlan::create(const ConvSpec& spec, GpuArch device_arch, con
   }
   if (!options.sku_override && !options.split_override && in_pointwise_class(spec, options.sm_count) &&
       !(splits_channels(chosen->sku, spec) && best_channel_split(chosen->sku, spec, options.sm_count).channels > 1))
-    if (const CatalogEntry* dense = pointwise_kernel(spec); dense != nullptr && runs_on(dense->sku, device_arch))
+    if (const CatalogEntry* dense = pointwise_kernel(pointwise_problem(spec));
+        dense != nullptr && runs_on(dense->sku, device_arch))
       return finish_pointwise(spec, device_arch, dense->sku, PlanSource::heuristic, options);
   return finish(spec, device_arch, chosen->sku, *chosen->instance, nullptr,
                 options.sku_override ? PlanSource::overridden : PlanSource::heuristic, options);
