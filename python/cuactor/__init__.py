@@ -125,6 +125,7 @@ def mm(a: Any, b: Any, out: Any = None, out_dtype: Any = None, *, epilogue: str 
         UnsupportedError: no kernel of this build computes the combination on this GPU, or ``sku`` is not
             compiled into its catalog.
     """
+    sku = _sku_text(sku)
     torch = _torch_of(a)
     nd = _ndim(a)
     if nd not in (2, 3) or _ndim(b) != nd:
@@ -267,6 +268,13 @@ def scaled_grouped_mm(a: Any, b: Any, scale_a: Any, scale_b: Any, offs: Any = No
     return out
 
 
+def _sku_text(sku: Any) -> str | None:
+    """``sku`` for _core: None or a str (the binding would raise a bare TypeError for anything else)."""
+    if sku is not None and not isinstance(sku, str):
+        raise InvalidArgumentError(f"sku={sku!r}: give a kernel's SKU text (a str, as `cuactor kernels` lists them)")
+    return sku
+
+
 def _as_int(v: Any) -> int | None:
     """``v`` as an int if it is an integer (numpy and torch integers too) and not a bool, else None."""
     if isinstance(v, bool):
@@ -353,7 +361,7 @@ def _conv_launch(run: Any, a: Any, b: Any, shape: tuple[int, ...], params: tuple
     torch = _torch_of(a)
     out = _prepare_out(torch, a, shape, out, None, getattr(a, "dtype", None),
                        "on the device of the inputs, packed with the channels contiguous")
-    run(a, b, out, stream, *params, None, sku, split)
+    run(a, b, out, stream, *params, None, _sku_text(sku), split)
     return out
 
 

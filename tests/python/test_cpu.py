@@ -238,6 +238,11 @@ def test_conv_argument_rules(np):
         cuactor.conv2d(x, w, stride=(1, 0), out=y, stream=0)
     with pytest.raises(cuactor.InvalidArgumentError, match=r"GemmSku 'fastest': expected 9 ':'-separated fields"):
         cuactor.conv2d(x, w, padding=1, out=y, stream=0, sku="fastest")
+    for bad in (5, b"dense", ["dense"]):
+        with pytest.raises(cuactor.InvalidArgumentError, match=r"sku=.*: give a kernel's SKU text \(a str"):
+            cuactor.conv2d(x, w, padding=1, out=y, stream=0, sku=bad)
+        with pytest.raises(cuactor.InvalidArgumentError, match=r"sku=.*: give a kernel's SKU text \(a str"):
+            cuactor.mm(x[0, 0], x[0, 0].T, stream=0, sku=bad)
     with pytest.raises(cuactor.InvalidArgumentError, match=r"GemmSku 'conv_fprop:.*'"):
         cuactor.conv2d_backward_weight(y, x, 3, padding=1, out=w, stream=0, sku="conv_fprop:sm_90a:x:y:z:1:2:3:4")
     with pytest.raises(cuactor.InvalidArgumentError, match="padding=-1: must be at least 0"):
