@@ -54,7 +54,6 @@ void ActorLoop::post(std::shared_ptr<OpRecord> op) {
       rejection = Error(errc::queue_full, fmt::format("device {}: request '{}' rejected: mailbox full ({} queued)",
                                                       ordinal_, op->name, mailbox_.capacity()));
     } else {
-      queued_.store(mailbox_.size(), std::memory_order_release);
       if (sleeping_) wake_.notify_one();
       return;
     }
@@ -63,24 +62,17 @@ void ActorLoop::post(std::shared_ptr<OpRecord> op) {
 }
 
 void ActorLoop::cancel(std::uint64_t id) noexcept {
-  std::optional<std::shared_ptr<OpRecord>> op;
-  {
-    std::lock_guard lock(mutex_);
-    op = mailbox_.remove_first([id](const std::shared_ptr<OpRecord>& o) { return o->id == id; });
-    queued_.store(mailbox_.size(), std::memory_order_release);
-  }
+  std::shared_ptr<OpRecord> op =
+      mailbox_.remove_first([id](const std::shared_ptr<OpRecord>& o) { return o->id == id; });
   if (op)
-    finish_error_later(counters_, std::move(*op),
+    finish_error_later(counters_, std::move(op),
                        Error(errc::cancelled, fmt::format("request #{} cancelled before it ran", id)));
 }
 
 DeviceStats ActorLoop::stats() const {
   DeviceStats s;
   s.device = ordinal_;
-  {
-    std::lock_guard lock(mutex_);
-    s.queue_depth = mailbox_.size();
-  }
+  s.queue_depth = mailbox_.size();
   s.circuit = supervisor_.state();
   s.accepting_ops = state_->accepting_ops();
   s.generation = state_->generation();
@@ -112,9 +104,9 @@ void ActorLoop::shutdown() noexcept {
     std::lock_guard lock(mutex_);
     if (!stopping_) {
       stopping_ = true;
+      attention_.store(true, std::memory_order_release);
       state_->set_accepting_ops(false);  // first: every handle is stale from here on
-      queued = mailbox_.take_all();
-      queued_.store(0, std::memory_order_release);
+      queued = mailbox_.take_all();      // nobody can post any more
       wake_.notify_one();
     }
   }
@@ -160,6 +152,7 @@ void ActorLoop::thread_main(std::promise<Status>& ready) {
                                              Completion::Hooks{[this](Error cause) {
                                                                  std::lock_guard lock(mutex_);
                                                                  poison_report_ = std::move(cause);
+                                                                 attention_.store(true, std::memory_order_release);
                                                                  wake_.notify_one();
                                                                },
                                                                [this] {
@@ -203,32 +196,44 @@ void ActorLoop::thread_main(std::promise<Status>& ready) {
 
 bool ActorLoop::next_batch(std::vector<std::shared_ptr<OpRecord>>& batch) {
   const auto deadline = std::chrono::steady_clock::now() + options_.idle_spin;
-  // A short lock-free spin saves the futex round trip when requests arrive back to back (a pause, not
-  // a yield: a yield is a system call, and on a virtual machine it costs as much as the wait it saves).
-  (void)spin_until([&] { return queued_.load(std::memory_order_acquire) != 0; }, deadline);
-  std::unique_lock lock(mutex_, std::defer_lock);
-  lock_spinning(lock);
+  // Where to take requests now (slots on the stream, no recovery running); only this thread changes the
+  // answer, except for slots that the poller frees.
+  auto room = [&]() -> std::size_t {
+    const std::size_t in_flight = completion_->in_flight();
+    if (in_flight >= options_.max_in_flight || supervisor_.state() == CircuitState::recovering) return 0;
+    return std::min(options_.max_batch, options_.max_in_flight - in_flight);
+  };
   for (;;) {
+    // Fast path, without mutex_: take what is queued, else spin a little for more (a pause, not a yield:
+    // a yield is a system call, and on a virtual machine it costs as much as the wait it saves).
+    if (!attention_.load(std::memory_order_acquire)) {
+      if (const std::size_t n = room(); n > 0) {
+        mailbox_.pop_batch(batch, n);
+        if (!batch.empty()) return true;
+        if (spin_until([&] { return mailbox_.maybe_nonempty() || attention_.load(std::memory_order_acquire); },
+                       deadline))
+          continue;
+      }
+    }
+    // Slow path: reports, the stop, no slots, or nothing to do for a while.
+    std::unique_lock lock(mutex_);
     if (poison_report_) {
       Error cause = std::move(*poison_report_);
       poison_report_.reset();
+      attention_.store(stopping_, std::memory_order_release);
       lock.unlock();
       poison(cause, {});
-      lock.lock();
       continue;
     }
     if (stopping_) return false;
-    const std::size_t in_flight = completion_->in_flight();
-    const bool slots = in_flight < options_.max_in_flight;
-    if (!mailbox_.empty() && slots && supervisor_.state() != CircuitState::recovering) {
-      const std::size_t room = std::min(options_.max_batch, options_.max_in_flight - in_flight);
-      mailbox_.pop_batch(batch, room);
-      queued_.store(mailbox_.size(), std::memory_order_release);
-      return true;
+    const std::size_t n = room();
+    if (n > 0) {
+      mailbox_.pop_batch(batch, n);  // exact here: no post is in progress while mutex_ is held
+      if (!batch.empty()) return true;
     }
     sleeping_ = true;
-    wants_slots_.store(!slots, std::memory_order_release);
-    if (!slots)
+    wants_slots_.store(n == 0, std::memory_order_release);
+    if (n == 0)
       wake_.wait_for(lock, options_.watchdog_interval);  // the poller wakes us when slots free up
     else
       wake_.wait(lock);
@@ -273,11 +278,7 @@ void ActorLoop::process(std::vector<std::shared_ptr<OpRecord>>& batch) {
         // The rest of the batch was never submitted: it goes back to the head of the mailbox.
         std::vector<std::shared_ptr<OpRecord>> rest(std::make_move_iterator(batch.begin() + static_cast<long>(i) + 1),
                                                     std::make_move_iterator(batch.end()));
-        {
-          std::lock_guard lock(mutex_);
-          mailbox_.push_front(rest);
-          queued_.store(mailbox_.size(), std::memory_order_release);
-        }
+        mailbox_.push_front(rest);
         pending.push_back(std::move(op));
         poison(st.error(), std::move(pending));
         return;
@@ -372,9 +373,8 @@ void ActorLoop::open_circuit(const Error& cause) {
   std::vector<std::shared_ptr<OpRecord>> queued;
   supervisor_.open(cause);
   {
-    std::lock_guard lock(mutex_);
+    std::lock_guard lock(mutex_);  // posters check the circuit under it: none can slip in after this
     queued = mailbox_.take_all();
-    queued_.store(0, std::memory_order_release);
   }
   state_->set_accepting_ops(false);
   fail_all(std::move(queued),

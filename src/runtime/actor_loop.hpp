@@ -76,14 +76,15 @@ class ActorLoop final : public ActorBackend, private OpServices, private Recover
   Supervisor supervisor_;
   WriteTracker writes_;
 
-  // Guarded by mutex_.
+  // Posters push to the mailbox under mutex_ (it orders them with the shutdown and the circuit); the actor
+  // takes from it without mutex_, which it locks only to fall asleep or to read a report.
+  Mailbox<OpRecord> mailbox_;
   mutable std::mutex mutex_;
   std::condition_variable wake_;
-  Mailbox<std::shared_ptr<OpRecord>> mailbox_;
-  bool stopping_ = false;
-  bool sleeping_ = false;
-  std::optional<Error> poison_report_;                      // from the poller
-  alignas(kCacheLine) std::atomic<std::size_t> queued_{0};  // mirror of the mailbox size for the lock-free spin
+  bool stopping_ = false;                                   // guarded by mutex_
+  bool sleeping_ = false;                                   // guarded by mutex_
+  std::optional<Error> poison_report_;                      // guarded by mutex_; from the poller
+  alignas(kCacheLine) std::atomic<bool> attention_{false};  // stopping_ or poison_report_: the spin checks it
   alignas(kCacheLine) std::atomic<bool> wants_slots_{false};
   std::atomic<std::uint64_t> rejected_full_{0};
   std::atomic<std::uint64_t> dispatch_ns_{0};  // time spent in process()

@@ -22,34 +22,53 @@ CompletionPool::CompletionPool(int threads, std::chrono::microseconds spin) : sp
 
 CompletionPool::~CompletionPool() {
   {
-    std::lock_guard lock(mutex_);
-    stop_ = true;
+    std::lock_guard lock(mutex_);  // a thread about to sleep sees the stop or gets the notification
+    stop_.store(true, std::memory_order_seq_cst);
   }
   wake_.notify_all();
   for (auto& t : threads_) t.join();
 }
 
 void CompletionPool::push(std::unique_ptr<JobBase> job) {
-  bool wake = false;
-  {
-    std::lock_guard lock(mutex_);
-    jobs_.push_back(std::move(job));
-    queued_.fetch_add(1, std::memory_order_release);
-    wake = sleepers_ > 0 && spinners_ == 0;  // a spinning thread takes it without a wake-up
-  }
-  if (wake) wake_.notify_one();
+  jobs_.push(job.release());  // sequentially consistent: see wake_one_sleeper()
+  wake_one_sleeper();
 }
 
-std::unique_ptr<CompletionPool::JobBase> CompletionPool::take_locked() {
-  auto job = std::move(jobs_[head_++]);
-  queued_.fetch_sub(1, std::memory_order_release);
-  if (head_ == jobs_.size()) {  // drained: reuse the storage
-    jobs_.clear();
-    head_ = 0;
-  } else if (sleepers_ > 0 && spinners_ == 0) {
-    wake_.notify_one();  // more work than this thread: nobody else is looking
-  }
-  return job;
+void CompletionPool::wake_one_sleeper() {
+  // A sleeper counts itself before it looks at the queue, and a spinner that gives up looks at the queue
+  // after it stopped counting (all sequentially consistent): whoever this misses sees the job itself.
+  if (spinners_.load(std::memory_order_seq_cst) != 0 || sleepers_.load(std::memory_order_seq_cst) == 0) return;
+  std::lock_guard lock(mutex_);
+  wake_.notify_one();
+}
+
+std::unique_ptr<CompletionPool::JobBase> CompletionPool::take() {
+  if (!jobs_.maybe_nonempty()) return nullptr;
+  std::unique_lock lock(take_, std::defer_lock);
+  lock_spinning(lock);
+  MpscHook* node = jobs_.try_pop();
+  const bool more = node != nullptr && jobs_.maybe_nonempty();
+  lock.unlock();
+  if (more) wake_one_sleeper();  // more work than this thread: nobody else may be looking
+  return std::unique_ptr<JobBase>(static_cast<JobBase*>(node));
+}
+
+bool CompletionPool::spin_for_work() {
+  int idle = 0;
+  // One idle thread at a time spins (reading only the queue's ends: posting threads never meet it on a
+  // lock); more would only take cycles from the threads doing the work.
+  if (!spinners_.compare_exchange_strong(idle, 1, std::memory_order_seq_cst)) return false;
+  const bool found = spin_until([&] { return jobs_.maybe_nonempty() || stop_.load(std::memory_order_acquire); },
+                                std::chrono::steady_clock::now() + spin_);
+  spinners_.store(0, std::memory_order_seq_cst);
+  return found || jobs_.maybe_nonempty();  // a post that saw this thread spinning woke nobody
+}
+
+void CompletionPool::sleep() {
+  std::unique_lock lock(mutex_);
+  sleepers_.fetch_add(1, std::memory_order_seq_cst);
+  while (!jobs_.maybe_nonempty() && !stop_.load(std::memory_order_seq_cst)) wake_.wait(lock);
+  sleepers_.fetch_sub(1, std::memory_order_seq_cst);
 }
 
 bool CompletionPool::on_pool_thread() const noexcept {
@@ -57,13 +76,9 @@ bool CompletionPool::on_pool_thread() const noexcept {
 }
 
 void CompletionPool::run() noexcept {
-  using Clock = std::chrono::steady_clock;
   t_pool = this;
-  std::unique_lock lock(mutex_);
   for (;;) {
-    if (head_ < jobs_.size()) {
-      std::unique_ptr<JobBase> job = take_locked();
-      lock.unlock();
+    if (std::unique_ptr<JobBase> job = take()) {
       try {
         job->run();
       } catch (const std::exception& e) {
@@ -72,24 +87,13 @@ void CompletionPool::run() noexcept {
       } catch (...) {
         log(LogLevel::error, "completion handler threw a non-standard exception");
       }
-      job.reset();  // the reply's record is released here, before the next wait
-      lock.lock();
+      continue;  // the job (the reply's record with it) was released above, before any wait
+    }
+    if (stop_.load(std::memory_order_acquire)) {
+      if (!jobs_.maybe_nonempty()) return;  // everything queued has run (or is running on another thread)
       continue;
     }
-    if (stop_) return;
-    // One idle thread at a time spins (on the count alone: posting threads never meet it on the mutex);
-    // more would only take cycles from the sibling hyperthreads of the threads doing the work.
-    if (spinners_ == 0) {
-      ++spinners_;
-      lock.unlock();
-      (void)spin_until([&] { return queued_.load(std::memory_order_acquire) != 0; }, Clock::now() + spin_);
-      lock_spinning(lock);
-      --spinners_;
-      if (head_ < jobs_.size() || stop_) continue;
-    }
-    ++sleepers_;
-    wake_.wait(lock, [&] { return stop_ || head_ < jobs_.size(); });
-    --sleepers_;
+    if (!spin_for_work()) sleep();
   }
 }
 

@@ -4,7 +4,8 @@
 ///
 /// Why not an io_context: its threads, spinning on poll() for low latency, take the scheduler's mutex
 /// on every poll, and the completion poller that hands a reply over has to win that mutex against
-/// them. Here a spinning thread only reads an atomic count; the mutex is taken once per hand-off.
+/// them. Here jobs travel through a lock-free queue (MpscQueue) that a spinning thread watches; the mutex
+/// is only for threads falling asleep and for waking them.
 #pragma once
 
 #include <atomic>
@@ -18,14 +19,16 @@
 #include <utility>
 #include <vector>
 
+#include "cuactor/runtime/detail/mpsc_queue.hpp"
 #include "cuactor/runtime/detail/record_memory.hpp"
 #include "runtime/spin.hpp"
 
 namespace cuactor::runtime::detail {
 
-/// A fixed set of threads running posted functions in FIFO order. One idle thread at a time spins for
-/// `spin` after its last function (a hand-off under load then costs no futex wake-up) before it sleeps;
-/// the others sleep and are woken when work arrives that the spinning one cannot take at once.
+/// A fixed set of threads running posted functions in FIFO order (one thread takes them at a time). One
+/// idle thread at a time spins for `spin` after its last function (a hand-off under load then costs no
+/// futex wake-up) before it sleeps; the others sleep and are woken when work arrives that the spinning one
+/// cannot take at once.
 class CompletionPool {
  public:
   /// Starts `threads` threads.
@@ -43,6 +46,8 @@ class CompletionPool {
 
   /// True on one of this pool's threads.
   [[nodiscard]] bool on_pool_thread() const noexcept;
+  /// True while an idle thread spins for work: a job posted now starts within a hand-off, without a wake-up.
+  [[nodiscard]] bool has_idle_spinner() const noexcept { return spinners_.load(std::memory_order_relaxed) != 0; }
 
   /// The Asio executor of this pool (what completion_pool_executor() wraps in an any_completion_executor).
   class Executor {
@@ -61,7 +66,7 @@ class CompletionPool {
   Executor executor() noexcept { return Executor(this); }
 
  private:
-  struct JobBase {
+  struct JobBase : MpscHook {
     virtual ~JobBase() = default;
     virtual void run() = 0;
     // Made on the posting thread, freed on a pool thread: recycled memory, like request records.
@@ -76,19 +81,23 @@ class CompletionPool {
   };
 
   void push(std::unique_ptr<JobBase> job);
-  /// Pops the oldest job (mutex held), waking a sleeper when more remain and nobody spins.
-  std::unique_ptr<JobBase> take_locked();
+  /// Takes the oldest job, or null; wakes a sleeper when more remain and nobody spins.
+  std::unique_ptr<JobBase> take();
+  /// Spins (if no other thread does) until a job is queued or `spin_` passed; true if one may be.
+  bool spin_for_work();
+  /// Sleeps until a job may be queued or the pool stops.
+  void sleep();
+  void wake_one_sleeper();
   void run() noexcept;
 
   const std::chrono::microseconds spin_;
-  alignas(kCacheLine) std::atomic<std::size_t> queued_{0};  // read by spinning threads without the mutex
-  alignas(kCacheLine) std::mutex mutex_;
+  MpscQueue jobs_;                                    // consumed under take_
+  alignas(kCacheLine) std::mutex take_;               // one taker at a time (pool threads only)
+  alignas(kCacheLine) std::atomic<int> spinners_{0};  // idle threads spinning on jobs_ (at most one)
+  alignas(kCacheLine) std::atomic<int> sleepers_{0};  // threads asleep, or about to be, on wake_
+  std::atomic<bool> stop_{false};
+  std::mutex mutex_;  // for wake_
   std::condition_variable wake_;
-  std::vector<std::unique_ptr<JobBase>> jobs_;  // FIFO from head_
-  std::size_t head_ = 0;
-  int sleepers_ = 0;
-  int spinners_ = 0;  // idle threads spinning on queued_ (at most one)
-  bool stop_ = false;
   std::vector<std::thread> threads_;
 };
 

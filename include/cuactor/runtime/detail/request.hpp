@@ -25,6 +25,7 @@
 #include "cuactor/core/expected.hpp"
 #include "cuactor/core/nvtx.hpp"
 #include "cuactor/runtime/commands.hpp"
+#include "cuactor/runtime/detail/mpsc_queue.hpp"
 #include "cuactor/runtime/detail/record_memory.hpp"
 #include "cuactor/runtime/op_context.hpp"
 #include "cuactor/runtime/stats.hpp"
@@ -37,8 +38,8 @@ enum class OpKind {
   immediate,  ///< Reply as soon as the function returned (execute()).
 };
 
-/// The type-erased part of a request, seen by the backends.
-struct OpRecord {
+/// The type-erased part of a request, seen by the backends (the hook queues it in an actor's mailbox).
+struct OpRecord : MpscHook {
   virtual ~OpRecord() = default;
   /// Runs the request on the actor's thread (in-process backends); stores its value.
   virtual Status run(OpContext& ctx) = 0;
@@ -63,8 +64,9 @@ struct OpRecord {
   AllocationList reads;
   AllocationList writes;
   KeepAliveList keep_alive;
-  int leases_held = 0;  ///< Number of writes whose op lease is held.
-  nvtx::Span span;      ///< "kind #id" from acceptance to reply, when a profiler is attached ([O1]).
+  int leases_held = 0;                    ///< Number of writes whose op lease is held.
+  nvtx::Span span;                        ///< "kind #id" from acceptance to reply, when a profiler is attached ([O1]).
+  std::shared_ptr<OpRecord> queued_self;  ///< Keeps the record alive while a mailbox holds it.
 };
 
 /// Backend of a DeviceActor: the in-process actor loop, or a client of an isolated worker process.

@@ -1,0 +1,81 @@
+/// @file
+/// An intrusive multi-producer, single-consumer FIFO (internal; Dmitry Vyukov's algorithm). The runtime's
+/// hand-offs between spinning threads go through it: requests to an actor, replies to the completion pool.
+///
+/// Why: a push is one atomic exchange and one store, with no lock and no allocation, and the consumer reads
+/// only the nodes. Between two spinning threads on the H100 VMs measured, a hand-off took 460-580 ns through it
+/// against 760-860 ns through a mutex-guarded vector with an atomic count (`.carry/hop`-style ping, 20,000
+/// samples): fewer cache lines change cores. Boost.Lockfree's queue copies values into nodes taken from a
+/// shared free list, whose compare-and-swap loops are the traffic avoided here.
+#pragma once
+
+#include <atomic>
+
+namespace cuactor::runtime::detail {
+
+/// The link an object embeds (as a base) to be queued in an MpscQueue; one queue at a time.
+struct MpscHook {
+  std::atomic<MpscHook*> mpsc_next{nullptr};
+};
+
+/// The queue of MpscHook nodes. It never owns them: the caller passes ownership through push() and takes
+/// it back from try_pop(). Pushes may come from any thread; try_pop() and empty() from one consumer at a
+/// time (callers serialise consumers themselves).
+class MpscQueue {
+ public:
+  MpscQueue() noexcept = default;
+  MpscQueue(const MpscQueue&) = delete;
+  MpscQueue& operator=(const MpscQueue&) = delete;
+
+  /// Appends `node` (any thread). Sequentially consistent, so that a producer that pushes and then reads a
+  /// "consumer is spinning" flag and a consumer that clears that flag and then looks at the queue cannot
+  /// both miss each other.
+  void push(MpscHook* node) noexcept {
+    node->mpsc_next.store(nullptr, std::memory_order_relaxed);
+    MpscHook* prev = tail_.exchange(node, std::memory_order_seq_cst);
+    prev->mpsc_next.store(node, std::memory_order_seq_cst);
+  }
+
+  /// Removes the oldest node (consumer). Null when the queue is empty, and also, briefly, while the push
+  /// of the oldest remaining node is between its two steps: retry then (maybe_nonempty() stays true).
+  MpscHook* try_pop() noexcept {
+    MpscHook* head = head_.load(std::memory_order_relaxed);
+    MpscHook* next = head->mpsc_next.load(std::memory_order_acquire);
+    if (head == &stub_) {
+      if (!next) return nullptr;
+      head_.store(next, std::memory_order_relaxed);
+      head = next;
+      next = next->mpsc_next.load(std::memory_order_acquire);
+    }
+    if (next) {
+      head_.store(next, std::memory_order_relaxed);
+      return head;
+    }
+    // `head` is the last linked node: it leaves only once the stub stands behind it.
+    if (tail_.load(std::memory_order_seq_cst) != head) return nullptr;  // a push after it is linking
+    push(&stub_);
+    next = head->mpsc_next.load(std::memory_order_acquire);
+    if (!next) return nullptr;  // another push got in before the stub; it is linking
+    head_.store(next, std::memory_order_relaxed);
+    return head;
+  }
+
+  /// True when nothing is queued and no push is in progress (consumer).
+  [[nodiscard]] bool empty() const noexcept {
+    return head_.load(std::memory_order_relaxed) == &stub_ && tail_.load(std::memory_order_seq_cst) == &stub_;
+  }
+
+  /// False only when, at a moment during the call, every node pushed before it had been taken or was being
+  /// taken. Any thread may ask without being the consumer (it reads the ends' addresses, never a node): what
+  /// spinning and falling-asleep threads poll.
+  [[nodiscard]] bool maybe_nonempty() const noexcept {
+    return tail_.load(std::memory_order_seq_cst) != &stub_ || head_.load(std::memory_order_relaxed) != &stub_;
+  }
+
+ private:
+  MpscHook stub_;                                    // stands in the queue whenever it is drained
+  alignas(64) std::atomic<MpscHook*> tail_{&stub_};  // producers
+  alignas(64) std::atomic<MpscHook*> head_{&stub_};  // consumer (atomic only so that maybe_nonempty() may read it)
+};
+
+}  // namespace cuactor::runtime::detail
