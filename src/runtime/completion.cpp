@@ -8,6 +8,7 @@
 #include "cuactor/core/driver_api.hpp"
 #include "cuactor/core/log.hpp"
 #include "cuactor/gpu/check.hpp"
+#include "cuactor/gpu/device.hpp"
 #include "runtime/completion_pool.hpp"
 #include "runtime/incarnation.hpp"
 #include "runtime/spin.hpp"
@@ -18,6 +19,8 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 constexpr std::size_t kWordBytes = 4096;
+/// How long a completion-pool thread watches a word for an early delivery: as long as it would spin idle.
+constexpr std::chrono::microseconds kEarlyWatch{50};
 
 /// True when `seq` was reached by `observed` (serial-number arithmetic: the words wrap).
 inline bool reached(std::uint32_t observed, std::uint32_t seq) noexcept {
@@ -25,6 +28,14 @@ inline bool reached(std::uint32_t observed, std::uint32_t seq) noexcept {
 }
 
 }  // namespace
+
+Completion::WordBlock::~WordBlock() {
+  if (registered.load(std::memory_order_acquire)) {
+    // The last owner may be a completion-pool thread, whose current device may be another.
+    if (auto scoped = gpu::ScopedDevice::make(ordinal)) (void)cudaHostUnregister(word);
+  }
+  std::free(word);
+}
 
 Completion::Completion(int ordinal, const PollerOptions& options, std::chrono::microseconds watchdog,
                        std::shared_ptr<ReplyCounters> counters, Hooks hooks)
@@ -45,17 +56,17 @@ Completion::~Completion() {
   std::lock_guard lock(mutex_);
   if (inc_ && !inc_->context_lost()) {
     for (cudaEvent_t e : free_events_) (void)cudaEventDestroy(e);
-    if (word_) {
-      (void)cudaHostUnregister(word_);
-      std::free(word_);
-    }
+  } else if (word_block_) {
+    word_block_->registered.store(false, std::memory_order_release);
   }
+  // The words go with their last owner: here, or an early delivery still watching one.
 }
 
 Status Completion::attach(std::shared_ptr<Incarnation> inc) {
   std::lock_guard lock(mutex_);
   if (!batches_.empty()) return fail(errc::internal, "Completion::attach with operations in flight");
   inc_ = std::move(inc);
+  if (word_block_) retired_words_.push_back(std::move(word_block_));
   word_ = nullptr;
   word_device_ = 0;
   free_events_.clear();
@@ -72,7 +83,8 @@ Status Completion::attach(std::shared_ptr<Incarnation> inc) {
       std::free(host);
       return fail(gpu::make_error(e, fmt::format("cudaHostRegister(completion word of device {})", ordinal_)));
     }
-    word_ = static_cast<std::uint32_t*>(host);
+    word_block_ = std::make_shared<WordBlock>(ordinal_, static_cast<std::uint32_t*>(host));
+    word_ = word_block_->word;
     std::atomic_ref<std::uint32_t>(*word_).store(0, std::memory_order_release);
     void* device = nullptr;
     CUACTOR_CUDA_TRY(cudaHostGetDevicePointer(&device, host, 0));
@@ -98,7 +110,11 @@ void Completion::detach() noexcept {
   std::lock_guard lock(mutex_);
   halted_ = true;
   // The word's registration and the events belonged to the lost context: abandoned. The word's host
-  // memory stays allocated because the poller may still read it.
+  // memory stays allocated because the poller (and an early delivery) may still read it.
+  if (word_block_) {
+    word_block_->registered.store(false, std::memory_order_release);
+    retired_words_.push_back(std::move(word_block_));
+  }
   word_device_ = 0;
   free_events_.clear();
 }
@@ -141,13 +157,40 @@ Status Completion::submit(std::vector<std::shared_ptr<OpRecord>>& ops, const std
   // fails every registered operation exactly once (take_all()).
   std::lock_guard lock(mutex_);
   const std::size_t n = ops.size();
+  batch.op_count = n;
   batch.ops = std::move(ops);
   ops.clear();
   batches_.push_back(std::move(batch));
   in_flight_.fetch_add(n, std::memory_order_acq_rel);
   batches_pending_.fetch_add(1, std::memory_order_release);
+  deliver_early_locked(batches_.back());
   if (sleeping_) wake_.notify_one();
   return ok();
+}
+
+void Completion::deliver_early_locked(Batch& batch) {
+  if (batch.event || halted_ || batches_.size() != 1 || !word_block_ || !completion_pool().has_idle_spinner()) return;
+  auto early = make_record<EarlyDelivery>();
+  early->seq = batch.seq;
+  early->word = word_block_;
+  early->counters = counters_;
+  early->ops = std::move(batch.ops);
+  batch.ops.clear();
+  batch.early = early;
+  completion_pool().post([early = std::move(early)] {
+    EarlyDelivery& e = *early;
+    auto done = [&] {
+      return reached(std::atomic_ref<std::uint32_t>(*e.word->word).load(std::memory_order_seq_cst), e.seq);
+    };
+    e.watching.store(true, std::memory_order_seq_cst);
+    bool finished = spin_until(done, Clock::now() + kEarlyWatch);
+    // After this store the poller claims the batch itself, unless it saw it finish while this thread
+    // watched: then the check below sees it finished too (both sequentially consistent) and answers it.
+    e.watching.store(false, std::memory_order_seq_cst);
+    if (!finished) finished = done();
+    if (!finished || !e.claim()) return;
+    for (auto& op : e.ops) finish(*e.counters, std::move(op), {});
+  });
 }
 
 std::vector<std::shared_ptr<OpRecord>> Completion::take_all() {
@@ -159,7 +202,9 @@ std::vector<std::shared_ptr<OpRecord>> Completion::take_all() {
   }
   std::vector<std::shared_ptr<OpRecord>> ops;
   for (auto& b : taken) {
-    in_flight_.fetch_sub(b.ops.size(), std::memory_order_acq_rel);
+    in_flight_.fetch_sub(b.op_count, std::memory_order_acq_rel);
+    // An early delivery that claimed its batch saw it finish: answered as done, not taken here.
+    if (b.early && b.early->claim()) b.ops = std::move(b.early->ops);
     for (auto& op : b.ops) ops.push_back(std::move(op));
     // Events of a lost context are abandoned; otherwise they go back to the pool.
     if (b.event) recycle_event(b.event);
@@ -168,7 +213,7 @@ std::vector<std::shared_ptr<OpRecord>> Completion::take_all() {
 }
 
 std::uint32_t Completion::observed(std::uint32_t* word) noexcept {
-  return std::atomic_ref<std::uint32_t>(*word).load(std::memory_order_acquire);
+  return std::atomic_ref<std::uint32_t>(*word).load(std::memory_order_seq_cst);  // see deliver_early_locked()
 }
 
 void Completion::recycle_event(cudaEvent_t e) noexcept {
@@ -264,7 +309,12 @@ void Completion::run() noexcept {
       lock.unlock();
       std::size_t n = 0;
       for (auto& b : done) {
-        n += b.ops.size();
+        n += b.op_count;
+        if (b.early) {
+          // Left to the pool thread watching it (it saw the word too, or will); else claimed here.
+          if (b.early->watching.load(std::memory_order_seq_cst) || !b.early->claim()) continue;
+          b.ops = std::move(b.early->ops);
+        }
         // One hand-off per batch: a pool thread answers its operations in order, running the handlers
         // without an executor of their own right there.
         completion_pool().post([counters = counters_, ops = std::move(b.ops)]() mutable {

@@ -6,6 +6,11 @@
 /// flight, backs off with growing sleeps, and blocks when the device is idle. A batch that is late by
 /// the watchdog interval makes it query the stream: a poisoned context is reported to the actor, which
 /// fails everything in flight exactly once (take_all()).
+///
+/// Early delivery: a lone batch submitted while a completion-pool thread idles is also handed to that
+/// thread at once, which watches the word itself for a while and answers the batch the moment it
+/// completes. The reply then skips the poller-to-pool hand-off (0.7 µs of a 10-12 µs round trip measured
+/// on an H100 VM). Whoever claims the batch first (that thread, the poller, or take_all()) answers it.
 #pragma once
 
 #include <cuda.h>
@@ -65,16 +70,44 @@ class Completion {
   [[nodiscard]] CompletionMode mode() const noexcept { return mode_.load(std::memory_order_acquire); }
 
  private:
+  /// The pinned mapped word of one incarnation. Shared with early deliveries, which may outlive both the
+  /// incarnation and this object; unregistered (on `ordinal`) only while its context lives.
+  struct WordBlock {
+    WordBlock(int device, std::uint32_t* host_word) noexcept : ordinal(device), word(host_word) {}
+    ~WordBlock();
+    WordBlock(const WordBlock&) = delete;
+    WordBlock& operator=(const WordBlock&) = delete;
+    const int ordinal;
+    std::uint32_t* const word;
+    std::atomic<bool> registered{true};  // false once its context was lost: the reset took the registration
+  };
+  /// A lone batch also watched by a completion-pool thread (see the file comment).
+  struct EarlyDelivery {
+    /// True for the one caller that takes `ops`.
+    bool claim() noexcept { return !claimed.exchange(true, std::memory_order_acq_rel); }
+    std::atomic<bool> claimed{false};
+    std::atomic<bool> watching{false};  // the pool thread spins on the word now: the poller leaves it the batch
+    std::uint32_t seq = 0;
+    std::shared_ptr<WordBlock> word;
+    std::shared_ptr<ReplyCounters> counters;
+    std::vector<std::shared_ptr<OpRecord>> ops;
+  };
   struct Batch {
     std::uint32_t seq = 0;
     cudaEvent_t event = nullptr;  // event_query mode
     std::chrono::steady_clock::time_point submitted;
-    std::vector<std::shared_ptr<OpRecord>> ops;
+    std::size_t op_count = 0;
+    std::vector<std::shared_ptr<OpRecord>> ops;  // empty when `early` holds them
+    std::shared_ptr<EarlyDelivery> early;
   };
 
   void run() noexcept;
   /// Pops the batches that finished (lock held); the poller answers them after unlocking.
   void collect_finished_locked(std::vector<Batch>& done);
+  /// Hands `batch` (registered, lock held) to an idle completion-pool thread when it is alone in flight.
+  void deliver_early_locked(Batch& batch);
+  /// Whether the poller should leave the oldest batch to its early delivery for now (lock held).
+  [[nodiscard]] bool oldest_watched_locked() const noexcept;
   /// Queries the stream for a sticky error when the oldest batch is late; true if it reported one.
   bool check_poisoned(std::chrono::steady_clock::time_point now);
   [[nodiscard]] static std::uint32_t observed(std::uint32_t* word) noexcept;
@@ -96,7 +129,9 @@ class Completion {
   std::deque<Batch> batches_;
   std::vector<cudaEvent_t> free_events_;
   std::uint32_t next_seq_ = 0;
-  std::uint32_t* word_ = nullptr;  // pinned mapped host memory written by the stream
+  std::shared_ptr<WordBlock> word_block_;                  // the current incarnation's
+  std::vector<std::shared_ptr<WordBlock>> retired_words_;  // of lost contexts: the poller may still read them
+  std::uint32_t* word_ = nullptr;  // word_block_'s word: pinned mapped host memory written by the stream
   CUdeviceptr word_device_ = 0;
   std::chrono::steady_clock::time_point last_watchdog_{};
   std::atomic<CompletionMode> mode_{CompletionMode::sequence_word};
