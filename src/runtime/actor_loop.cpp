@@ -156,7 +156,7 @@ void ActorLoop::thread_main(std::promise<Status>& ready) {
                                                                  wake_.notify_one();
                                                                },
                                                                [this] {
-                                                                 if (!wants_slots_.load(std::memory_order_acquire))
+                                                                 if (!wants_slots_.load(std::memory_order_seq_cst))
                                                                    return;
                                                                  std::lock_guard lock(mutex_);
                                                                  wake_.notify_one();
@@ -185,6 +185,11 @@ void ActorLoop::thread_main(std::promise<Status>& ready) {
     batch.clear();
   }
   drain_at_shutdown();
+  // shutdown() answered what was queued then; requests put back by a poisoning since are answered here.
+  for (auto& op : mailbox_.take_all())
+    finish_error(*counters_, std::move(op),
+                 Error(errc::device_shutting_down,
+                       fmt::format("device {}: request '{}' not run: the actor shut down", ordinal_, op->name)));
   std::unique_ptr<Completion> completion;
   {
     std::lock_guard context(context_mutex_);
@@ -203,6 +208,7 @@ bool ActorLoop::next_batch(std::vector<std::shared_ptr<OpRecord>>& batch) {
     if (in_flight >= options_.max_in_flight || supervisor_.state() == CircuitState::recovering) return 0;
     return std::min(options_.max_batch, options_.max_in_flight - in_flight);
   };
+  int empty_pops = 0;  // pops that found nothing though a push had begun (its poster is descheduled?)
   for (;;) {
     // Fast path, without mutex_: take what is queued, else spin a little for more (a pause, not a yield:
     // a yield is a system call, and on a virtual machine it costs as much as the wait it saves).
@@ -211,7 +217,8 @@ bool ActorLoop::next_batch(std::vector<std::shared_ptr<OpRecord>>& batch) {
         mailbox_.pop_batch(batch, n);
         if (!batch.empty()) return true;
         if (spin_until([&] { return mailbox_.maybe_nonempty() || attention_.load(std::memory_order_acquire); },
-                       deadline))
+                       deadline) &&
+            ++empty_pops < 256)
           continue;
       }
     }
@@ -231,14 +238,21 @@ bool ActorLoop::next_batch(std::vector<std::shared_ptr<OpRecord>>& batch) {
       mailbox_.pop_batch(batch, n);  // exact here: no post is in progress while mutex_ is held
       if (!batch.empty()) return true;
     }
+    if (n == 0) {
+      // The poller frees slots and then reads wants_slots_ (both sequentially consistent, as here): either
+      // it sees the flag and wakes this thread, or the second look at the slots sees what it freed.
+      wants_slots_.store(true, std::memory_order_seq_cst);
+      if (room() == 0) {
+        sleeping_ = true;
+        wake_.wait_for(lock, options_.watchdog_interval);
+        sleeping_ = false;
+      }
+      wants_slots_.store(false, std::memory_order_relaxed);
+      continue;
+    }
     sleeping_ = true;
-    wants_slots_.store(n == 0, std::memory_order_release);
-    if (n == 0)
-      wake_.wait_for(lock, options_.watchdog_interval);  // the poller wakes us when slots free up
-    else
-      wake_.wait(lock);
+    wake_.wait(lock);
     sleeping_ = false;
-    wants_slots_.store(false, std::memory_order_release);
   }
 }
 

@@ -9,6 +9,7 @@
 #include "cuactor/core/log.hpp"
 #include "cuactor/gpu/check.hpp"
 #include "cuactor/gpu/device.hpp"
+#include "cuactor/gpu/graph.hpp"
 #include "runtime/completion_pool.hpp"
 #include "runtime/incarnation.hpp"
 #include "runtime/spin.hpp"
@@ -31,8 +32,12 @@ inline bool reached(std::uint32_t observed, std::uint32_t seq) noexcept {
 
 Completion::WordBlock::~WordBlock() {
   if (registered.load(std::memory_order_acquire)) {
-    // The last owner may be a completion-pool thread, whose current device may be another.
-    if (auto scoped = gpu::ScopedDevice::make(ordinal)) (void)cudaHostUnregister(word);
+    // The last owner may be a completion-pool thread: its current device may be another, and a capture in
+    // global mode elsewhere must not see this call. Memory still registered is never freed (it is leaked):
+    // a later registration at the same address would fail.
+    const gpu::ScopedCaptureMode relaxed(gpu::CaptureMode::relaxed);
+    auto scoped = gpu::ScopedDevice::make(ordinal);
+    if (!scoped || cudaHostUnregister(word) != cudaSuccess) return;
   }
   std::free(word);
 }
@@ -168,16 +173,22 @@ Status Completion::submit(std::vector<std::shared_ptr<OpRecord>>& ops, const std
   return ok();
 }
 
-void Completion::deliver_early_locked(Batch& batch) {
-  if (batch.event || halted_ || batches_.size() != 1 || !word_block_ || !completion_pool().has_idle_spinner()) return;
-  auto early = make_record<EarlyDelivery>();
+void Completion::deliver_early_locked(Batch& batch) noexcept {
+  if (batch.event || halted_ || batches_.size() != 1 || !word_block_) return;
+  std::shared_ptr<EarlyDelivery> early;
+  try {
+    if (!completion_pool().has_idle_spinner()) return;
+    early = make_record<EarlyDelivery>();
+  } catch (...) {
+    return;  // no memory (or no pool thread): the poller answers the batch
+  }
   early->seq = batch.seq;
   early->word = word_block_;
   early->counters = counters_;
   early->ops = std::move(batch.ops);
   batch.ops.clear();
   batch.early = early;
-  completion_pool().post([early = std::move(early)] {
+  auto watch = [early] {
     EarlyDelivery& e = *early;
     auto done = [&] {
       return reached(std::atomic_ref<std::uint32_t>(*e.word->word).load(std::memory_order_seq_cst), e.seq);
@@ -190,7 +201,13 @@ void Completion::deliver_early_locked(Batch& batch) {
     if (!finished) finished = done();
     if (!finished || !e.claim()) return;
     for (auto& op : e.ops) finish(*e.counters, std::move(op), {});
-  });
+  };
+  try {
+    completion_pool().post(std::move(watch));
+  } catch (...) {
+    batch.ops = std::move(early->ops);  // never posted: the poller answers the batch
+    batch.early.reset();
+  }
 }
 
 std::vector<std::shared_ptr<OpRecord>> Completion::take_all() {
@@ -322,7 +339,7 @@ void Completion::run() noexcept {
         });
       }
       done.clear();
-      in_flight_.fetch_sub(n, std::memory_order_acq_rel);
+      in_flight_.fetch_sub(n, std::memory_order_seq_cst);  // then on_progress reads the actor's flag
       if (hooks_.on_progress) hooks_.on_progress();
       last_progress = Clock::now();
       backoff = std::chrono::microseconds(0);

@@ -65,7 +65,7 @@ class Completion {
   /// Takes every registered operation, in submission order (each is handed out exactly once).
   std::vector<std::shared_ptr<OpRecord>> take_all();
   /// Operations registered and not yet answered.
-  [[nodiscard]] std::size_t in_flight() const noexcept { return in_flight_.load(std::memory_order_acquire); }
+  [[nodiscard]] std::size_t in_flight() const noexcept { return in_flight_.load(std::memory_order_seq_cst); }
   /// How completion is detected for the current incarnation.
   [[nodiscard]] CompletionMode mode() const noexcept { return mode_.load(std::memory_order_acquire); }
 
@@ -104,10 +104,9 @@ class Completion {
   void run() noexcept;
   /// Pops the batches that finished (lock held); the poller answers them after unlocking.
   void collect_finished_locked(std::vector<Batch>& done);
-  /// Hands `batch` (registered, lock held) to an idle completion-pool thread when it is alone in flight.
-  void deliver_early_locked(Batch& batch);
-  /// Whether the poller should leave the oldest batch to its early delivery for now (lock held).
-  [[nodiscard]] bool oldest_watched_locked() const noexcept;
+  /// Hands `batch` (registered, lock held) to an idle completion-pool thread when it is alone in flight;
+  /// leaves it to the poller if that fails.
+  void deliver_early_locked(Batch& batch) noexcept;
   /// Queries the stream for a sticky error when the oldest batch is late; true if it reported one.
   bool check_poisoned(std::chrono::steady_clock::time_point now);
   [[nodiscard]] static std::uint32_t observed(std::uint32_t* word) noexcept;

@@ -89,10 +89,11 @@ void CompletionPool::run() noexcept {
       }
       continue;  // the job (the reply's record with it) was released above, before any wait
     }
-    if (stop_.load(std::memory_order_acquire)) {
-      if (!jobs_.maybe_nonempty()) return;  // everything queued has run (or is running on another thread)
+    if (jobs_.maybe_nonempty()) {
+      cpu_relax();  // a push is completing, or another thread is taking the job: not a reason to sleep
       continue;
     }
+    if (stop_.load(std::memory_order_acquire)) return;  // everything queued has run (or runs elsewhere)
     if (!spin_for_work()) sleep();
   }
 }

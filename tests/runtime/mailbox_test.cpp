@@ -50,7 +50,6 @@ TEST(RuntimeMailbox, BoundedFifo) {
   out.clear();
   m.pop_batch(out, 10);
   EXPECT_EQ(values(out), (std::vector<int>{3, 4}));
-  EXPECT_TRUE(m.empty());
   EXPECT_FALSE(m.maybe_nonempty());
   EXPECT_EQ(m.size(), 0u);
   for (const auto& i : out) EXPECT_EQ(i.use_count(), 1);  // no self-reference left behind
@@ -73,6 +72,30 @@ TEST(RuntimeMailbox, PushFrontKeepsOrder) {
   EXPECT_EQ(m.size(), 0u);
 }
 
+// Items put back count against the bound again: posts are refused until the depth is below it.
+TEST(RuntimeMailbox, ItemsPutBackCountAgainstTheBound) {
+  Mailbox<Item> m(4);
+  for (int v = 1; v <= 4; ++v) {
+    auto it = item(v);
+    ASSERT_TRUE(m.push(it));
+  }
+  std::vector<std::shared_ptr<Item>> taken;
+  m.pop_batch(taken, 4);
+  auto five = item(5);
+  ASSERT_TRUE(m.push(five));
+  taken.pop_back();  // the first three go back (4 finished): depth 4 again
+  m.push_front(taken);
+  EXPECT_EQ(m.size(), 4u);
+  auto six = item(6);
+  EXPECT_FALSE(m.push(six));
+  std::vector<std::shared_ptr<Item>> out;
+  m.pop_batch(out, 1);
+  EXPECT_TRUE(m.push(six));
+  out.clear();
+  m.pop_batch(out, 10);
+  EXPECT_EQ(values(out), (std::vector<int>{2, 3, 5, 6}));
+}
+
 TEST(RuntimeMailbox, RemoveFirst) {
   Mailbox<Item> m(8);
   for (int v : {1, 2, 3, 2}) {
@@ -90,6 +113,22 @@ TEST(RuntimeMailbox, RemoveFirst) {
   m.push(five);
   m.pop_batch(out, 10);
   EXPECT_EQ(values(out), (std::vector<int>{1, 3, 2, 5}));
+  // The backlog's head and tail, and the only item.
+  for (int v : {7, 8, 9}) {
+    auto it = item(v);
+    m.push(it);
+  }
+  auto is = [](int v) { return [v](const std::shared_ptr<Item>& i) { return i->value == v; }; };
+  EXPECT_NE(m.remove_first(is(7)), nullptr);
+  EXPECT_NE(m.remove_first(is(9)), nullptr);
+  auto ten = item(10);
+  m.push(ten);
+  EXPECT_EQ(values(m.take_all()), (std::vector<int>{8, 10}));
+  auto eleven = item(11);
+  m.push(eleven);
+  EXPECT_NE(m.remove_first(is(11)), nullptr);
+  EXPECT_FALSE(m.maybe_nonempty());
+  EXPECT_EQ(m.size(), 0u);
 }
 
 TEST(RuntimeMailbox, DestructionReleasesWhatIsQueued) {
