@@ -186,10 +186,11 @@ void ActorLoop::thread_main(std::promise<Status>& ready) {
   }
   drain_at_shutdown();
   // shutdown() answered what was queued then; requests put back by a poisoning since are answered here.
-  for (auto& op : mailbox_.take_all())
-    finish_error(*counters_, std::move(op),
-                 Error(errc::device_shutting_down,
-                       fmt::format("device {}: request '{}' not run: the actor shut down", ordinal_, op->name)));
+  for (auto& op : mailbox_.take_all()) {
+    Error e(errc::device_shutting_down,
+            fmt::format("device {}: request '{}' not run: the actor shut down", ordinal_, op->name));
+    finish_error(*counters_, std::move(op), e);
+  }
   std::unique_ptr<Completion> completion;
   {
     std::lock_guard context(context_mutex_);
@@ -261,9 +262,10 @@ void ActorLoop::process(std::vector<std::shared_ptr<OpRecord>>& batch) {
   for (std::size_t i = 0; i < batch.size(); ++i) {
     auto& op = batch[i];
     if (supervisor_.state() == CircuitState::open) {
-      finish_error(*counters_, std::move(op),
-                   Error(errc::circuit_open,
-                         fmt::format("device {}: request '{}' not run: the circuit is open", ordinal_, op->name)));
+      // The message first: the call's arguments may be evaluated in any order, the move included.
+      Error e(errc::circuit_open,
+              fmt::format("device {}: request '{}' not run: the circuit is open", ordinal_, op->name));
+      finish_error(*counters_, std::move(op), e);
       continue;
     }
     Status st = ok();
