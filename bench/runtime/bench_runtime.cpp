@@ -360,8 +360,23 @@ void BM_StreamCallHostCost(benchmark::State& state) {
 }
 BENCHMARK(BM_StreamCallHostCost)->Arg(0)->Arg(1)->Arg(2)->Iterations(20000);
 
+/// Fill launches per second from one thread onto one plain stream, synchronised at the end: the anchor of the actor's
+/// throughput (every actor operation is one such launch, made by the actor's one thread).
+double raw_launches_per_second(const cuactor::runtime::GpuRef<int>& scratch, int launches) {
+  auto stream = cuactor::gpu::Stream::create(0);
+  auto ptr = scratch.raw_device_ptr();
+  if (!stream || !ptr) return 0;
+  const int v = 2;
+  const auto t0 = Clock::now();
+  for (int i = 0; i < launches; ++i)
+    if (!cuactor::runtime::enqueue_fill(*ptr, 1, &v, sizeof(int), stream->get())) return 0;
+  if (!stream->synchronize()) return 0;
+  return launches / std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
 /// Sustained throughput (target >= 250k ops/s): `threads` submitters keep the mailbox busy with tiny kernels (1-element
-/// fills), backing off near the mailbox bound; items/s = completed replies per second.
+/// fills), backing off near the mailbox bound; items/s = completed replies per second. `raw_launches_per_s` is the
+/// same launches from one thread on a plain stream, in the same process (`vs_raw_launches` = actor / raw).
 void BM_ActorThroughput(benchmark::State& state) {
   Fixture* f = fixture(mode_arg(state, 1));
   if (!f) {
@@ -371,8 +386,10 @@ void BM_ActorThroughput(benchmark::State& state) {
   const int threads = static_cast<int>(state.range(0));
   constexpr int per_thread_ops = 50000;
   std::int64_t total_ops = 0;
+  Clock::duration elapsed{};
   const auto before = f->actor.stats();
   for (auto _ : state) {
+    const auto t0 = Clock::now();
     std::atomic<int> replies{0}, errors{0}, submitted{0};
     std::vector<std::thread> submitters;
     for (int t = 0; t < threads; ++t)
@@ -398,6 +415,7 @@ void BM_ActorThroughput(benchmark::State& state) {
     while (replies.load(std::memory_order_acquire) < threads * per_thread_ops) std::this_thread::yield();
     if (errors.load() != 0) state.SkipWithError("some requests failed");
     total_ops += threads * per_thread_ops;
+    elapsed += Clock::now() - t0;
   }
   state.SetItemsProcessed(total_ops);
   // The actor thread's share of each operation: validation, leases, the launch itself, batching.
@@ -406,6 +424,10 @@ void BM_ActorThroughput(benchmark::State& state) {
       static_cast<double>(after.dispatch_ns - before.dispatch_ns) / 1e3 / static_cast<double>(total_ops);
   state.counters["ops_per_batch"] = static_cast<double>(after.completed - before.completed) /
                                     static_cast<double>(std::max<std::uint64_t>(1, after.batches - before.batches));
+  const double seconds = std::chrono::duration<double>(elapsed).count();
+  const double raw = raw_launches_per_second(f->scratch, per_thread_ops);
+  state.counters["raw_launches_per_s"] = raw;
+  if (raw > 0 && seconds > 0) state.counters["vs_raw_launches"] = static_cast<double>(total_ops) / seconds / raw;
 }
 BENCHMARK(BM_ActorThroughput)
     ->Args({1, 0})
