@@ -312,15 +312,7 @@ GemmProblem pointwise_problem(const ConvSpec& s) {
 /// The catalog's dense 64x32x64 pingpong kernel for problem `p` (types, layouts and epilogue as
 /// pointwise_problem states them; sm_90a, fp32 accumulation), if it has one.
 const CatalogEntry* pointwise_kernel(const GemmProblem& p) {
-  GemmSku sku;
-  sku.a = p.a;
-  sku.b = p.b;
-  sku.c = p.c;
-  sku.d = p.d;
-  sku.layout_a = p.layout_a;
-  sku.layout_b = p.layout_b;
-  sku.layout_c = p.layout_c;
-  sku.epilogue = p.epilogue;
+  GemmSku sku = dense_sku_for(p);
   sku.tile = kPointwiseGemmTile;
   sku.schedule = GemmSchedule::pingpong;
   return find_in_catalog(sku);

@@ -185,6 +185,19 @@ cuactor_dense_args make_args(const GemmProblem& p, const GemmOperands& o, const 
 
 }  // namespace
 
+GemmSku dense_sku_for(const GemmProblem& p) {
+  GemmSku s;
+  s.a = p.a;
+  s.b = p.b;
+  s.c = p.c;
+  s.d = p.d;
+  s.layout_a = p.layout_a;
+  s.layout_b = p.layout_b;
+  s.layout_c = p.layout_c;
+  s.epilogue = p.epilogue;
+  return s;
+}
+
 std::size_t hash_value(const GemmProblem& p) noexcept {
   std::size_t h = 0x9e3779b97f4a7c15ull;
   for (long long v : {static_cast<long long>(p.m), static_cast<long long>(p.n), static_cast<long long>(p.k),

@@ -108,14 +108,7 @@ std::vector<GemmSku> candidates(const kernels::GemmProblem& p, bool quick) {
   std::vector<GemmSku> out;
   for (const Config& c : configs) {
     if (quick && !c.in_quick) continue;
-    GemmSku s;
-    s.a = p.a;
-    s.b = p.b;
-    s.c = p.c;
-    s.d = p.d;
-    s.layout_a = p.layout_a;
-    s.layout_b = p.layout_b;
-    s.layout_c = p.layout_c;
+    GemmSku s = kernels::dense_sku_for(p);
     s.tile = c.tile;
     s.cluster = c.cluster;
     s.schedule = c.schedule;

@@ -55,6 +55,10 @@ struct GemmProblem {
 /// Hash of every field of a problem (for plan caches keyed by problem and arch).
 std::size_t hash_value(const GemmProblem& p) noexcept;
 
+/// The dense SKU fields that `p` fixes: element types, layouts and epilogue. Architecture, tile, cluster and
+/// schedule keep GemmSku's defaults for the caller to choose.
+GemmSku dense_sku_for(const GemmProblem& p);
+
 /// Device pointers and run-time scalars of one GEMM launch. A leading dimension or batch stride of 0
 /// means "packed" (the operand's contiguous extent, resp. rows x leading dimension).
 struct GemmOperands {
