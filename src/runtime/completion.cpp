@@ -190,9 +190,7 @@ void Completion::deliver_early_locked(Batch& batch) noexcept {
   batch.early = early;
   auto watch = [early] {
     EarlyDelivery& e = *early;
-    auto done = [&] {
-      return reached(std::atomic_ref<std::uint32_t>(*e.word->word).load(std::memory_order_seq_cst), e.seq);
-    };
+    auto done = [&] { return reached(observed(e.word->word), e.seq); };
     e.watching.store(true, std::memory_order_seq_cst);
     bool finished = spin_until(done, Clock::now() + kEarlyWatch);
     // After this store the poller claims the batch itself, unless it saw it finish while this thread

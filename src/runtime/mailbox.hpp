@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "cuactor/runtime/detail/mpsc_queue.hpp"
+#include "runtime/spin.hpp"
 
 namespace cuactor::runtime::detail {
 
@@ -29,12 +30,13 @@ class Mailbox {
   /// Appends `item`; false (item untouched) when the mailbox is full. Callers serialise their pushes (the
   /// actor posts under its own mutex); pushes never wait for consumers.
   bool push(std::shared_ptr<T>& item) {
-    const std::size_t admitted = posted_.load(std::memory_order_relaxed) + returned_.load(std::memory_order_acquire);
+    const std::size_t posted = posted_.load(std::memory_order_relaxed);
+    const std::size_t admitted = posted + returned_.load(std::memory_order_acquire);
     if (admitted - taken_seen_ >= capacity_) {  // re-read the consumers' count only near the bound
       taken_seen_ = taken_.load(std::memory_order_acquire);
       if (admitted - taken_seen_ >= capacity_) return false;
     }
-    posted_.store(posted_.load(std::memory_order_relaxed) + 1, std::memory_order_release);
+    posted_.store(posted + 1, std::memory_order_release);
     T* raw = item.get();
     raw->queued_self = std::move(item);
     queue_.push(raw);
@@ -143,10 +145,11 @@ class Mailbox {
 
   const std::size_t capacity_;
   MpscQueue queue_;
-  alignas(64) std::atomic<std::size_t> posted_{0};    // written by the (serialised) posters
-  std::size_t taken_seen_ = 0;                        // posters' last read of taken_
-  alignas(64) std::atomic<std::size_t> returned_{0};  // items put back (push_front): rarely written, read per push
-  alignas(64) std::atomic<std::size_t> taken_{0};     // consumers: items taken out
+  alignas(kCacheLine) std::atomic<std::size_t> posted_{0};  // written by the (serialised) posters
+  std::size_t taken_seen_ = 0;                              // posters' last read of taken_
+  alignas(kCacheLine) std::atomic<std::size_t> returned_{
+      0};                                                  // items put back (push_front): rarely written, read per push
+  alignas(kCacheLine) std::atomic<std::size_t> taken_{0};  // consumers: items taken out
   std::mutex consumer_;
   MpscHook* backlog_head_ = nullptr;
   MpscHook* backlog_tail_ = nullptr;

@@ -60,11 +60,6 @@ class MpscQueue {
     return head;
   }
 
-  /// True when nothing is queued and no push is in progress (consumer).
-  [[nodiscard]] bool empty() const noexcept {
-    return head_.load(std::memory_order_relaxed) == &stub_ && tail_.load(std::memory_order_seq_cst) == &stub_;
-  }
-
   /// False only when, at a moment during the call, every node pushed before it had been taken or was being
   /// taken. Any thread may ask without being the consumer (it reads the ends' addresses, never a node): what
   /// spinning and falling-asleep threads poll.
@@ -73,8 +68,8 @@ class MpscQueue {
   }
 
  private:
-  // The stub shares the producers' line: a push into a drained queue (the latency-bound case) then takes
-  // one cache line from the consumer, not two.
+  // 64: a cache line (runtime/spin.hpp's kCacheLine is internal). The stub shares the producers' line: a push
+  // into a drained queue (the latency-bound case) then takes one cache line from the consumer, not two.
   alignas(64) std::atomic<MpscHook*> tail_{&stub_};  // producers
   MpscHook stub_;                                    // stands in the queue whenever it is drained
   alignas(64) std::atomic<MpscHook*> head_{&stub_};  // consumer (atomic only so that maybe_nonempty() may read it)
