@@ -12,7 +12,6 @@
 #include <tuple>
 #include <vector>
 
-#include "bench_raw_launch.hpp"
 #include "cuactor/gpu/check.hpp"
 #include "cuactor/gpu/device.hpp"
 #include "cuactor/gpu/memory.hpp"
@@ -21,6 +20,7 @@
 #include "cuactor/graph/actor_capture.hpp"
 #include "cuactor/graph/capture.hpp"
 #include "cuactor/runtime/device_actor.hpp"
+#include "tiny_kernel.hpp"
 
 namespace cuactor {
 namespace {

@@ -1,6 +1,7 @@
-// Device actor overheads ([R5]): round trip of a tiny kernel submitted through the actor vs the same
-// kernel launched on a raw stream and synchronised (interleaved in one benchmark, so both see the same
-// clocks), sustained throughput of small operations, and the CPU the actor burns while idle.
+// Device actor overheads ([R5]): round trip of a tiny kernel (bench/common) submitted through the actor
+// vs the same kernel launched on a raw stream and synchronised (interleaved in one benchmark, so both see
+// the same clocks), sustained throughput of small operations (tiny kernels, built-in fills), and the CPU
+// the actor burns while idle.
 // Targets (issue 9): p50 <= 1.25x raw launch + synchronize, p99 <= 2x; >= 250,000 ops/s with 1 and 4
 // submitting threads; idle actor < 1% of one core. Isolated mode (issue 10): a tiny fill round trip
 // <= 2x the in-process actor's; a 64 MiB host -> device copy >= 80% of the in-process pinned copy.
@@ -18,10 +19,12 @@
 #include <vector>
 
 #include "cuactor/core/driver_api.hpp"
+#include "cuactor/gpu/check.hpp"
 #include "cuactor/gpu/device.hpp"
 #include "cuactor/gpu/memory.hpp"
 #include "cuactor/gpu/stream.hpp"
 #include "cuactor/runtime/device_actor.hpp"
+#include "tiny_kernel.hpp"
 
 namespace {
 
@@ -40,8 +43,20 @@ void report_percentiles(benchmark::State& state, std::vector<double>& us) {
 
 struct Fixture {
   DeviceActor actor;
-  GpuRef<int> scratch;
+  GpuRef<float> scratch;  // 1024 elements; the tiny kernel works on the first
+  GpuRef<float> cell;     // one element: the built-in fill's target
 };
+
+/// One launch of the tiny kernel on x[0].
+cuactor::Status launch_tiny(float* x, cudaStream_t stream) {
+  return cuactor::gpu::check(bench_launch_tiny_raw(x, 1, stream), "tiny kernel launch");
+}
+
+/// The tiny kernel on `buf`, as a request's function.
+cuactor::Result<int> tiny_on(const GpuRef<float>& buf, OpContext& ctx) {
+  CUACTOR_TRY(launch_tiny(static_cast<float*>(buf.allocation()->data()), ctx.stream()));
+  return 0;
+}
 
 /// The benchmarks' actor; `mode` picks how it detects completion (benchmarks that take it as their
 /// argument compare the two: 0 = sequence word, 1 = event queries).
@@ -51,9 +66,10 @@ Fixture* fixture(cuactor::runtime::CompletionMode mode = cuactor::runtime::Compl
     o.poller.mode = m;
     auto actor = DeviceActor::create(0, o);
     if (!actor) return std::nullopt;
-    auto [ec, ref] = actor->allocate<int>(1024, boost::asio::use_future).get();
-    if (ec) return std::nullopt;
-    return Fixture{std::move(*actor), ref};
+    auto [ec, ref] = actor->allocate<float>(1024, boost::asio::use_future).get();
+    auto [ec_cell, cell] = actor->allocate<float>(1, boost::asio::use_future).get();
+    if (ec || ec_cell) return std::nullopt;
+    return Fixture{std::move(*actor), ref, cell};
   };
   static std::optional<Fixture> word = make(cuactor::runtime::CompletionMode::sequence_word);
   if (mode == cuactor::runtime::CompletionMode::sequence_word) return word ? &*word : nullptr;
@@ -80,11 +96,7 @@ void BM_ActorRoundTrip(benchmark::State& state) {
     const auto t0 = Clock::now();
     f->actor.submit<int>(
         cuactor::runtime::Reads{}, cuactor::runtime::Writes{f->scratch},
-        [buf = f->scratch](OpContext& ctx) -> cuactor::Result<int> {
-          const int one = 1;
-          CUACTOR_TRY(cuactor::runtime::enqueue_fill(buf.allocation()->data(), 1, &one, sizeof(int), ctx.stream()));
-          return 0;
-        },
+        [buf = f->scratch](OpContext& ctx) { return tiny_on(buf, ctx); },
         [&done](std::error_code, int) { done.store(true, std::memory_order_release); });
     while (!done.load(std::memory_order_acquire)) {
     }
@@ -114,10 +126,8 @@ void BM_ActorVsRawSync(benchmark::State& state) {
   }
   std::vector<double> raw, actor;
   for (auto _ : state) {
-    const int one = 1;
     auto t0 = Clock::now();
-    if (!cuactor::runtime::enqueue_fill(*raw_ptr, 1, &one, sizeof(int), stream->get()) ||
-        cudaStreamSynchronize(stream->get()) != cudaSuccess) {
+    if (!launch_tiny(*raw_ptr, stream->get()) || cudaStreamSynchronize(stream->get()) != cudaSuccess) {
       state.SkipWithError("raw launch failed");
       return;
     }
@@ -128,11 +138,7 @@ void BM_ActorVsRawSync(benchmark::State& state) {
     t0 = Clock::now();
     f->actor.submit<int>(
         cuactor::runtime::Reads{}, cuactor::runtime::Writes{f->scratch},
-        [buf = f->scratch](OpContext& ctx) -> cuactor::Result<int> {
-          const int v = 1;
-          CUACTOR_TRY(cuactor::runtime::enqueue_fill(buf.allocation()->data(), 1, &v, sizeof(int), ctx.stream()));
-          return 0;
-        },
+        [buf = f->scratch](OpContext& ctx) { return tiny_on(buf, ctx); },
         [&](std::error_code ec, int) {
           failure = ec;
           done.store(true, std::memory_order_release);
@@ -182,9 +188,8 @@ void BM_ActorRoundTripBreakdown(benchmark::State& state) {
     return std::chrono::duration<double, std::micro>(b - a).count();
   };
   for (auto _ : state) {
-    const int one = 1;
     auto t0 = Clock::now();
-    const bool launched = cuactor::runtime::enqueue_fill(*raw_ptr, 1, &one, sizeof(int), stream->get()).has_value();
+    const bool launched = launch_tiny(*raw_ptr, stream->get()).has_value();
     const auto t1 = Clock::now();
     if (!launched || cudaStreamSynchronize(stream->get()) != cudaSuccess) {
       state.SkipWithError("raw launch failed");
@@ -201,8 +206,7 @@ void BM_ActorRoundTripBreakdown(benchmark::State& state) {
         cuactor::runtime::Reads{}, cuactor::runtime::Writes{f->scratch},
         [&, buf = f->scratch](OpContext& ctx) -> cuactor::Result<int> {
           started = Clock::now();
-          const int v = 1;
-          CUACTOR_TRY(cuactor::runtime::enqueue_fill(buf.allocation()->data(), 1, &v, sizeof(int), ctx.stream()));
+          CUACTOR_TRY(tiny_on(buf, ctx));
           enqueued = Clock::now();
           return 0;
         },
@@ -254,7 +258,7 @@ void BM_ActorIdleCpu(benchmark::State& state) {
            static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec) * 1e-6;
   };
   for (auto _ : state) {
-    (void)f->actor.fill(f->scratch, 3, boost::asio::use_future).get();  // the poller just saw work
+    (void)f->actor.fill(f->scratch, 3.0f, boost::asio::use_future).get();  // the poller just saw work
     const double c0 = cpu_seconds();
     const auto t0 = Clock::now();
     std::this_thread::sleep_for(std::chrono::seconds(1));
@@ -285,8 +289,7 @@ void BM_RawStreamRoundTrip(benchmark::State& state) {
   for (auto _ : state) {
     std::atomic<bool> done{false};
     const auto t0 = Clock::now();
-    const int one = 1;
-    (void)cuactor::runtime::enqueue_fill(*ptr, 1, &one, sizeof(int), stream->get());
+    (void)launch_tiny(*ptr, stream->get());
     (void)cudaLaunchHostFunc(stream->get(), set_flag, &done);
     while (!done.load(std::memory_order_acquire)) {
     }
@@ -305,8 +308,9 @@ void BM_SteadyClockNow(benchmark::State& state) {
 BENCHMARK(BM_SteadyClockNow);
 
 /// Host time of the stream calls one actor operation is made of, each alone on a raw stream (the
-/// breakdown behind the actor's dispatch time): 0 = the 1-element fill kernel launch, 1 = cudaEventRecord
-/// (a write event), 2 = cuStreamWriteValue32 (the completion marker). Synchronises every 256 calls.
+/// breakdown behind the actor's dispatch time): 0 = the tiny kernel's launch, 1 = cudaEventRecord (a write event),
+/// 2 = cuStreamWriteValue32 (the completion marker), 3 = a 1-element fill (enqueue_fill, the built-in fill's enqueue).
+/// Synchronises every 256 calls.
 void BM_StreamCallHostCost(benchmark::State& state) {
   Fixture* f = fixture();
   if (!f) {
@@ -330,14 +334,17 @@ void BM_StreamCallHostCost(benchmark::State& state) {
   for (auto _ : state) {
     bool ok = true;
     switch (which) {
-      case 0: {
-        const int one = 1;
-        ok = cuactor::runtime::enqueue_fill(*raw_ptr, 1, &one, sizeof(int), stream->get()).has_value();
+      case 0:
+        ok = launch_tiny(*raw_ptr, stream->get()).has_value();
         break;
-      }
       case 1:
         ok = cudaEventRecord(event, stream->get()) == cudaSuccess;
         break;
+      case 3: {
+        const float v = 2.0f;
+        ok = cuactor::runtime::enqueue_fill(*raw_ptr, 1, &v, sizeof(float), stream->get()).has_value();
+        break;
+      }
       default:
         ok = cuactor::driver_api().stream_write_value32 != nullptr &&
              cuactor::driver_api().stream_write_value32(stream->get(), reinterpret_cast<CUdeviceptr>(word_device),
@@ -356,27 +363,39 @@ void BM_StreamCallHostCost(benchmark::State& state) {
   (void)cudaStreamSynchronize(stream->get());
   (void)cudaEventDestroy(event);
   (void)cudaFreeHost(word);
-  state.SetLabel(which == 0 ? "fill launch" : which == 1 ? "cudaEventRecord" : "cuStreamWriteValue32");
+  static constexpr const char* labels[] = {"tiny kernel launch", "cudaEventRecord", "cuStreamWriteValue32",
+                                           "1-element fill (enqueue_fill)"};
+  state.SetLabel(labels[which]);
 }
-BENCHMARK(BM_StreamCallHostCost)->Arg(0)->Arg(1)->Arg(2)->Iterations(20000);
+BENCHMARK(BM_StreamCallHostCost)->Arg(0)->Arg(1)->Arg(2)->Arg(3)->Iterations(20000);
 
-/// Fill launches per second from one thread onto one plain stream, synchronised at the end: the anchor of the actor's
-/// throughput (every actor operation is one such launch, made by the actor's one thread).
-double raw_launches_per_second(const cuactor::runtime::GpuRef<int>& scratch, int launches) {
+/// The operation a throughput benchmark repeats: the tiny kernel submitted as a request, or the built-in fill of one
+/// element (FillCmd).
+enum class SmallOp { tiny_kernel = 0, fill = 1 };
+
+/// The same operations per second from one thread onto one plain stream, synchronised at the end: the anchor of the
+/// actor's throughput (each actor operation is one such enqueue, made by the actor's one thread).
+double raw_ops_per_second(const Fixture& f, SmallOp op, int count) {
   auto stream = cuactor::gpu::Stream::create(0);
-  auto ptr = scratch.raw_device_ptr();
-  if (!stream || !ptr) return 0;
-  const int v = 2;
+  auto scratch = f.scratch.raw_device_ptr();
+  auto cell = f.cell.raw_device_ptr();
+  if (!stream || !scratch || !cell) return 0;
+  const float v = 2.0f;
   const auto t0 = Clock::now();
-  for (int i = 0; i < launches; ++i)
-    if (!cuactor::runtime::enqueue_fill(*ptr, 1, &v, sizeof(int), stream->get())) return 0;
+  for (int i = 0; i < count; ++i) {
+    const cuactor::Status st = op == SmallOp::tiny_kernel
+                                   ? launch_tiny(*scratch, stream->get())
+                                   : cuactor::runtime::enqueue_fill(*cell, 1, &v, sizeof(float), stream->get());
+    if (!st) return 0;
+  }
   if (!stream->synchronize()) return 0;
-  return launches / std::chrono::duration<double>(Clock::now() - t0).count();
+  return count / std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
-/// Sustained throughput (target >= 250k ops/s): `threads` submitters keep the mailbox busy with tiny kernels (1-element
-/// fills), backing off near the mailbox bound; items/s = completed replies per second. `raw_launches_per_s` is the
-/// same launches from one thread on a plain stream, in the same process (`vs_raw_launches` = actor / raw).
+/// Sustained throughput (target >= 250k ops/s): `threads` submitters keep the mailbox busy with small operations
+/// (argument 2: 0 = the tiny kernel through submit(), 1 = the built-in fill of one element), backing off near the
+/// mailbox bound; items/s = completed replies per second. `raw_ops_per_s` is the same operations from one thread on a
+/// plain stream, in the same process (`vs_raw` = actor / raw). Argument 1 is the completion mode.
 void BM_ActorThroughput(benchmark::State& state) {
   Fixture* f = fixture(mode_arg(state, 1));
   if (!f) {
@@ -384,6 +403,7 @@ void BM_ActorThroughput(benchmark::State& state) {
     return;
   }
   const int threads = static_cast<int>(state.range(0));
+  const auto op = static_cast<SmallOp>(state.range(2));
   constexpr int per_thread_ops = 50000;
   std::int64_t total_ops = 0;
   Clock::duration elapsed{};
@@ -391,21 +411,20 @@ void BM_ActorThroughput(benchmark::State& state) {
   for (auto _ : state) {
     const auto t0 = Clock::now();
     std::atomic<int> replies{0}, errors{0}, submitted{0};
+    auto reply = [&](std::error_code ec, auto&&...) {
+      if (ec) errors.fetch_add(1, std::memory_order_relaxed);
+      replies.fetch_add(1, std::memory_order_release);
+    };
     std::vector<std::thread> submitters;
     for (int t = 0; t < threads; ++t)
       submitters.emplace_back([&] {
         for (int i = 0; i < per_thread_ops; ++i) {
-          f->actor.submit<int>(
-              cuactor::runtime::Reads{}, cuactor::runtime::Writes{f->scratch},
-              [buf = f->scratch](OpContext& ctx) -> cuactor::Result<int> {
-                const int v = 2;
-                CUACTOR_TRY(cuactor::runtime::enqueue_fill(buf.allocation()->data(), 1, &v, sizeof(int), ctx.stream()));
-                return 0;
-              },
-              [&](std::error_code ec, int) {
-                if (ec) errors.fetch_add(1, std::memory_order_relaxed);
-                replies.fetch_add(1, std::memory_order_release);
-              });
+          if (op == SmallOp::tiny_kernel)
+            f->actor.submit<int>(
+                cuactor::runtime::Reads{}, cuactor::runtime::Writes{f->scratch},
+                [buf = f->scratch](OpContext& ctx) { return tiny_on(buf, ctx); }, reply);
+          else
+            f->actor.fill(f->cell, 2.0f, reply);
           // Stay under the mailbox bound (1024) so that nothing is rejected.
           const int outstanding = submitted.fetch_add(1, std::memory_order_relaxed) + 1;
           while (outstanding - replies.load(std::memory_order_acquire) > 900) std::this_thread::yield();
@@ -418,22 +437,25 @@ void BM_ActorThroughput(benchmark::State& state) {
     elapsed += Clock::now() - t0;
   }
   state.SetItemsProcessed(total_ops);
-  // The actor thread's share of each operation: validation, leases, the launch itself, batching.
+  state.SetLabel(op == SmallOp::tiny_kernel ? "tiny kernel" : "1-element fill");
+  // The actor thread's share of each operation: validation, leases, the enqueue itself, batching.
   const auto after = f->actor.stats();
   state.counters["dispatch_us_per_op"] =
       static_cast<double>(after.dispatch_ns - before.dispatch_ns) / 1e3 / static_cast<double>(total_ops);
   state.counters["ops_per_batch"] = static_cast<double>(after.completed - before.completed) /
                                     static_cast<double>(std::max<std::uint64_t>(1, after.batches - before.batches));
   const double seconds = std::chrono::duration<double>(elapsed).count();
-  const double raw = raw_launches_per_second(f->scratch, per_thread_ops);
-  state.counters["raw_launches_per_s"] = raw;
-  if (raw > 0 && seconds > 0) state.counters["vs_raw_launches"] = static_cast<double>(total_ops) / seconds / raw;
+  const double raw = raw_ops_per_second(*f, op, per_thread_ops);
+  state.counters["raw_ops_per_s"] = raw;
+  if (raw > 0 && seconds > 0) state.counters["vs_raw"] = static_cast<double>(total_ops) / seconds / raw;
 }
 BENCHMARK(BM_ActorThroughput)
-    ->Args({1, 0})
-    ->Args({4, 0})
-    ->Args({1, 1})
-    ->Args({4, 1})
+    ->Args({1, 0, 0})
+    ->Args({4, 0, 0})
+    ->Args({1, 1, 0})
+    ->Args({4, 1, 0})
+    ->Args({1, 0, 1})
+    ->Args({4, 0, 1})
     ->Iterations(3)
     ->UseRealTime()
     ->Unit(benchmark::kMillisecond);
@@ -484,7 +506,7 @@ void BM_IsolatedVsInProcessRoundTrip(benchmark::State& state) {
   }
   std::vector<double> in_process, isolated;
   for (auto _ : state) {
-    in_process.push_back(spin_round_trip([&](auto h) { f->actor.fill(f->scratch, 1, std::move(h)); }));
+    in_process.push_back(spin_round_trip([&](auto h) { f->actor.fill(f->scratch, 1.0f, std::move(h)); }));
     isolated.push_back(spin_round_trip([&](auto h) { iso->fill(iso_scratch, 1, std::move(h)); }));
   }
   std::sort(in_process.begin(), in_process.end());

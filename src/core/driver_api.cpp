@@ -42,6 +42,9 @@ DriverApi load() {
   ok &= resolve(d.primary_ctx_retain, "cuDevicePrimaryCtxRetain");
   ok &= resolve(d.primary_ctx_release, "cuDevicePrimaryCtxRelease");
   ok &= resolve(d.stream_write_value32, "cuStreamWriteValue32");
+  ok &= resolve(d.memset_d8_async, "cuMemsetD8Async");
+  ok &= resolve(d.memset_d16_async, "cuMemsetD16Async");
+  ok &= resolve(d.memset_d32_async, "cuMemsetD32Async");
   d.available = ok;
   return d;
 }

@@ -4,8 +4,11 @@
 #include <fmt/format.h>
 
 #include <boost/container/small_vector.hpp>
+#include <cstdint>
 #include <cstring>
+#include <optional>
 
+#include "cuactor/core/driver_api.hpp"
 #include "cuactor/gpu/check.hpp"
 #include "cuactor/gpu/memory.hpp"
 #include "cuactor/runtime/op_context.hpp"
@@ -108,6 +111,33 @@ Result<CommandResult> run(const WorkerOpCmd& cmd, OpContext&) {
       fmt::format("worker operation {} runs only in an isolated worker (ActorOptions::isolation = worker)", cmd.op));
 }
 
+/// A fill's pattern as the word a driver memset repeats.
+struct MemsetWord {
+  std::size_t bytes;    ///< 1, 2 or 4
+  std::uint32_t value;  ///< in its low `bytes` bytes
+};
+
+/// The widest word (4, 2 or 1 bytes) whose repetition is the fill's pattern and to which `dst` is aligned, if any.
+/// Such fills go to the driver's memset: it enqueues one for about a third of a kernel launch's host time (1.1 against
+/// 3.6 us per call on an H100 virtual machine, session 26), and its device time is no worse. Other patterns (8- or
+/// 16-byte elements whose 4-byte halves differ) take the fill kernel.
+std::optional<MemsetWord> memset_word(const void* dst, const void* value, std::size_t element_bytes) {
+  const DriverApi& driver = driver_api();
+  if (!driver.memset_d8_async || !driver.memset_d16_async || !driver.memset_d32_async) return std::nullopt;
+  const auto* pattern = static_cast<const unsigned char*>(value);
+  const auto address = reinterpret_cast<std::uintptr_t>(dst);
+  for (const std::size_t bytes : {std::size_t{4}, std::size_t{2}, std::size_t{1}}) {
+    if (bytes > element_bytes || address % bytes != 0) continue;
+    bool repeats = true;
+    for (std::size_t i = bytes; i < element_bytes && repeats; ++i) repeats = pattern[i] == pattern[i % bytes];
+    if (!repeats) continue;
+    std::uint32_t word = 0;
+    std::memcpy(&word, pattern, bytes);  // little-endian: the low bytes
+    return MemsetWord{bytes, word};
+  }
+  return std::nullopt;
+}
+
 }  // namespace
 
 Result<CommandResult> execute(const Command& command, OpContext& ctx) {
@@ -118,8 +148,28 @@ Status enqueue_fill(void* dst, std::size_t count, const void* value, std::size_t
   if (element_bytes != 1 && element_bytes != 2 && element_bytes != 4 && element_bytes != 8 && element_bytes != 16)
     return fail(errc::unsupported,
                 fmt::format("fill: element size {} bytes; supported: 1, 2, 4, 8, 16", element_bytes));
-  return gpu::check(kernels::launch_fill(dst, count, value, element_bytes, stream),
-                    [&] { return fmt::format("fill({} elements of {} bytes)", count, element_bytes); });
+  if (reinterpret_cast<std::uintptr_t>(dst) % element_bytes != 0)
+    return fail(errc::invalid_argument,
+                fmt::format("fill: destination {} is not aligned to its {}-byte elements", dst, element_bytes));
+  auto describe = [&] { return fmt::format("fill({} elements of {} bytes)", count, element_bytes); };
+  if (count == 0) return ok();
+  if (const auto word = memset_word(dst, value, element_bytes)) {
+    const DriverApi& driver = driver_api();
+    const auto ptr = reinterpret_cast<CUdeviceptr>(dst);
+    const std::size_t words = count * (element_bytes / word->bytes);
+    const auto cu_stream = static_cast<CUstream>(stream);
+    switch (word->bytes) {
+      case 4:
+        return gpu::check(driver.memset_d32_async(ptr, word->value, words, cu_stream), describe);
+      case 2:
+        return gpu::check(driver.memset_d16_async(ptr, static_cast<unsigned short>(word->value), words, cu_stream),
+                          describe);
+      default:
+        return gpu::check(driver.memset_d8_async(ptr, static_cast<unsigned char>(word->value), words, cu_stream),
+                          describe);
+    }
+  }
+  return gpu::check(kernels::launch_fill(dst, count, value, element_bytes, stream), describe);
 }
 
 void KernelArgs::push_buffer(std::shared_ptr<DeviceAllocation> allocation, bool written) {

@@ -33,6 +33,9 @@ struct DriverApi {
   decltype(&::cuDevicePrimaryCtxRetain) primary_ctx_retain = nullptr;
   decltype(&::cuDevicePrimaryCtxRelease) primary_ctx_release = nullptr;
   decltype(&::cuStreamWriteValue32) stream_write_value32 = nullptr;
+  decltype(&::cuMemsetD8Async) memset_d8_async = nullptr;
+  decltype(&::cuMemsetD16Async) memset_d16_async = nullptr;
+  decltype(&::cuMemsetD32Async) memset_d32_async = nullptr;
 
   /// True when the driver was found and every entry point resolved.
   bool available = false;

@@ -1,5 +1,5 @@
-// The same tiny kernel compiled into the benchmark, launched with <<<>>> (raw CUDA reference).
-#include "bench_raw_launch.hpp"
+// The benchmarks' tiny kernel (tiny_kernel.hpp), launched with <<<>>>.
+#include "tiny_kernel.hpp"
 
 namespace {
 __global__ void tiny_raw(float* x, int n) {

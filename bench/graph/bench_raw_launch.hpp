@@ -1,8 +1,0 @@
-/// @file
-/// Raw <<<>>> launch of the tiny benchmark kernel.
-#pragma once
-
-#include <cuda_runtime_api.h>
-
-/// x[i] = 0.5 x[i] + 1 for i < n (one block of 128 threads).
-cudaError_t bench_launch_tiny_raw(float* x, int n, cudaStream_t stream);
