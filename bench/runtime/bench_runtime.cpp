@@ -58,6 +58,23 @@ cuactor::Result<int> tiny_on(const GpuRef<float>& buf, OpContext& ctx) {
   return 0;
 }
 
+/// Replies with an error seen by spin_round_trip() (a benchmark must not time failures).
+std::atomic<int> round_trip_errors{0};
+
+/// Waits for the reply of `initiate(handler)` by spinning, and returns the round trip in microseconds.
+template <class Initiate>
+double spin_round_trip(Initiate initiate) {
+  std::atomic<bool> done{false};
+  const auto t0 = Clock::now();
+  initiate([&done](std::error_code ec, auto&&...) {
+    if (ec) round_trip_errors.fetch_add(1, std::memory_order_relaxed);
+    done.store(true, std::memory_order_release);
+  });
+  while (!done.load(std::memory_order_acquire)) {
+  }
+  return std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
+}
+
 /// The benchmarks' actor; `mode` picks how it detects completion (benchmarks that take it as their
 /// argument compare the two: 0 = sequence word, 1 = event queries).
 Fixture* fixture(cuactor::runtime::CompletionMode mode = cuactor::runtime::CompletionMode::sequence_word) {
@@ -164,6 +181,61 @@ void BM_ActorVsRawSync(benchmark::State& state) {
   state.counters["ratio_p99"] = act99 / raw99;
 }
 BENCHMARK(BM_ActorVsRawSync)->Arg(0)->Arg(1)->Iterations(20000)->UseRealTime();
+
+/// A request after an idle spell, as in a service with sporadic requests (argument: microseconds of sleep before each
+/// request, untimed): by then the actor's thread, its poller and the completion pool have gone to sleep, and each
+/// wake-up they need is on the round trip. Interleaved with the tiny kernel's raw launch + synchronize after the same
+/// sleep; p50 and p99 of both and their ratios.
+void BM_ActorColdRoundTrip(benchmark::State& state) {
+  Fixture* f = fixture();
+  auto stream = cuactor::gpu::Stream::create(0);
+  if (!f || !stream) {
+    state.SkipWithError("no CUDA device");
+    return;
+  }
+  auto raw_ptr = f->scratch.raw_device_ptr();
+  if (!raw_ptr) {
+    state.SkipWithError("scratch pointer");
+    return;
+  }
+  const auto idle = std::chrono::microseconds(state.range(0));
+  std::vector<double> raw, actor;
+  for (auto _ : state) {
+    state.PauseTiming();
+    std::this_thread::sleep_for(idle);
+    state.ResumeTiming();
+    const auto t0 = Clock::now();
+    if (!launch_tiny(*raw_ptr, stream->get()) || cudaStreamSynchronize(stream->get()) != cudaSuccess) {
+      state.SkipWithError("raw launch failed");
+      return;
+    }
+    raw.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
+    state.PauseTiming();
+    std::this_thread::sleep_for(idle);
+    state.ResumeTiming();
+    actor.push_back(spin_round_trip([&](auto h) {
+      f->actor.submit<int>(
+          cuactor::runtime::Reads{}, cuactor::runtime::Writes{f->scratch},
+          [buf = f->scratch](OpContext& ctx) { return tiny_on(buf, ctx); }, std::move(h));
+    }));
+  }
+  if (round_trip_errors.load() != 0) {
+    state.SkipWithError("a request failed");
+    return;
+  }
+  auto pct = [](std::vector<double>& v, std::size_t num) {
+    std::sort(v.begin(), v.end());
+    return v[std::min(v.size() - 1, v.size() * num / 100)];
+  };
+  const double raw50 = pct(raw, 50), raw99 = pct(raw, 99), act50 = pct(actor, 50), act99 = pct(actor, 99);
+  state.counters["raw_p50_us"] = raw50;
+  state.counters["raw_p99_us"] = raw99;
+  state.counters["actor_p50_us"] = act50;
+  state.counters["actor_p99_us"] = act99;
+  state.counters["ratio_p50"] = act50 / raw50;
+  state.counters["ratio_p99"] = act99 / raw99;
+}
+BENCHMARK(BM_ActorColdRoundTrip)->Arg(1000)->Iterations(1000)->UseRealTime();
 
 /// Where an actor round trip's time goes, interleaved with the raw launch + synchronize it is compared
 /// with (sequence-word completion). Per iteration: the raw launch and its wait, then for the actor the
@@ -471,23 +543,6 @@ DeviceActor* isolated_actor() {
     return std::move(*actor);
   }();
   return a ? &*a : nullptr;
-}
-
-/// Replies with an error seen by spin_round_trip() (a benchmark must not time failures).
-std::atomic<int> round_trip_errors{0};
-
-/// Waits for the reply of `initiate(handler)` by spinning, and returns the round trip in microseconds.
-template <class Initiate>
-double spin_round_trip(Initiate initiate) {
-  std::atomic<bool> done{false};
-  const auto t0 = Clock::now();
-  initiate([&done](std::error_code ec, auto&&...) {
-    if (ec) round_trip_errors.fetch_add(1, std::memory_order_relaxed);
-    done.store(true, std::memory_order_release);
-  });
-  while (!done.load(std::memory_order_acquire)) {
-  }
-  return std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
 }
 
 /// Isolated mode ([R10], issue 10): a tiny fill through the worker vs the same fill through the

@@ -42,6 +42,13 @@ void CompletionPool::wake_one_sleeper() {
   wake_.notify_one();
 }
 
+void CompletionPool::prime() {
+  if (spinners_.load(std::memory_order_seq_cst) != 0 || sleepers_.load(std::memory_order_seq_cst) == 0) return;
+  std::lock_guard lock(mutex_);
+  primed_ = true;
+  wake_.notify_one();
+}
+
 std::unique_ptr<CompletionPool::JobBase> CompletionPool::take() {
   if (!jobs_.maybe_nonempty()) return nullptr;
   std::unique_lock lock(take_, std::defer_lock);
@@ -67,7 +74,8 @@ bool CompletionPool::spin_for_work() {
 void CompletionPool::sleep() {
   std::unique_lock lock(mutex_);
   sleepers_.fetch_add(1, std::memory_order_seq_cst);
-  while (!jobs_.maybe_nonempty() && !stop_.load(std::memory_order_seq_cst)) wake_.wait(lock);
+  while (!jobs_.maybe_nonempty() && !stop_.load(std::memory_order_seq_cst) && !primed_) wake_.wait(lock);
+  primed_ = false;  // this thread goes on to spin_for_work(): one primed thread is enough
   sleepers_.fetch_sub(1, std::memory_order_seq_cst);
 }
 

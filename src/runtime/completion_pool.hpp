@@ -46,6 +46,9 @@ class CompletionPool {
 
   /// True on one of this pool's threads.
   [[nodiscard]] bool on_pool_thread() const noexcept;
+  /// Wakes a sleeping thread to spin for work, unless one spins already: for a caller that will post soon
+  /// (an actor woken by a request), so that the wake-up overlaps what the caller does first.
+  void prime();
   /// True while an idle thread spins for work: a job posted now starts within a hand-off, without a wake-up.
   [[nodiscard]] bool has_idle_spinner() const noexcept { return spinners_.load(std::memory_order_relaxed) != 0; }
 
@@ -96,7 +99,8 @@ class CompletionPool {
   alignas(kCacheLine) std::atomic<int> spinners_{0};  // idle threads spinning on jobs_ (at most one)
   alignas(kCacheLine) std::atomic<int> sleepers_{0};  // threads asleep, or about to be, on wake_
   std::atomic<bool> stop_{false};
-  std::mutex mutex_;  // for wake_
+  std::mutex mutex_;     // for wake_
+  bool primed_ = false;  // under mutex_: prime() woke a sleeper that must not go back to sleep at once
   std::condition_variable wake_;
   std::vector<std::thread> threads_;
 };

@@ -1,6 +1,7 @@
 // The completion pool: runs posted functions in order on its own threads, never inside the posting
 // call, survives a throwing handler, drains what is queued when destroyed, and works as the Asio
-// executor of handlers that have none (any_completion_executor, boost::asio::post).
+// executor of handlers that have none (any_completion_executor, boost::asio::post); prime() wakes a
+// sleeper to spin for work.
 #include "runtime/completion_pool.hpp"
 
 #include <gtest/gtest.h>
@@ -75,6 +76,22 @@ TEST(CompletionPool, SleepingThreadsWakeForLaterJobs) {
     pool.post([&] { ran.fetch_add(1); });
     ASSERT_TRUE(eventually([&] { return ran.load() == round + 1; })) << "round " << round;
   }
+}
+
+TEST(CompletionPool, PrimingWakesASleeperToSpinForWork) {
+  CompletionPool pool(2, 200ms);  // a primed thread spins long enough to be seen
+  // One thread spins for a while after the start, then both sleep.
+  std::this_thread::sleep_for(500ms);
+  ASSERT_TRUE(eventually([&] { return !pool.has_idle_spinner(); }));
+  std::this_thread::sleep_for(10ms);  // one more check: nobody went back to spinning
+  ASSERT_FALSE(pool.has_idle_spinner());
+  pool.prime();
+  EXPECT_TRUE(eventually([&] { return pool.has_idle_spinner(); }));
+  // Priming while a thread spins changes nothing, and the spinner takes the next job without a wake-up.
+  pool.prime();
+  std::atomic<bool> ran{false};
+  pool.post([&] { ran = true; });
+  EXPECT_TRUE(eventually([&] { return ran.load(); }));
 }
 
 TEST(CompletionPool, ServesAsAnAsioExecutor) {
