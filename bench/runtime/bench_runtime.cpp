@@ -41,6 +41,22 @@ void report_percentiles(benchmark::State& state, std::vector<double>& us) {
   state.counters["p99_us"] = us[std::min(us.size() - 1, us.size() * 99 / 100)];
 }
 
+/// p50 and p99 of interleaved raw and actor samples (microseconds), and the actor's ratios to raw, as counters.
+void report_actor_vs_raw(benchmark::State& state, std::vector<double>& raw, std::vector<double>& actor) {
+  if (raw.empty() || actor.empty()) return;
+  auto pct = [](std::vector<double>& v, std::size_t num) {
+    std::sort(v.begin(), v.end());
+    return v[std::min(v.size() - 1, v.size() * num / 100)];
+  };
+  const double raw50 = pct(raw, 50), raw99 = pct(raw, 99), act50 = pct(actor, 50), act99 = pct(actor, 99);
+  state.counters["raw_p50_us"] = raw50;
+  state.counters["raw_p99_us"] = raw99;
+  state.counters["actor_p50_us"] = act50;
+  state.counters["actor_p99_us"] = act99;
+  state.counters["ratio_p50"] = act50 / raw50;
+  state.counters["ratio_p99"] = act99 / raw99;
+}
+
 struct Fixture {
   DeviceActor actor;
   GpuRef<float> scratch;  // 1024 elements; the tiny kernel works on the first
@@ -168,17 +184,7 @@ void BM_ActorVsRawSync(benchmark::State& state) {
       return;
     }
   }
-  auto pct = [](std::vector<double>& v, std::size_t num) {
-    std::sort(v.begin(), v.end());
-    return v[std::min(v.size() - 1, v.size() * num / 100)];
-  };
-  const double raw50 = pct(raw, 50), raw99 = pct(raw, 99), act50 = pct(actor, 50), act99 = pct(actor, 99);
-  state.counters["raw_p50_us"] = raw50;
-  state.counters["raw_p99_us"] = raw99;
-  state.counters["actor_p50_us"] = act50;
-  state.counters["actor_p99_us"] = act99;
-  state.counters["ratio_p50"] = act50 / raw50;
-  state.counters["ratio_p99"] = act99 / raw99;
+  report_actor_vs_raw(state, raw, actor);
 }
 BENCHMARK(BM_ActorVsRawSync)->Arg(0)->Arg(1)->Iterations(20000)->UseRealTime();
 
@@ -223,17 +229,7 @@ void BM_ActorColdRoundTrip(benchmark::State& state) {
     state.SkipWithError("a request failed");
     return;
   }
-  auto pct = [](std::vector<double>& v, std::size_t num) {
-    std::sort(v.begin(), v.end());
-    return v[std::min(v.size() - 1, v.size() * num / 100)];
-  };
-  const double raw50 = pct(raw, 50), raw99 = pct(raw, 99), act50 = pct(actor, 50), act99 = pct(actor, 99);
-  state.counters["raw_p50_us"] = raw50;
-  state.counters["raw_p99_us"] = raw99;
-  state.counters["actor_p50_us"] = act50;
-  state.counters["actor_p99_us"] = act99;
-  state.counters["ratio_p50"] = act50 / raw50;
-  state.counters["ratio_p99"] = act99 / raw99;
+  report_actor_vs_raw(state, raw, actor);
 }
 BENCHMARK(BM_ActorColdRoundTrip)->Arg(1000)->Iterations(1000)->UseRealTime();
 
