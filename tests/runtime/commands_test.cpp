@@ -36,5 +36,15 @@ TEST(EnqueueFill, RejectsADestinationNotAlignedToItsElements) {
   }
 }
 
+TEST(EnqueueFill, RejectsACountWhoseBytesOverflow) {
+  const std::array<unsigned char, 16> pattern{};
+  const std::size_t count = SIZE_MAX / 8 + 1;
+  const Status st = enqueue_fill(reinterpret_cast<void*>(0x10000), count, pattern.data(), 8, nullptr);
+  ASSERT_FALSE(st.has_value());
+  EXPECT_EQ(st.error().code(), make_error_code(errc::invalid_argument));
+  EXPECT_NE(st.error().message().find(std::to_string(count) + " elements of 8 bytes overflow"), std::string::npos)
+      << st.error().message();
+}
+
 }  // namespace
 }  // namespace cuactor::runtime
