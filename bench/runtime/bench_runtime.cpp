@@ -116,7 +116,7 @@ cuactor::runtime::CompletionMode mode_arg(const benchmark::State& state, int ind
                                  : cuactor::runtime::CompletionMode::event_query;
 }
 
-/// One tiny kernel (a 1-element fill) submitted through the actor; the caller spins on the reply.
+/// One tiny kernel (bench/common) submitted through the actor; the caller spins on the reply.
 void BM_ActorRoundTrip(benchmark::State& state) {
   Fixture* f = fixture();
   if (!f) {
@@ -139,7 +139,7 @@ void BM_ActorRoundTrip(benchmark::State& state) {
 }
 BENCHMARK(BM_ActorRoundTrip)->Iterations(20000)->UseRealTime();
 
-/// Interleaved: per iteration one raw launch + cudaStreamSynchronize of the same 1-element fill on a
+/// Interleaved: per iteration one raw launch + cudaStreamSynchronize of the same tiny kernel on a
 /// plain stream, then one actor round trip; reports both and their ratios (the anchor).
 void BM_ActorVsRawSync(benchmark::State& state) {
   Fixture* f = fixture(mode_arg(state, 0));

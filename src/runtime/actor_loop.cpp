@@ -41,6 +41,7 @@ Status ActorLoop::start() {
 void ActorLoop::post(std::shared_ptr<OpRecord> op) {
   op->span = nvtx::Span::start(op->name.data(), op->id);  // names are literals: NUL-terminated
   Error rejection;
+  bool accepted = false, idle = false;
   {
     std::lock_guard lock(mutex_);
     if (stopping_) {
@@ -55,15 +56,17 @@ void ActorLoop::post(std::shared_ptr<OpRecord> op) {
       rejection = Error(errc::queue_full, fmt::format("device {}: request '{}' rejected: mailbox full ({} queued)",
                                                       ordinal_, op->name, mailbox_.capacity()));
     } else {
-      if (sleeping_) {
-        wake_.notify_one();
-        // After an idle spell the completion pool sleeps too, and a wake-up costs tens of microseconds on a
-        // virtual machine: the thread that will deliver the reply (early delivery) wakes alongside the actor's,
-        // not after the launch.
-        completion_pool().prime();
-      }
-      return;
+      if (sleeping_) wake_.notify_one();
+      accepted = true;
+      idle = idle_;
     }
+  }
+  if (accepted) {
+    // After an idle spell the completion pool sleeps too, and a wake-up costs tens of microseconds on a virtual
+    // machine: the thread that will deliver the reply (early delivery) wakes alongside the actor's, not after the
+    // launch. Outside mutex_, which the woken actor needs first.
+    if (idle) completion_pool().prime();
+    return;
   }
   finish_error_later(counters_, std::move(op), std::move(rejection));
 }
@@ -258,9 +261,9 @@ bool ActorLoop::next_batch(std::vector<std::shared_ptr<OpRecord>>& batch) {
       wants_slots_.store(false, std::memory_order_relaxed);
       continue;
     }
-    sleeping_ = true;
+    sleeping_ = idle_ = true;
     wake_.wait(lock);
-    sleeping_ = false;
+    sleeping_ = idle_ = false;
   }
 }
 

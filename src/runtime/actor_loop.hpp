@@ -81,9 +81,10 @@ class ActorLoop final : public ActorBackend, private OpServices, private Recover
   Mailbox<OpRecord> mailbox_;
   mutable std::mutex mutex_;
   std::condition_variable wake_;
-  bool stopping_ = false;                                   // guarded by mutex_
-  bool sleeping_ = false;                                   // guarded by mutex_
-  std::optional<Error> poison_report_;                      // guarded by mutex_; from the poller
+  bool stopping_ = false;               // guarded by mutex_
+  bool sleeping_ = false;               // guarded by mutex_
+  bool idle_ = false;                   // guarded by mutex_: asleep for want of requests (not of slots on the stream)
+  std::optional<Error> poison_report_;  // guarded by mutex_; from the poller
   alignas(kCacheLine) std::atomic<bool> attention_{false};  // stopping_ or poison_report_: the spin checks it
   alignas(kCacheLine) std::atomic<bool> wants_slots_{false};
   std::atomic<std::uint64_t> rejected_full_{0};

@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include <bit>
 #include <boost/container/small_vector.hpp>
 #include <cstdint>
 #include <cstring>
@@ -123,7 +124,12 @@ struct MemsetWord {
 /// device time is no worse. Other patterns (8- or 16-byte elements whose 4-byte halves differ) take the fill kernel.
 std::optional<MemsetWord> memset_word(const void* value, std::size_t element_bytes) {
   const DriverApi& driver = driver_api();
-  if (!driver.memset_d8_async || !driver.memset_d16_async || !driver.memset_d32_async) return std::nullopt;
+  if (!driver.memset_d8_async || !driver.memset_d16_async || !driver.memset_d32_async || !driver.ctx_get_current)
+    return std::nullopt;
+  // The driver's memset needs a current context; the runtime's launch makes the primary one current itself (a
+  // caller's first CUDA call may be this fill).
+  CUcontext current = nullptr;
+  if (driver.ctx_get_current(&current) != CUDA_SUCCESS || current == nullptr) return std::nullopt;
   const auto* pattern = static_cast<const unsigned char*>(value);
   for (const std::size_t bytes : {std::size_t{4}, std::size_t{2}, std::size_t{1}}) {
     if (bytes > element_bytes) continue;
@@ -131,7 +137,8 @@ std::optional<MemsetWord> memset_word(const void* value, std::size_t element_byt
     for (std::size_t i = bytes; i < element_bytes && repeats; ++i) repeats = pattern[i] == pattern[i % bytes];
     if (!repeats) continue;
     std::uint32_t word = 0;
-    std::memcpy(&word, pattern, bytes);  // little-endian: the low bytes
+    static_assert(std::endian::native == std::endian::little, "the word's low bytes are the pattern's first");
+    std::memcpy(&word, pattern, bytes);
     return MemsetWord{bytes, word};
   }
   return std::nullopt;

@@ -45,6 +45,7 @@ void CompletionPool::wake_one_sleeper() {
 void CompletionPool::prime() {
   if (spinners_.load(std::memory_order_seq_cst) != 0 || sleepers_.load(std::memory_order_seq_cst) == 0) return;
   std::lock_guard lock(mutex_);
+  if (sleepers_.load(std::memory_order_seq_cst) == 0) return;  // exact here: sleepers change under mutex_
   primed_ = true;
   wake_.notify_one();
 }

@@ -79,19 +79,24 @@ TEST(CompletionPool, SleepingThreadsWakeForLaterJobs) {
 }
 
 TEST(CompletionPool, PrimingWakesASleeperToSpinForWork) {
-  CompletionPool pool(2, 200ms);  // a primed thread spins long enough to be seen
+  CompletionPool pool(2, 1s);  // a primed thread spins long enough to be seen
   // One thread spins for a while after the start, then both sleep.
-  std::this_thread::sleep_for(500ms);
+  std::this_thread::sleep_for(1500ms);
   ASSERT_TRUE(eventually([&] { return !pool.has_idle_spinner(); }));
-  std::this_thread::sleep_for(10ms);  // one more check: nobody went back to spinning
+  std::this_thread::sleep_for(10ms);  // nobody went back to spinning
   ASSERT_FALSE(pool.has_idle_spinner());
   pool.prime();
   EXPECT_TRUE(eventually([&] { return pool.has_idle_spinner(); }));
-  // Priming while a thread spins changes nothing, and the spinner takes the next job without a wake-up.
+  // Priming while a thread spins wakes nobody else; the spinner takes the next job without a wake-up.
   pool.prime();
   std::atomic<bool> ran{false};
   pool.post([&] { ran = true; });
   EXPECT_TRUE(eventually([&] { return ran.load(); }));
+  // Then both sleep again: a prime is spent by the thread it woke.
+  std::this_thread::sleep_for(1500ms);
+  ASSERT_TRUE(eventually([&] { return !pool.has_idle_spinner(); }));
+  std::this_thread::sleep_for(10ms);
+  EXPECT_FALSE(pool.has_idle_spinner());
 }
 
 TEST(CompletionPool, ServesAsAnAsioExecutor) {
