@@ -315,6 +315,7 @@ TEST(ConvPlanCreate, HeuristicByClassOfShape) {
   };
   if (!has(spec_of(ConvOperation::fprop, 1, 56, 64, 64), {128, 128, 64}, GemmSchedule::warpspecialized))
     GTEST_SKIP() << "this build has no sm_90a conv catalog (CUACTOR_KERNEL_ARCHS)";
+  CUACTOR_SKIP_IF_SAMPLE_CATALOG();
   ConvPlanOptions o;
   o.sm_count = 132;
   for (ConvOperation op : {ConvOperation::fprop, ConvOperation::dgrad}) {
@@ -524,6 +525,7 @@ TEST(ConvPlanCreate, ChannelCountsBetweenTileWidths) {
   if (find_in_catalog(ConvPlan::sku_for(ninety_six, kHopper, {256, 96, 32}, {1, 1, 1}, GemmSchedule::cooperative)) ==
       nullptr)
     GTEST_SKIP() << "this build has no sm_90a conv catalog (CUACTOR_KERNEL_ARCHS)";
+  CUACTOR_SKIP_IF_SAMPLE_CATALOG();
   ConvPlanOptions o;
   o.sm_count = 132;
   for (ConvOperation op : {ConvOperation::fprop, ConvOperation::dgrad}) {
@@ -551,6 +553,7 @@ TEST(ConvPlanCreate, FullRowPingpongTilesCoverTheOutputChannels) {
   ConvSpec wide = pointwise(spec_of(ConvOperation::fprop, 16, 56, 256, 256));
   if (find_in_catalog(ConvPlan::sku_for(wide, kHopper, {64, 256, 64}, {1, 1, 1}, GemmSchedule::pingpong)) == nullptr)
     GTEST_SKIP() << "this build has no sm_90a conv catalog (CUACTOR_KERNEL_ARCHS)";
+  CUACTOR_SKIP_IF_SAMPLE_CATALOG();
   ConvPlanOptions o;
   o.sm_count = 132;
   for (ConvOperation op : {ConvOperation::fprop, ConvOperation::dgrad}) {

@@ -160,9 +160,10 @@ class GroupedGemmGpu : public cuactor::test_support::GpuTest {
       RefProblem r{p.m,   p.n,   p.k,       p.a,
                    p.lda, p.b,   p.ldb,     sku.layout_b == MatrixLayout::col,
                    p.c,   p.ldc, alphas[g], p.c != nullptr ? beta : 0.0f};
-      CUACTOR_CUDA_TRY(test_support::reference_gemm(sku.a, sku.d, r, ref->data_as<double>(), mag->data_as<double>(), s));
-      CUACTOR_CUDA_TRY(test_support::compare_output(sku.d, p.d, p.ldd, ref->data_as<double>(), mag->data_as<double>(), p.m,
-                                               p.n, rel, magtol, bad + g, worst + g, s));
+      CUACTOR_CUDA_TRY(
+          test_support::reference_gemm(sku.a, sku.d, r, ref->data_as<double>(), mag->data_as<double>(), s));
+      CUACTOR_CUDA_TRY(test_support::compare_output(sku.d, p.d, p.ldd, ref->data_as<double>(), mag->data_as<double>(),
+                                                    p.m, p.n, rel, magtol, bad + g, worst + g, s));
     }
     std::vector<unsigned long long> host(groups.size() * 2);
     CUACTOR_TRY(gpu::copy_async(host.data(), counters->data(), host.size() * 8, s));

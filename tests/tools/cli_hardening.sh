@@ -154,6 +154,8 @@ case $case in
     if grep -q "conv_fprop:sm_90a:bf16.*:256x96x32:1x1x1:s0:cooperative" kernels.txt; then
       expect_rc 0; expect_in out "no device touched"
       expect_in out "conv_fprop:sm_90a:bf16,bf16,bf16,bf16,f32:nhwc,krsc,nhwc:256x96x32:1x1x1:s0:cooperative"
+    elif grep -q "conv_fprop:sm_90a:bf16" kernels.txt; then  # the catalog's sample: another of its kernels
+      expect_rc 0; expect_in out "no device touched"; expect_in out "conv_fprop:sm_90a:bf16,bf16,bf16,bf16,f32:nhwc"
     else  # a build without the sm_90a conv catalog (the sanitizer builds) says so in the row
       expect_failure; expect_in out "no convolution kernel in this build's catalog"
     fi ;;
@@ -216,8 +218,10 @@ case $case in
     printf '%s' '"shape":"16x8192x8192","tflops":40.7,"anchor_tflops":42.7}]}' >> db.json
     run "$cli" kernels --db db.json --cache-dir "$work/jit"
     expect_rc 0; expect_in out "tuned: 1 entry"; expect_in out "$sku"; expect_in out "40.7 TFLOP/s vs cuBLAS 42.7"
+    scope=full; if grep -q "(the sample: CUACTOR_CATALOG=sample)" out; then scope=sample; fi
     run "$cli" kernels --json --db db.json --cache-dir "$work/jit"
     expect_rc 0; expect_in out '"shape": "16x8192x8192"'; expect_in out '"jit_cached": \[\]'
+    expect_in out "\"catalog_scope\": \"$scope\""
     printf '{"format":"cuactor-tuning","version":1,"entries":[' > bad.json
     run "$cli" kernels --db bad.json --cache-dir "$work/jit"
     expect_rc 0; expect_in out "tuned: 0 entries"; expect_in err "ignored" ;;

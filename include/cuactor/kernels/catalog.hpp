@@ -25,6 +25,11 @@ struct CatalogEntry {
 /// selected no families).
 std::span<const CatalogEntry> catalog() noexcept;
 
+/// True if this build compiled only the catalog's sample (CUACTOR_CATALOG=sample, what scripts/test
+/// picks on a machine without a GPU): one instance per kernel template and schedule family, so a
+/// plan may settle for a kernel that the whole matrix would beat.
+bool catalog_is_sample() noexcept;
+
 /// The entry of exactly this SKU, or null if it was not compiled in.
 const CatalogEntry* find_in_catalog(const GemmSku& sku) noexcept;
 
