@@ -4,8 +4,8 @@
 # registers its C ABI object in the generated catalog table (catalog_table.cpp).
 #
 # Budget: one sm_90a configuration costs 85-105 s of nvcc on one core of the CI machine (cicc about half,
-# host code the rest) and ~3.3 GB; the whole matrix (113 objects) took 90 minutes on its 2 cores. CI has
-# no GPU, so scripts/test compiles there only the entries marked SAMPLE (CUACTOR_CATALOG=sample): one per
+# host code the rest) and ~3.3 GB; the whole matrix (111 instances) took 90 minutes on its 2 cores. CI has
+# no GPU, so scripts/test compiles there only the 13 entries marked SAMPLE (CUACTOR_CATALOG=sample): one per
 # kernel template and schedule family, a compile check of every template; scripts/gpu-check compiles and
 # runs the whole matrix. Mark a new template's first entry SAMPLE. Stream-K configurations
 # (cooperative_streamk) come through the JIT when the tuning database picks them.
