@@ -5,9 +5,10 @@
 #
 # Budget: one sm_90a configuration costs 85-105 s of nvcc on one core of the CI machine (cicc about half,
 # host code the rest) and ~3.3 GB; the whole matrix (111 instances) took 90 minutes on its 2 cores. CI has
-# no GPU, so scripts/test compiles there only the 13 entries marked SAMPLE (CUACTOR_CATALOG=sample): one per
-# kernel template and schedule family, a compile check of every template; scripts/gpu-check compiles and
-# runs the whole matrix. Mark a new template's first entry SAMPLE. Stream-K configurations
+# no GPU, so scripts/test compiles there only the 13 entries marked SAMPLE (CUACTOR_CATALOG=sample): a
+# compile check of each instance template, of cuactor's conv kernels, of the cooperative and pingpong
+# mainloops, of fp8, an epilogue tree and the SwiGLU store (not of every tile, f16 twin or grouped fp8);
+# scripts/gpu-check compiles and runs the whole matrix. Mark a new template's or kernel's first entry SAMPLE. Stream-K configurations
 # (cooperative_streamk) come through the JIT when the tuning database picks them.
 # CUACTOR_KERNEL_ARCHS ("sm90a;sm80") selects which architecture families are compiled at all, and
 # CUACTOR_CATALOG_FILTER (a regular expression on the symbol) which instances, for targeted builds.

@@ -310,12 +310,12 @@ ConvSpec pointwise(ConvSpec s) {
 // cooperative tile split over rows for one large image. Skipped without the sm_90a conv catalog; with it, every kernel
 // a class expects must be compiled.
 TEST(ConvPlanCreate, HeuristicByClassOfShape) {
+  CUACTOR_SKIP_IF_SAMPLE_CATALOG();
   const auto has = [](const ConvSpec& spec, Shape3 tile, GemmSchedule schedule, Shape3 cluster = {1, 1, 1}) {
     return find_in_catalog(ConvPlan::sku_for(spec, kHopper, tile, cluster, schedule)) != nullptr;
   };
   if (!has(spec_of(ConvOperation::fprop, 1, 56, 64, 64), {128, 128, 64}, GemmSchedule::warpspecialized))
     GTEST_SKIP() << "this build has no sm_90a conv catalog (CUACTOR_KERNEL_ARCHS)";
-  CUACTOR_SKIP_IF_SAMPLE_CATALOG();
   ConvPlanOptions o;
   o.sm_count = 132;
   for (ConvOperation op : {ConvOperation::fprop, ConvOperation::dgrad}) {
@@ -521,11 +521,11 @@ TEST(ConvPlanCreate, PointwiseFpropOnFewTilesRunsTheDenseGemm) {
 }
 
 TEST(ConvPlanCreate, ChannelCountsBetweenTileWidths) {
+  CUACTOR_SKIP_IF_SAMPLE_CATALOG();
   const ConvSpec ninety_six = spec_of(ConvOperation::fprop, 16, 56, 96, 96);
   if (find_in_catalog(ConvPlan::sku_for(ninety_six, kHopper, {256, 96, 32}, {1, 1, 1}, GemmSchedule::cooperative)) ==
       nullptr)
     GTEST_SKIP() << "this build has no sm_90a conv catalog (CUACTOR_KERNEL_ARCHS)";
-  CUACTOR_SKIP_IF_SAMPLE_CATALOG();
   ConvPlanOptions o;
   o.sm_count = 132;
   for (ConvOperation op : {ConvOperation::fprop, ConvOperation::dgrad}) {
@@ -550,10 +550,10 @@ TEST(ConvPlanCreate, ChannelCountsBetweenTileWidths) {
 }
 
 TEST(ConvPlanCreate, FullRowPingpongTilesCoverTheOutputChannels) {
+  CUACTOR_SKIP_IF_SAMPLE_CATALOG();
   ConvSpec wide = pointwise(spec_of(ConvOperation::fprop, 16, 56, 256, 256));
   if (find_in_catalog(ConvPlan::sku_for(wide, kHopper, {64, 256, 64}, {1, 1, 1}, GemmSchedule::pingpong)) == nullptr)
     GTEST_SKIP() << "this build has no sm_90a conv catalog (CUACTOR_KERNEL_ARCHS)";
-  CUACTOR_SKIP_IF_SAMPLE_CATALOG();
   ConvPlanOptions o;
   o.sm_count = 132;
   for (ConvOperation op : {ConvOperation::fprop, ConvOperation::dgrad}) {

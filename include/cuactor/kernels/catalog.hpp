@@ -26,8 +26,8 @@ struct CatalogEntry {
 std::span<const CatalogEntry> catalog() noexcept;
 
 /// True if this build compiled only the catalog's sample (CUACTOR_CATALOG=sample, what scripts/test
-/// picks on a machine without a GPU): one instance per kernel template and schedule family, so a
-/// plan may settle for a kernel that the whole matrix would beat.
+/// picks on a machine without a GPU): the entries marked SAMPLE in kernels/catalog.cmake, a compile
+/// check of each instance template, so a plan may settle for a kernel that the whole matrix would beat.
 bool catalog_is_sample() noexcept;
 
 /// The entry of exactly this SKU, or null if it was not compiled in.
