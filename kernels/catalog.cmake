@@ -8,8 +8,9 @@
 # no GPU, so scripts/test compiles there only the 13 entries marked SAMPLE (CUACTOR_CATALOG=sample): a
 # compile check of each instance template, of cuactor's conv kernels, of the cooperative and pingpong
 # mainloops, of fp8, an epilogue tree and the SwiGLU store (not of every tile, f16 twin or grouped fp8);
-# scripts/gpu-check compiles and runs the whole matrix. Mark a new template's or kernel's first entry SAMPLE. Stream-K configurations
-# (cooperative_streamk) come through the JIT when the tuning database picks them.
+# scripts/gpu-check compiles and runs the whole matrix. Mark a new template's or kernel's first entry
+# SAMPLE. Stream-K configurations (cooperative_streamk) come through the JIT when the tuning database
+# picks them.
 # CUACTOR_KERNEL_ARCHS ("sm90a;sm80") selects which architecture families are compiled at all, and
 # CUACTOR_CATALOG_FILTER (a regular expression on the symbol) which instances, for targeted builds.
 
@@ -91,6 +92,16 @@ function(cuactor_gemm_instance)
   set_property(GLOBAL APPEND PROPERTY CUACTOR_GEMM_INSTANCES ${SYMBOL})
 endfunction()
 
+# cuactor_sample_if(<out> <condition>...): sets <out> to SAMPLE where the if() condition holds (evaluated
+# in the caller's variables, e.g. a foreach variable), else to nothing; pass ${<out>} to cuactor_gemm_instance.
+function(cuactor_sample_if out)
+  if(${ARGN})
+    set(${out} SAMPLE PARENT_SCOPE)
+  else()
+    set(${out} "" PARENT_SCOPE)
+  endif()
+endfunction()
+
 # Generates the catalog table (every registered instance's ABI object) and links the instances into
 # `target`.
 function(cuactor_gemm_catalog_finalize target)
@@ -167,10 +178,7 @@ cuactor_gemm_instance(${dense90} TYPES e4m3 e4m3 bf16 bf16 f32 LAYOUTS row col r
 # Epilogue trees ([K8]) ahead of time for the common layers: Linear bias + activation (bf16), and
 # fp8 row-wise scaling (per-token x per-channel scales) + bias. Any other tree goes through the JIT.
 foreach(act silu gelu relu)
-  set(sample "")
-  if(act STREQUAL "silu")
-    set(sample SAMPLE)
-  endif()
+  cuactor_sample_if(sample act STREQUAL silu)
   cuactor_gemm_instance(${dense90} TYPES bf16 bf16 bf16 bf16 f32 LAYOUTS row col row TILE 128 256 64 CLUSTER 2 1 1
                         SCHEDULE cooperative EPILOGUE "${act}(add(acc,colbias))" ${sample})
 endforeach()
@@ -187,10 +195,7 @@ cuactor_gemm_instance(${dense80} TYPES f16 f16 f16 f16 f32 LAYOUTS row col row T
 set(grouped90 FAMILY grouped ARCH sm_90a TEMPLATE grouped_instance.cu.in)
 # The expert FFN's down projection: each row scaled by its routing weight in the epilogue ([K8]).
 foreach(t bf16 f16)
-  set(sample "")
-  if(t STREQUAL "bf16")
-    set(sample SAMPLE)  # so that a sample build can plan the expert FFN
-  endif()
+  cuactor_sample_if(sample t STREQUAL bf16)  # so that a sample build can plan the expert FFN
   cuactor_gemm_instance(${grouped90} TYPES ${t} ${t} ${t} ${t} f32 LAYOUTS row col row TILE 128 256 64 CLUSTER 1 1 1
                         SCHEDULE cooperative EPILOGUE "mul(acc,rowscale)" ${sample})
 endforeach()
@@ -203,12 +208,8 @@ cuactor_gemm_instance(${grouped90} TYPES bf16 bf16 bf16 bf16 f32 LAYOUTS row col
 # the JIT. Also the medium-class down projection.
 cuactor_gemm_instance(${grouped90} TYPES bf16 bf16 bf16 bf16 f32 LAYOUTS row col row TILE 64 256 64 CLUSTER 1 1 1
                       SCHEDULE pingpong EPILOGUE "mul(acc,rowscale)")
-# One bf16 instance of each template and schedule family is also compiled by a sample build.
 foreach(t bf16 f16)
-  set(sample "")
-  if(t STREQUAL "bf16")
-    set(sample SAMPLE)
-  endif()
+  cuactor_sample_if(sample t STREQUAL bf16)
   cuactor_gemm_instance(${grouped90} TYPES ${t} ${t} ${t} ${t} f32 LAYOUTS row col row TILE 64 256 64 CLUSTER 1 1 1
                         SCHEDULE pingpong EPILOGUE "swiglu(acc)" ${sample})
   cuactor_gemm_instance(${grouped90} TYPES ${t} ${t} ${t} ${t} f32 LAYOUTS row col row TILE 64 128 128 CLUSTER 1 1 1
@@ -220,10 +221,7 @@ cuactor_gemm_instance(${grouped90} TYPES bf16 bf16 bf16 bf16 f32 LAYOUTS row col
 # in session 15's sweeps); medium M (65..128 rows, N and K <= 4096): pingpong 64x256x64; small M
 # (decode): pingpong 64x128x128 (GroupedSizeClass).
 foreach(t bf16 f16)
-  set(sample "")
-  if(t STREQUAL "bf16")
-    set(sample SAMPLE)
-  endif()
+  cuactor_sample_if(sample t STREQUAL bf16)
   cuactor_gemm_instance(${grouped90} TYPES ${t} ${t} ${t} ${t} f32 LAYOUTS row col row TILE 128 256 64 CLUSTER 1 1 1
                         SCHEDULE cooperative EPILOGUE linear_combination ${sample})
   cuactor_gemm_instance(${grouped90} TYPES ${t} ${t} ${t} ${t} f32 LAYOUTS row col row TILE 64 256 64 CLUSTER 1 1 1
@@ -245,10 +243,7 @@ cuactor_gemm_instance(${grouped90} TYPES e4m3 e4m3 bf16 bf16 f32 LAYOUTS row col
                       SCHEDULE pingpong_fp8_fast_accum EPILOGUE scaled_linear_combination)
 # sm_80 (CUTLASS 2.x, Ampere/Ada; also runs on Hopper): 16-bit TN grouped, 128x128x32, 4 stages.
 foreach(t bf16 f16)
-  set(sample "")
-  if(t STREQUAL "bf16")
-    set(sample SAMPLE)
-  endif()
+  cuactor_sample_if(sample t STREQUAL bf16)
   cuactor_gemm_instance(FAMILY grouped ARCH sm_80 TEMPLATE grouped_sm80_instance.cu.in TYPES ${t} ${t} ${t} ${t} f32
                         LAYOUTS row col row TILE 128 128 32 CLUSTER 1 1 1 STAGES 4 SCHEDULE multistage
                         EPILOGUE linear_combination ${sample})
@@ -265,10 +260,7 @@ endforeach()
 set(conv90 ARCH sm_90a TEMPLATE conv_sm90_instance.cu.in CLUSTER 1 1 1 SCHEDULE warpspecialized
            EPILOGUE linear_combination)
 foreach(t bf16 f16)
-  set(sample "")
-  if(t STREQUAL "bf16")
-    set(sample SAMPLE)
-  endif()
+  cuactor_sample_if(sample t STREQUAL bf16)
   cuactor_gemm_instance(FAMILY conv_fprop ${conv90} TYPES ${t} ${t} ${t} ${t} f32 LAYOUTS nhwc krsc nhwc
                         TILE 128 128 64 ${sample})
   cuactor_gemm_instance(FAMILY conv_dgrad ${conv90} TYPES ${t} ${t} ${t} ${t} f32 LAYOUTS nhwc krsc nhwc
@@ -310,10 +302,7 @@ set(conv90coop_pair ARCH sm_90a TEMPLATE conv_sm90_instance.cu.in CLUSTER 1 2 1 
                     EPILOGUE linear_combination)
 foreach(t bf16 f16)
   foreach(op conv_fprop conv_dgrad)
-    set(sample "")
-    if(t STREQUAL "bf16" AND op STREQUAL "conv_dgrad")
-      set(sample SAMPLE)
-    endif()
+    cuactor_sample_if(sample t STREQUAL bf16 AND op STREQUAL conv_dgrad)
     cuactor_gemm_instance(FAMILY ${op} ${conv90coop} TYPES ${t} ${t} ${t} ${t} f32 LAYOUTS nhwc krsc nhwc
                           TILE 256 128 64)
     cuactor_gemm_instance(FAMILY ${op} ${conv90coop_pair} TYPES ${t} ${t} ${t} ${t} f32 LAYOUTS nhwc krsc nhwc
@@ -337,10 +326,7 @@ endforeach()
 set(conv90cores ARCH sm_90a TEMPLATE conv_sm90_instance.cu.in CLUSTER 1 1 1 SCHEDULE coresident
                 EPILOGUE linear_combination)
 foreach(t bf16 f16)
-  set(sample "")
-  if(t STREQUAL "bf16")
-    set(sample SAMPLE)
-  endif()
+  cuactor_sample_if(sample t STREQUAL bf16)
   cuactor_gemm_instance(FAMILY conv_wgrad ${conv90cores} TYPES ${t} ${t} ${t} ${t} f32 LAYOUTS nhwc nhwc krsc
                         TILE 128 128 64)
   cuactor_gemm_instance(FAMILY conv_wgrad ${conv90cores} TYPES ${t} ${t} ${t} ${t} f32 LAYOUTS nhwc nhwc krsc
@@ -363,10 +349,7 @@ set(conv90ping ARCH sm_90a TEMPLATE conv_sm90_instance.cu.in CLUSTER 1 1 1 SCHED
 foreach(t bf16 f16)
   foreach(op conv_fprop conv_dgrad)
     foreach(tile "128 128" "128 64" "64 128" "64 192" "64 256")
-      set(sample "")
-      if(t STREQUAL "bf16" AND op STREQUAL "conv_fprop" AND tile STREQUAL "128 64")
-        set(sample SAMPLE)
-      endif()
+      cuactor_sample_if(sample t STREQUAL bf16 AND op STREQUAL conv_fprop AND tile STREQUAL "128 64")
       separate_arguments(mn UNIX_COMMAND "${tile}")
       cuactor_gemm_instance(FAMILY ${op} ${conv90ping} TYPES ${t} ${t} ${t} ${t} f32 LAYOUTS nhwc krsc nhwc
                             TILE ${mn} 64 ${sample})
@@ -381,10 +364,7 @@ cuactor_gemm_instance(FAMILY conv_fprop ${conv90} TYPES f32 f32 f32 f32 f32 LAYO
 # 3 stages (96 KiB of shared memory: Ampere and Ada too). The template also instantiates fprop and
 # wgrad, through the JIT only (ConvPlan::with_instance; cuactor jit warm --conv ... --target).
 foreach(t bf16 f16)
-  set(sample "")
-  if(t STREQUAL "bf16")
-    set(sample SAMPLE)
-  endif()
+  cuactor_sample_if(sample t STREQUAL bf16)
   cuactor_gemm_instance(FAMILY conv_dgrad ARCH sm_80 TEMPLATE conv_sm80_instance.cu.in TYPES ${t} ${t} ${t} ${t} f32
                         LAYOUTS nhwc krsc nhwc TILE 128 128 64 CLUSTER 1 1 1 STAGES 3 SCHEDULE multistage
                         EPILOGUE linear_combination ${sample})
