@@ -21,7 +21,7 @@ ActorLoop::ActorLoop(int ordinal, ActorOptions options)
       state_(std::make_shared<DeviceState>(ordinal)),
       counters_(std::make_shared<ReplyCounters>()),
       supervisor_(ordinal, options_.breaker, options_.on_escalation),
-      writes_(ordinal),
+      writes_(ordinal, state_),
       mailbox_(options_.mailbox_capacity) {}
 
 ActorLoop::~ActorLoop() {
@@ -270,6 +270,11 @@ bool ActorLoop::next_batch(std::vector<std::shared_ptr<OpRecord>>& batch) {
 void ActorLoop::process(std::vector<std::shared_ptr<OpRecord>>& batch) {
   std::vector<std::shared_ptr<OpRecord>> pending;
   for (std::size_t i = 0; i < batch.size(); ++i) {
+    // Other threads wrote the next records and their buffers' handles last: their cache misses overlap
+    // this request's launch. The record after next is asked for now, so that the next one's prefetch()
+    // (a virtual call) finds its record loaded.
+    if (i + 2 < batch.size()) prefetch_bytes(batch[i + 2].get(), 128);
+    if (i + 1 < batch.size()) batch[i + 1]->prefetch();
     auto& op = batch[i];
     if (supervisor_.state() == CircuitState::open) {
       // The message first: the call's arguments may be evaluated in any order, the move included.

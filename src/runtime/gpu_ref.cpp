@@ -57,6 +57,14 @@ Status DeviceAllocation::access(int used_device) const {
   return ok();
 }
 
+Status DeviceAllocation::access(const std::shared_ptr<DeviceState>& held, int used_device) const {
+  // Same control block: `held` keeps the state this handle refers to alive.
+  if (!held || state_.owner_before(held) || held.owner_before(state_)) return access(used_device);
+  if (const auto reason = held->check_handle(generation_, used_device))
+    return fail(stale_error(describe(), *reason, generation_, held->generation(), device_, used_device));
+  return ok();
+}
+
 Status DeviceAllocation::record_write(cudaStream_t stream) {
   if (remote_id_ != 0)
     return fail(errc::unsupported, describe() + ": write events of a worker's buffer stay in the worker");

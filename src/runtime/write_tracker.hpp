@@ -5,6 +5,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <memory>
 #include <vector>
 
 #include "cuactor/core/expected.hpp"
@@ -17,7 +18,10 @@ struct OpRecord;
 /// Orders one actor stream's operations against every other stream's writes. Actor thread only.
 class WriteTracker {
  public:
-  explicit WriteTracker(int ordinal) noexcept : ordinal_(ordinal) {}
+  /// Tracks the writes of the actor of device `ordinal`, whose state `state` is (it mints the handles
+  /// that its requests mostly carry).
+  WriteTracker(int ordinal, std::shared_ptr<DeviceState> state) noexcept
+      : ordinal_(ordinal), state_(std::move(state)) {}
 
   /// Validates `op`'s buffers ([R2] checks on this device), takes a lease on each written buffer and,
   /// unless the stream captures (a graph is ordered by the stream it is launched on), makes `stream`
@@ -33,6 +37,7 @@ class WriteTracker {
 
  private:
   int ordinal_;
+  std::shared_ptr<DeviceState> state_;
   std::vector<DeviceAllocation*> unrecorded_;
 };
 

@@ -79,6 +79,27 @@ TEST(RuntimeState, GpuRefStaleReasons) {
   EXPECT_EQ(ref.size(), 16u);
 }
 
+// The actor checks its requests' handles against the state it holds (no weak-reference lock): the same
+// answers, in the same order, as access(); a handle of another state takes access()'s path.
+TEST(RuntimeState, AccessAgainstAHeldStateAnswersLikeAccess) {
+  auto state = usable_state(0);
+  auto allocation = std::make_shared<DeviceAllocation>(fake_address(), 64, state, nullptr);
+  CUACTOR_ASSERT_OK(allocation->access(state, 0));
+  expect_stale(allocation->access(state, 1), "wrong device");
+  state->advance_generation();
+  expect_stale(allocation->access(state, 0), "context rebuilt");
+  state->set_accepting_ops(false);
+  expect_stale(allocation->access(state, 0), "shutting down");
+
+  auto other = usable_state(0);
+  expect_stale(allocation->access(other, 0), "shutting down");  // checked against its own state
+  auto fresh = std::make_shared<DeviceAllocation>(fake_address(), 64, other, nullptr);
+  CUACTOR_ASSERT_OK(fresh->access(other, 0));
+  CUACTOR_ASSERT_OK(fresh->access(nullptr, 0));
+  other.reset();
+  expect_stale(fresh->access(state, 0), "state gone");
+}
+
 TEST(RuntimeState, EmptyGpuRefIsRejected) {
   GpuRef<double> ref;
   EXPECT_TRUE(ref.empty());

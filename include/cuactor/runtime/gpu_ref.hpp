@@ -78,6 +78,10 @@ class DeviceAllocation {
 
   /// [R2] checks (state alive, accepting, generation current, right device when `used_device` >= 0).
   Status access(int used_device = -1) const;
+  /// access() for a caller that keeps `held` alive (an actor, its own state). When this handle was
+  /// minted by `held`, the checks read it directly instead of locking the weak reference, an atomic
+  /// read-modify-write on a control block that every thread using the device shares.
+  Status access(const std::shared_ptr<DeviceState>& held, int used_device) const;
 
   /// Records the allocation's write event at the tail of `stream` and remembers the stream ([R3]).
   Status record_write(cudaStream_t stream);
