@@ -12,6 +12,7 @@
 #include <tuple>
 #include <vector>
 
+#include "actor_vs_raw.hpp"
 #include "cuactor/gpu/check.hpp"
 #include "cuactor/gpu/device.hpp"
 #include "cuactor/gpu/memory.hpp"
@@ -256,6 +257,30 @@ void BM_Sequence200EagerActor(benchmark::State& state) {
                                         static_cast<double>(std::max<std::uint64_t>(1, after.batches - before.batches));
 }
 BENCHMARK(BM_Sequence200EagerActor)->Unit(benchmark::kMicrosecond)->MinTime(0.5);
+
+/// The eager sequence through the actor against raw <<<>>> launches, interleaved: per iteration the raw
+/// sequence and its synchronisation, then the actor's. Samples are microseconds per kernel. The two
+/// benchmarks above run one after the other, and the driver's launch cost drifts between them by up to a
+/// third on a virtual machine; interleaving is what makes their ratio a measurement.
+void BM_Sequence200EagerActorVsRaw(benchmark::State& state) {
+  Fixture* f = fixture(state);
+  if (!f) return;
+  std::vector<double> raw, actor;
+  for (auto _ : state) {
+    auto t0 = Clock::now();
+    for (int i = 0; i < kKernels; ++i)
+      if (!ok_or_skip(state, gpu::check(bench_launch_tiny_raw(f->buffer.data_as<float>(), kElements, f->stream.get()),
+                                        "tiny kernel launch")))
+        return;
+    if (!ok_or_skip(state, f->stream.synchronize())) return;
+    raw.push_back(seconds_since(t0) * 1e6 / kKernels);
+    t0 = Clock::now();
+    if (!ok_or_skip(state, f->run_actor_sequence())) return;
+    actor.push_back(seconds_since(t0) * 1e6 / kKernels);
+  }
+  report_actor_vs_raw(state, raw, actor);
+}
+BENCHMARK(BM_Sequence200EagerActorVsRaw)->Iterations(1000)->Unit(benchmark::kMicrosecond);
 
 /// The same 200 kernels replayed from one captured graph, then a synchronisation.
 void BM_Sequence200Replayed(benchmark::State& state) {

@@ -18,6 +18,7 @@
 #include <thread>
 #include <vector>
 
+#include "actor_vs_raw.hpp"
 #include "cuactor/core/driver_api.hpp"
 #include "cuactor/gpu/check.hpp"
 #include "cuactor/gpu/device.hpp"
@@ -39,22 +40,6 @@ void report_percentiles(benchmark::State& state, std::vector<double>& us) {
   std::sort(us.begin(), us.end());
   state.counters["p50_us"] = us[us.size() / 2];
   state.counters["p99_us"] = us[std::min(us.size() - 1, us.size() * 99 / 100)];
-}
-
-/// p50 and p99 of interleaved raw and actor samples (microseconds), and the actor's ratios to raw, as counters.
-void report_actor_vs_raw(benchmark::State& state, std::vector<double>& raw, std::vector<double>& actor) {
-  if (raw.empty() || actor.empty()) return;
-  auto pct = [](std::vector<double>& v, std::size_t num) {
-    std::sort(v.begin(), v.end());
-    return v[std::min(v.size() - 1, v.size() * num / 100)];
-  };
-  const double raw50 = pct(raw, 50), raw99 = pct(raw, 99), act50 = pct(actor, 50), act99 = pct(actor, 99);
-  state.counters["raw_p50_us"] = raw50;
-  state.counters["raw_p99_us"] = raw99;
-  state.counters["actor_p50_us"] = act50;
-  state.counters["actor_p99_us"] = act99;
-  state.counters["ratio_p50"] = act50 / raw50;
-  state.counters["ratio_p99"] = act99 / raw99;
 }
 
 struct Fixture {
