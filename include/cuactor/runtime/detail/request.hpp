@@ -88,8 +88,11 @@ struct OpRecord : MpscHook {
     record.prefetch_buffers();
   }
   void prefetch_buffers() const noexcept {
-    for (const auto& a : reads) prefetch_bytes(a.get(), sizeof(DeviceAllocation));
-    for (const auto& a : writes) prefetch_bytes(a.get(), sizeof(DeviceAllocation));
+    // An empty handle is rejected when the request runs; offsets from a null pointer are undefined.
+    for (const auto& a : reads)
+      if (a) prefetch_bytes(a.get(), sizeof(DeviceAllocation));
+    for (const auto& a : writes)
+      if (a) prefetch_bytes(a.get(), sizeof(DeviceAllocation));
   }
 };
 
