@@ -69,6 +69,13 @@ struct Fixture {
                          std::forward<Token>(token));
   }
 
+  /// kKernels raw <<<>>> launches of the tiny kernel, then a synchronisation (the floor of eager launching).
+  Status run_raw_sequence() const {
+    for (int i = 0; i < kKernels; ++i)
+      CUACTOR_CUDA_TRY(bench_launch_tiny_raw(buffer.data_as<float>(), kElements, stream.get()));
+    return stream.synchronize();
+  }
+
   /// Submits kKernels launches to the actor and waits for the last reply (the actor's stream runs them
   /// in order, so the last reply means all ran).
   Status run_actor_sequence() const {
@@ -230,11 +237,7 @@ BENCHMARK(BM_Sequence200Eager)->Unit(benchmark::kMicrosecond)->MinTime(0.5);
 void BM_Sequence200EagerRawCuda(benchmark::State& state) {
   Fixture* f = fixture(state);
   if (!f) return;
-  time_sequence(state, [f]() -> Status {
-    for (int i = 0; i < kKernels; ++i)
-      CUACTOR_CUDA_TRY(bench_launch_tiny_raw(f->buffer.data_as<float>(), kElements, f->stream.get()));
-    return f->stream.synchronize();
-  });
+  time_sequence(state, [f] { return f->run_raw_sequence(); });
 }
 BENCHMARK(BM_Sequence200EagerRawCuda)->Unit(benchmark::kMicrosecond)->MinTime(0.5);
 
@@ -268,11 +271,7 @@ void BM_Sequence200EagerActorVsRaw(benchmark::State& state) {
   std::vector<double> raw, actor;
   for (auto _ : state) {
     auto t0 = Clock::now();
-    for (int i = 0; i < kKernels; ++i)
-      if (!ok_or_skip(state, gpu::check(bench_launch_tiny_raw(f->buffer.data_as<float>(), kElements, f->stream.get()),
-                                        "tiny kernel launch")))
-        return;
-    if (!ok_or_skip(state, f->stream.synchronize())) return;
+    if (!ok_or_skip(state, f->run_raw_sequence())) return;
     raw.push_back(seconds_since(t0) * 1e6 / kKernels);
     t0 = Clock::now();
     if (!ok_or_skip(state, f->run_actor_sequence())) return;

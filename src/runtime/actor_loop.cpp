@@ -21,7 +21,7 @@ ActorLoop::ActorLoop(int ordinal, ActorOptions options)
       state_(std::make_shared<DeviceState>(ordinal)),
       counters_(std::make_shared<ReplyCounters>()),
       supervisor_(ordinal, options_.breaker, options_.on_escalation),
-      writes_(ordinal, state_),
+      writes_(state_),
       mailbox_(options_.mailbox_capacity) {}
 
 ActorLoop::~ActorLoop() {

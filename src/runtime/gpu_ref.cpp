@@ -52,16 +52,18 @@ DeviceAllocation::~DeviceAllocation() {
 Status DeviceAllocation::access(int used_device) const {
   const auto state = state_.lock();
   if (!state) return fail(stale_error(describe(), StaleReason::state_gone, generation_, 0, device_, used_device));
-  if (const auto reason = state->check_handle(generation_, used_device))
-    return fail(stale_error(describe(), *reason, generation_, state->generation(), device_, used_device));
-  return ok();
+  return check_against(*state, used_device);
 }
 
 Status DeviceAllocation::access(const std::shared_ptr<DeviceState>& held, int used_device) const {
   // Same control block: `held` keeps the state this handle refers to alive.
   if (!held || state_.owner_before(held) || held.owner_before(state_)) return access(used_device);
-  if (const auto reason = held->check_handle(generation_, used_device))
-    return fail(stale_error(describe(), *reason, generation_, held->generation(), device_, used_device));
+  return check_against(*held, used_device);
+}
+
+Status DeviceAllocation::check_against(const DeviceState& state, int used_device) const {
+  if (const auto reason = state.check_handle(generation_, used_device))
+    return fail(stale_error(describe(), *reason, generation_, state.generation(), device_, used_device));
   return ok();
 }
 

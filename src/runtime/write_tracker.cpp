@@ -22,7 +22,7 @@ Status local_only(const OpRecord& op, const DeviceAllocation& a) {
 Status WriteTracker::prepare(OpRecord& op, cudaStream_t stream, bool capturing) {
   for (const auto& a : op.reads) {
     if (!a) return fail(errc::invalid_argument, fmt::format("request '{}': empty GpuRef among its reads", op.name));
-    CUACTOR_TRY(a->access(state_, ordinal_));
+    CUACTOR_TRY(a->access(state_, state_->device_id()));
     CUACTOR_TRY(local_only(op, *a));
     if (a->lease_count() < 0)
       return fail(errc::invalid_argument,
@@ -30,7 +30,7 @@ Status WriteTracker::prepare(OpRecord& op, cudaStream_t stream, bool capturing) 
   }
   for (const auto& a : op.writes) {
     if (!a) return fail(errc::invalid_argument, fmt::format("request '{}': empty GpuRef among its writes", op.name));
-    CUACTOR_TRY(a->access(state_, ordinal_));
+    CUACTOR_TRY(a->access(state_, state_->device_id()));
     CUACTOR_TRY(local_only(op, *a));
     CUACTOR_TRY(a->acquire_op_lease());
     ++op.leases_held;

@@ -18,10 +18,9 @@ struct OpRecord;
 /// Orders one actor stream's operations against every other stream's writes. Actor thread only.
 class WriteTracker {
  public:
-  /// Tracks the writes of the actor of device `ordinal`, whose state `state` is (it mints the handles
-  /// that its requests mostly carry).
-  WriteTracker(int ordinal, std::shared_ptr<DeviceState> state) noexcept
-      : ordinal_(ordinal), state_(std::move(state)) {}
+  /// Tracks the writes of the actor whose device state is `state` (it mints the handles that its
+  /// requests mostly carry).
+  explicit WriteTracker(std::shared_ptr<DeviceState> state) noexcept : state_(std::move(state)) {}
 
   /// Validates `op`'s buffers ([R2] checks on this device), takes a lease on each written buffer and,
   /// unless the stream captures (a graph is ordered by the stream it is launched on), makes `stream`
@@ -36,7 +35,6 @@ class WriteTracker {
   void clear() noexcept { unrecorded_.clear(); }
 
  private:
-  int ordinal_;
   std::shared_ptr<DeviceState> state_;
   std::vector<DeviceAllocation*> unrecorded_;
 };

@@ -110,6 +110,8 @@ class DeviceAllocation {
 
  private:
   [[nodiscard]] bool context_lost() const noexcept { return owner_ && owner_->context_lost(); }
+  /// The [R2] checks against `state`, the live state this handle was minted by.
+  Status check_against(const DeviceState& state, int used_device) const;
 
   void* ptr_;
   std::uint64_t remote_id_ = 0;
