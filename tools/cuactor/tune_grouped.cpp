@@ -122,6 +122,11 @@ std::vector<GemmSku> candidates(DType in, bool quick) {
       {{64, 128, 128}, {1, 1, 1}, true, true},  // the catalog's small-M
       {{64, 256, tk}, {1, 1, 1}, true, true},
       {{64, 128, tk}, {2, 1, 1}, true, false},
+      // Narrower and pingpong-wide tiles for the rows between the classes (100-300 rows per group):
+      // less padding per group than 128x256, more than one tile per SM in flight.
+      {{128, 192, tk}, {1, 1, 1}, false, false},
+      {{64, 192, tk}, {1, 1, 1}, true, false},
+      {{128, 128, tk}, {1, 1, 1}, true, false},
   };
   std::vector<GemmSku> out;
   std::set<std::string> seen;
