@@ -222,11 +222,13 @@ bool grouped_sku_runs_on(const GemmSku& sku, GpuArch device) noexcept {
 
 GroupedSizeClass grouped_size_class(const GroupedGemmSpec& spec) noexcept {
   // Sweeps (`cuactor tune grouped`, H100, rows per group jittered by +-90%): 64x128 pingpong is the
-  // decode kernel. 16-bit: pingpong 64x256 and cooperative 128x256 tie at 128 rows per group (within
-  // 4%: 0.98-1.04x), the cooperative one wins from 256 rows (1.03-1.14x) and on large groups; e4m3 keeps pingpong
-  // 64x256 to 256 rows (the session-8 sweep; not re-measured).
+  // decode kernel. 16-bit: pingpong 64x256 beats cooperative 128x256 up to about 192 rows per group
+  // (seven shapes of 140-190 rows, N and K 1024-4096: 0.98-1.07x, geometric mean 1.027x); from 200
+  // to 256 rows they tie (0.98-1.04x, mean 1.006x) and the cooperative one wins at 256 rows with long K
+  // (1.03-1.10x), past 280 rows (1.04-1.38x) and on large groups. e4m3 keeps pingpong 64x256 to 256
+  // rows (the session-8 sweep; not re-measured).
   constexpr int kDecodeRows = 64, kMediumNK = 4096;
-  const int medium_rows = spec.a == DType::e4m3 ? 256 : 128;
+  const int medium_rows = spec.a == DType::e4m3 ? 256 : 192;
   const int rows = spec.rows_per_group_hint;
   if (rows > 0 && rows <= kDecodeRows) return GroupedSizeClass::decode;
   if (rows > kDecodeRows && rows <= medium_rows && spec.n_hint > 0 && spec.n_hint <= kMediumNK && spec.k_hint > 0 &&

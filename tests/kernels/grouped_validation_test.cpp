@@ -345,9 +345,9 @@ TEST(GroupedPlan, SizeClassesByRowsAndShape) {
   s.n_hint = 4096;
   s.k_hint = 4096;
   EXPECT_EQ(grouped_size_class(s), GroupedSizeClass::medium);
-  s.rows_per_group_hint = 128;
+  s.rows_per_group_hint = 192;
   EXPECT_EQ(grouped_size_class(s), GroupedSizeClass::medium);
-  s.rows_per_group_hint = 129;  // 16-bit: the cooperative 128x256 kernel from here
+  s.rows_per_group_hint = 193;  // 16-bit: the cooperative 128x256 kernel from here
   EXPECT_EQ(grouped_size_class(s), GroupedSizeClass::large);
   GroupedGemmSpec fp8 = s;
   fp8.a = fp8.b = DType::e4m3;
