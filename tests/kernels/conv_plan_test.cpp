@@ -310,7 +310,7 @@ ConvSpec pointwise(ConvSpec s) {
 // cooperative tile split over rows for one large image. Skipped without the sm_90a conv catalog; with it, every kernel
 // a class expects must be compiled.
 TEST(ConvPlanCreate, HeuristicByClassOfShape) {
-  CUACTOR_SKIP_IF_SAMPLE_CATALOG();
+  CUACTOR_SKIP_IF_PARTIAL_CATALOG();
   const auto has = [](const ConvSpec& spec, Shape3 tile, GemmSchedule schedule, Shape3 cluster = {1, 1, 1}) {
     return find_in_catalog(ConvPlan::sku_for(spec, kHopper, tile, cluster, schedule)) != nullptr;
   };
@@ -521,7 +521,7 @@ TEST(ConvPlanCreate, PointwiseFpropOnFewTilesRunsTheDenseGemm) {
 }
 
 TEST(ConvPlanCreate, ChannelCountsBetweenTileWidths) {
-  CUACTOR_SKIP_IF_SAMPLE_CATALOG();
+  CUACTOR_SKIP_IF_PARTIAL_CATALOG();
   const ConvSpec ninety_six = spec_of(ConvOperation::fprop, 16, 56, 96, 96);
   if (find_in_catalog(ConvPlan::sku_for(ninety_six, kHopper, {256, 96, 32}, {1, 1, 1}, GemmSchedule::cooperative)) ==
       nullptr)
@@ -550,7 +550,7 @@ TEST(ConvPlanCreate, ChannelCountsBetweenTileWidths) {
 }
 
 TEST(ConvPlanCreate, FullRowPingpongTilesCoverTheOutputChannels) {
-  CUACTOR_SKIP_IF_SAMPLE_CATALOG();
+  CUACTOR_SKIP_IF_PARTIAL_CATALOG();
   ConvSpec wide = pointwise(spec_of(ConvOperation::fprop, 16, 56, 256, 256));
   if (find_in_catalog(ConvPlan::sku_for(wide, kHopper, {64, 256, 64}, {1, 1, 1}, GemmSchedule::pingpong)) == nullptr)
     GTEST_SKIP() << "this build has no sm_90a conv catalog (CUACTOR_KERNEL_ARCHS)";

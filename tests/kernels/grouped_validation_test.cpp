@@ -286,7 +286,7 @@ TEST(GroupedPlan, RejectsMissingSmCount) {
 
 TEST(GroupedPlan, ChoosesBySkuShapeHintAndOverride) {
   if (!has_grouped_sm90()) GTEST_SKIP() << "no sm_90a grouped kernels in this build (CUACTOR_KERNEL_ARCHS)";
-  CUACTOR_SKIP_IF_SAMPLE_CATALOG();
+  CUACTOR_SKIP_IF_PARTIAL_CATALOG();
   auto large = hopper_spec();
   auto plan = GroupedGemmPlan::create(large);
   ASSERT_TRUE(plan.has_value()) << plan.error().to_string();
@@ -366,7 +366,7 @@ TEST(GroupedPlan, SizeClassesByRowsAndShape) {
 
 TEST(GroupedPlanCache, KeysOnTheEpilogueTreeAndTheShapeClass) {
   if (!has_grouped_sm90()) GTEST_SKIP() << "no sm_90a grouped kernels in this build (CUACTOR_KERNEL_ARCHS)";
-  CUACTOR_SKIP_IF_SAMPLE_CATALOG();
+  CUACTOR_SKIP_IF_PARTIAL_CATALOG();
   GroupedPlanCache cache;
   auto plain = cache.get(hopper_spec());
   ASSERT_TRUE(plain.has_value()) << plain.error().to_string();

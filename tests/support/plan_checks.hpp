@@ -39,9 +39,10 @@ void expect_error(const Result<T>& r, errc code, const std::string& mentions) {
 }  // namespace cuactor::test_support
 
 /// Skips a test that expects a heuristic's choice among the whole catalog when this build compiled only
-/// its sample (CUACTOR_CATALOG=sample, scripts/test without a GPU): a plan there settles for the
-/// sample's kernel. scripts/gpu-check builds the whole catalog and runs it.
-#define CUACTOR_SKIP_IF_SAMPLE_CATALOG()                                                            \
-  if (::cuactor::kernels::catalog_is_sample())                                                      \
-  GTEST_SKIP() << "expects choices among the whole kernel catalog; this build compiled its sample " \
-                  "(CUACTOR_CATALOG=sample): scripts/gpu-check runs it"
+/// part of it (its sample, CUACTOR_CATALOG=sample, scripts/test without a GPU; or CUACTOR_CATALOG_FILTER):
+/// a plan there settles for another kernel or finds none. scripts/gpu-check builds the whole catalog and
+/// runs it.
+#define CUACTOR_SKIP_IF_PARTIAL_CATALOG()                                                                      \
+  if (const auto scope = ::cuactor::kernels::catalog_scope(); scope != ::cuactor::kernels::CatalogScope::full) \
+  GTEST_SKIP() << "expects choices among the whole kernel catalog; this build compiled part of it ("           \
+               << ::cuactor::kernels::name(scope) << "): scripts/gpu-check runs it"

@@ -40,7 +40,7 @@ nlohmann::json inventory(const KernelsOptions& o) {
   nlohmann::json j;
   j["catalog"] = nlohmann::json::array();
   for (const auto& e : kernels::catalog()) j["catalog"].push_back(sku_json(e.sku));
-  j["catalog_scope"] = kernels::catalog_is_sample() ? "sample" : "full";
+  j["catalog_scope"] = kernels::name(kernels::catalog_scope());
 
   jit::DiskCacheOptions d;
   if (!o.cache_dir.empty()) d.directory = o.cache_dir;
@@ -76,8 +76,11 @@ nlohmann::json inventory(const KernelsOptions& o) {
 }
 
 void print_text(const nlohmann::json& j) {
+  const std::string scope = j["catalog_scope"].get<std::string>();
   std::cout << fmt::format("catalog: {} instance(s) compiled in{}\n", j["catalog"].size(),
-                           j["catalog_scope"] == "sample" ? " (the sample: CUACTOR_CATALOG=sample)" : "");
+                           scope == "sample"     ? " (the sample: CUACTOR_CATALOG=sample)"
+                           : scope == "filtered" ? " (filtered: CUACTOR_CATALOG_FILTER)"
+                                                 : "");
   for (const auto& e : j["catalog"]) std::cout << "  " << e["sku"].get<std::string>() << "\n";
   std::cout << fmt::format("JIT cache: {} GEMM instance(s) in {}\n", j["jit_cached"].size(),
                            j["jit_cache"].is_null() ? std::string("(none)") : j["jit_cache"].get<std::string>());

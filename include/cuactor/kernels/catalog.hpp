@@ -5,6 +5,7 @@
 
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "cuactor/kernels/sku.hpp"
@@ -25,10 +26,22 @@ struct CatalogEntry {
 /// selected no families).
 std::span<const CatalogEntry> catalog() noexcept;
 
-/// True if this build compiled only the catalog's sample (CUACTOR_CATALOG=sample, what scripts/test
-/// picks on a machine without a GPU): the entries marked SAMPLE in kernels/catalog.cmake, a compile
-/// check of each instance template, so a plan may settle for a kernel that the whole matrix would beat.
-bool catalog_is_sample() noexcept;
+/// Which part of the kernel matrix a build compiled. Only `full` holds every kernel the heuristics
+/// choose among; in the others a plan may settle for a kernel that the whole matrix would beat, or
+/// find none for a type.
+enum class CatalogScope {
+  full,      ///< Every entry of kernels/catalog.cmake (scripts/gpu-check, any build with a GPU).
+  sample,    ///< CUACTOR_CATALOG=sample, what scripts/test picks without a GPU: the entries marked
+             ///< SAMPLE, a compile check of each instance template.
+  filtered,  ///< CUACTOR_CATALOG_FILTER: the entries whose symbol matches a regular expression, for
+             ///< targeted builds.
+};
+
+/// The scope of this build's catalog.
+CatalogScope catalog_scope() noexcept;
+
+/// "full", "sample" or "filtered".
+std::string_view name(CatalogScope scope) noexcept;
 
 /// The entry of exactly this SKU, or null if it was not compiled in.
 const CatalogEntry* find_in_catalog(const GemmSku& sku) noexcept;
