@@ -98,6 +98,8 @@ std::vector<GemmSku> candidates(const kernels::GemmProblem& p, bool quick) {
       {{128, 256, 64}, {1, 1, 1}, GemmSchedule::cooperative, false},
       {{128, 128, 64}, {1, 1, 1}, GemmSchedule::cooperative, false},
       {{256, 128, 64}, {1, 2, 1}, GemmSchedule::cooperative, true},
+      {{256, 128, 64}, {2, 1, 1}, GemmSchedule::cooperative, false},  // B multicast across the M pair
+      {{128, 256, 64}, {1, 2, 1}, GemmSchedule::cooperative, false},  // A multicast across the N pair
       {{64, 128, 128}, {1, 1, 1}, GemmSchedule::pingpong, true},
       {{64, 128, 64}, {1, 1, 1}, GemmSchedule::pingpong, false},
       {{64, 256, 64}, {1, 1, 1}, GemmSchedule::pingpong, false},
@@ -243,7 +245,7 @@ void add_tune_command(CLI::App& app) {
   cmd->add_option("--from", opt->from, "File of shapes, one MxNxK per line ('#' starts a comment)");
   cmd->add_option("--dtype", opt->dtype, "Element type of A, B, C and D: bf16 or f16");
   cmd->add_option("--layout-b", opt->layout_b, "Layout of B: col (N x K weights, TN) or row (K x N)");
-  add_sweep_options(cmd, *opt, "5 instead of 10");
+  add_sweep_options(cmd, *opt, "5 instead of 12");
   cmd->callback([opt] {
     if (auto s = run_tune_gemm(*opt); !s) {
       std::cerr << "cuactor tune gemm: " << s.error().to_string() << "\n";

@@ -407,7 +407,7 @@ void add_tune_grouped_command(CLI::App& tune) {
   cmd->add_option("--from", opt->from, "File of shapes, one GxRxNxK per line ('#' starts a comment)");
   cmd->add_option("--dtype", opt->dtype, "Element type of A and B: bf16, f16 (D the same) or e4m3 (D bf16)");
   cmd->add_option("--skew", opt->skew, "Rows per group jittered uniformly by +-skew (0 to 0.9; default 0.5)");
-  add_sweep_options(cmd, *opt, "5 instead of 8");
+  add_sweep_options(cmd, *opt, "5 or 6 instead of 11");
   cmd->callback([opt] {
     if (auto s = run_tune_grouped(*opt); !s) {
       std::cerr << "cuactor tune grouped: " << s.error().to_string() << "\n";
