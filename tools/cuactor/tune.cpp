@@ -176,8 +176,9 @@ Status run_tune_gemm(const TuneOptions& o) {
       if (!accepted(label, t, tflops, o.tolerance)) return std::nullopt;
       return Measured{plan.sku(), 0, 0, t->ours_ms, t->anchor_ms, t->difference};
     };
-    if (auto heuristic = kernels::GemmPlan::make(p, session.props.arch, base))
-      (void)measure(*heuristic, fmt::format("(heuristic) {}", short_sku_name(heuristic->sku())));
+    std::optional<Measured> heuristic;
+    if (auto plan = kernels::GemmPlan::make(p, session.props.arch, base))
+      heuristic = measure(*plan, fmt::format("(heuristic) {}", short_sku_name(plan->sku())));
     // A plan running `instance` of `sku` with `options` (the plan keeps a JIT instance loaded).
     const auto plan_for = [&](const GemmSku& sku, const jit::ResolvedInstance& instance,
                               const kernels::GemmPlanOptions& options) {
@@ -222,6 +223,15 @@ Status run_tune_gemm(const TuneOptions& o) {
         best = m;
       }
     }
+    best = confirm_winner(*best, heuristic, [&](const Measured& m) -> std::optional<Measured> {
+      kernels::GemmPlanOptions options = base;
+      options.raster_order = m.raster_order;
+      options.max_swizzle = m.max_swizzle;
+      auto plan = plan_for(m.sku, *best_instance, options);
+      if (!plan) return std::nullopt;
+      return measure(
+          *plan, fmt::format("{} raster {} swizzle {} again", short_sku_name(m.sku), m.raster_order, m.max_swizzle));
+    });
     jit::TunedGemm choice{best->sku,          best->max_swizzle,
                           best->raster_order, fmt::format("{}x{}x{}", p.m, p.n, p.k),
                           tflops(best->ms),   tflops(best->anchor_ms)};

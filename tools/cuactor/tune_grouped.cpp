@@ -387,6 +387,14 @@ Status run_tune_grouped(const Options& o) {
       std::cout << "  no candidate ran correctly: nothing recorded for this class\n";
       continue;
     }
+    best = confirm_winner(*best, heuristic, [&](const Measured& m) -> std::optional<Measured> {
+      const auto& instance = gemm_jit.resolve(m.sku).get();
+      if (!instance) return std::nullopt;
+      auto plan =
+          GroupedGemmPlan::with_instance(spec, m.sku, *(*instance)->abi, (*instance)->jit, kernels::PlanSource::tuned);
+      if (!plan) return std::nullopt;
+      return measure(*plan, short_sku_name(m.sku) + " again");
+    });
     jit::TunedGemm choice{best->sku, 0, 0, shape.to_string(), tflops(best->ms), tflops(best->anchor_ms)};
     std::cout << fmt::format(
         "  => {}: {:.1f} TFLOP/s, {:.3f}x cuBLAS{}\n", short_sku_name(choice.sku), choice.tflops,
