@@ -19,6 +19,7 @@
 #include "cuactor/jit/tuning.hpp"
 #include "cuactor/kernels/catalog.hpp"
 #include "gemm_anchor.hpp"
+#include "tune_choice.hpp"
 
 namespace cuactor::cli {
 
@@ -97,25 +98,6 @@ bool accepted(const std::string& label, const Result<GemmTimer::Timing>& timing,
                            tflops(timing->ours_ms), tflops(timing->anchor_ms), timing->anchor_ms / timing->ours_ms,
                            timing->difference, correct ? "" : "  REJECTED (differs from cuBLAS)");
   return correct;
-}
-
-/// The sweep's winner after a second timing. `retime(best)` times the winner's configuration again;
-/// it keeps the slower of its two timings, so one lucky timing cannot crown it (on long, power-bound
-/// shapes one kernel's timings drift by several percent: 716 and 810 TFLOP/s on an H100), and the
-/// heuristic's own choice wins unless the winner is still faster. `Measured` has `ms` and `anchor_ms`.
-template <class Measured, class Retime>
-Measured confirm_winner(Measured best, const std::optional<Measured>& heuristic, Retime&& retime) {
-  if (const std::optional<Measured> again = retime(best); !again) {
-    if (heuristic) return *heuristic;  // the winner failed its second run: keep what the plans choose today
-  } else if (again->ms > best.ms) {
-    best.ms = again->ms;
-    best.anchor_ms = again->anchor_ms;
-  }
-  if (heuristic && heuristic->ms <= best.ms) {
-    std::cout << "  (the heuristic's choice is not slower than the winner timed twice: it is kept)\n";
-    return *heuristic;
-  }
-  return best;
 }
 
 /// The start of a sweep: the candidates that failed to compile, and the session to time the others on
