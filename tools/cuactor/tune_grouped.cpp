@@ -366,6 +366,8 @@ Status run_tune_grouped(const Options& o) {
     std::optional<Measured> heuristic;
     if (auto plan = GroupedGemmPlan::create(spec))
       heuristic = measure(*plan, fmt::format("(heuristic) {}", short_sku_name(plan->sku())));
+    else  // e.g. a build without the catalog's kernels for this problem: nothing to compare the winner with
+      std::cout << fmt::format("  {:<44} none: {}\n", "(heuristic)", plan.error().to_string());
     std::optional<Measured> best;
     for (const auto& sku : skus) {
       if (unusable.count(sku.to_string()) != 0) continue;
