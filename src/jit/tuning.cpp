@@ -112,6 +112,10 @@ void TuningDb::record_key(const TuningDevice& device, std::string key, TunedGemm
   entries_.push_back(Entry{device, std::move(key), std::move(choice)});
 }
 
+bool TuningDb::erase_key(const TuningDevice& device, const std::string& key) {
+  return std::erase_if(entries_, [&](const Entry& e) { return e.device == device && e.problem_class == key; }) > 0;
+}
+
 std::optional<TunedGemm> TuningDb::find(const TuningDevice& device, const DenseGemmClass& problem_class) const {
   return find_key(device, problem_class.to_string());
 }
@@ -126,6 +130,14 @@ std::optional<TunedGemm> TuningDb::find(const TuningDevice& device, const Groupe
 
 void TuningDb::record(const TuningDevice& device, const GroupedGemmClass& problem_class, TunedGemm choice) {
   record_key(device, problem_class.to_string(), std::move(choice));
+}
+
+bool TuningDb::erase(const TuningDevice& device, const DenseGemmClass& problem_class) {
+  return erase_key(device, problem_class.to_string());
+}
+
+bool TuningDb::erase(const TuningDevice& device, const GroupedGemmClass& problem_class) {
+  return erase_key(device, problem_class.to_string());
 }
 
 std::string TuningDb::to_json() const {

@@ -121,6 +121,16 @@ TEST(TuningDb, FindsOnlyForTheSameDeviceAndClass) {
   db.record(h100(), cls, choice(kernels::GemmSchedule::pingpong));
   EXPECT_EQ(db.size(), 1u);
   EXPECT_EQ(db.find(h100(), cls)->sku.schedule, kernels::GemmSchedule::pingpong);
+  // Erasing drops only that device's entry of that class.
+  TuningDevice other = h100();
+  other.sm_count = 114;
+  db.record(other, cls, choice());
+  EXPECT_FALSE(db.erase(h100(), DenseGemmClass::of(problem(4096, 4096, 4096))));
+  EXPECT_TRUE(db.erase(h100(), cls));
+  EXPECT_FALSE(db.find(h100(), cls).has_value());
+  EXPECT_TRUE(db.find(other, cls).has_value());
+  EXPECT_FALSE(db.erase(h100(), cls));
+  EXPECT_EQ(db.size(), 1u);
 }
 
 TEST(TuningDb, SavesAtomicallyPrivatelyAndLoadsBack) {
@@ -331,6 +341,7 @@ TEST(TuningDb, GroupedAndDenseEntriesAreKeptApartAndSavedTogether) {
   EXPECT_EQ(db.find(h100(), moe)->sku.family, kernels::GemmFamily::grouped);
   EXPECT_EQ(db.find(h100(), dense)->sku.family, kernels::GemmFamily::dense);
   EXPECT_FALSE(db.find(h100(), GroupedGemmClass::of(grouped(8, 2048, 14336, 4096))).has_value());
+  EXPECT_FALSE(db.erase(h100(), GroupedGemmClass::of(grouped(8, 2048, 14336, 4096))));
   CUACTOR_ASSERT_OK(db.save(dir.path() / "tuning.json"));
   const TuningDb loaded = TuningDb::load(dir.path() / "tuning.json");
   ASSERT_TRUE(loaded.find(h100(), moe).has_value());

@@ -1,5 +1,5 @@
 // The rule by which `cuactor tune` records a sweep's winner (tools/cuactor/tune_choice.hpp).
-#include "cuactor/tune_choice.hpp"
+#include "tune_choice.hpp"
 
 #include <gtest/gtest.h>
 
@@ -14,7 +14,7 @@ struct Timed {
   double ms = 0, anchor_ms = 0;
 };
 
-/// A retime that answers `again` and counts its calls.
+/// A retime that answers `again` (for the configuration it is given) and counts its calls.
 struct Retime {
   std::optional<Timed> again;
   int* calls;
@@ -27,41 +27,75 @@ struct Retime {
   }
 };
 
+bool same_config(const Timed& a, const Timed& b) {
+  return a.config == b.config;
+}
+
+Confirmed<Timed> confirm(const Timed& best, const std::optional<Timed>& heuristic, std::optional<Timed> again,
+                         int* calls) {
+  return confirm_winner(best, heuristic, Retime{std::move(again), calls}, same_config);
+}
+
 TEST(TuneChoice, TheWinnerKeepsTheSlowerOfItsTwoTimings) {
   int calls = 0;
   const Timed lucky{"256x128", 1.00, 1.10};
-  const Timed w = confirm_winner(lucky, std::optional<Timed>{}, Retime{Timed{"", 1.12, 1.11}, &calls});
+  const auto slower = confirm(lucky, std::nullopt, Timed{"", 1.12, 1.11}, &calls);
   EXPECT_EQ(calls, 1);
-  EXPECT_EQ(w.config, "256x128");
-  EXPECT_DOUBLE_EQ(w.ms, 1.12);
-  EXPECT_DOUBLE_EQ(w.anchor_ms, 1.11) << "the anchor of the timing kept";
-  const Timed steady = confirm_winner(lucky, std::optional<Timed>{}, Retime{Timed{"", 0.95, 1.0}, &calls});
-  EXPECT_DOUBLE_EQ(steady.ms, 1.00) << "a faster second timing does not improve the winner";
-  EXPECT_DOUBLE_EQ(steady.anchor_ms, 1.10);
+  ASSERT_EQ(slower.verdict, SweepVerdict::record);
+  EXPECT_EQ(slower.measured->config, "256x128");
+  EXPECT_DOUBLE_EQ(slower.measured->ms, 1.12);
+  EXPECT_DOUBLE_EQ(slower.measured->anchor_ms, 1.11) << "the anchor of the timing kept";
+  const auto steady = confirm(lucky, std::nullopt, Timed{"", 0.95, 1.10}, &calls);
+  ASSERT_EQ(steady.verdict, SweepVerdict::record);
+  EXPECT_DOUBLE_EQ(steady.measured->ms, 1.00) << "a faster second timing does not improve the winner";
+  EXPECT_DOUBLE_EQ(steady.measured->anchor_ms, 1.10);
+}
+
+TEST(TuneChoice, TimingsCompareAgainstTheirOwnAnchors) {
+  int calls = 0;
+  // The second timing is slower in ms (1.20 against 1.00) but ran while the clocks were down for its
+  // anchor too (1.40 against 1.10): relative to its anchor it is the faster one, so the first stands.
+  const auto drifted = confirm(Timed{"256x128", 1.00, 1.10}, std::nullopt, Timed{"", 1.20, 1.40}, &calls);
+  ASSERT_EQ(drifted.verdict, SweepVerdict::record);
+  EXPECT_DOUBLE_EQ(drifted.measured->ms, 1.00);
+  // The heuristic, timed minutes earlier while the clocks were down (1.05 ms against an anchor of 1.20),
+  // is slower in ms than the winner (1.00 against 1.10) but faster relative to its anchor: it stays.
+  EXPECT_EQ(confirm(Timed{"256x128", 1.00, 1.10}, Timed{"128x256", 1.05, 1.20}, Timed{"", 1.00, 1.10}, &calls).verdict,
+            SweepVerdict::heuristic);
+  EXPECT_EQ(confirm(Timed{"256x128", 1.00, 1.10}, Timed{"128x256", 1.05, 1.10}, Timed{"", 1.00, 1.10}, &calls).verdict,
+            SweepVerdict::record);
 }
 
 TEST(TuneChoice, TheHeuristicIsKeptUnlessTheWinnerStaysFaster) {
   int calls = 0;
   const std::optional<Timed> heuristic = Timed{"128x256", 1.05, 1.1};
   // A lucky first timing (1.00) that the second (1.12) does not repeat: the heuristic stays.
-  EXPECT_EQ(confirm_winner(Timed{"256x128", 1.00, 1.1}, heuristic, Retime{Timed{"", 1.12, 1.1}, &calls}).config,
-            "128x256");
+  const auto lucky = confirm(Timed{"256x128", 1.00, 1.1}, heuristic, Timed{"", 1.12, 1.1}, &calls);
+  EXPECT_EQ(lucky.verdict, SweepVerdict::heuristic);
+  EXPECT_EQ(lucky.measured->config, "128x256");
   // Faster both times: the winner.
-  EXPECT_EQ(confirm_winner(Timed{"256x128", 1.00, 1.1}, heuristic, Retime{Timed{"", 1.01, 1.1}, &calls}).config,
-            "256x128");
+  const auto faster = confirm(Timed{"256x128", 1.00, 1.1}, heuristic, Timed{"", 1.01, 1.1}, &calls);
+  EXPECT_EQ(faster.verdict, SweepVerdict::record);
+  EXPECT_EQ(faster.measured->config, "256x128");
   // A tie goes to the heuristic.
-  EXPECT_EQ(confirm_winner(Timed{"256x128", 1.00, 1.1}, heuristic, Retime{Timed{"", 1.05, 1.1}, &calls}).config,
-            "128x256");
+  EXPECT_EQ(confirm(Timed{"256x128", 1.00, 1.1}, heuristic, Timed{"", 1.05, 1.1}, &calls).verdict,
+            SweepVerdict::heuristic);
+  // A winner that is the heuristic's own configuration is not timed again, and is not recorded.
+  calls = 0;
+  EXPECT_EQ(confirm(Timed{"128x256", 0.90, 1.1}, heuristic, Timed{"", 0.90, 1.1}, &calls).verdict,
+            SweepVerdict::heuristic);
+  EXPECT_EQ(calls, 0);
 }
 
-TEST(TuneChoice, AWinnerThatFailsItsSecondRunLosesToTheHeuristic) {
+TEST(TuneChoice, AWinnerThatFailsItsSecondRunIsNeverRecorded) {
   int calls = 0;
-  const std::optional<Timed> heuristic = Timed{"128x256", 1.05, 1.1};
-  EXPECT_EQ(confirm_winner(Timed{"256x128", 1.00, 1.1}, heuristic, Retime{std::nullopt, &calls}).config, "128x256");
-  // With no heuristic to fall back on (no catalog kernel for the problem), the one timing stands.
-  const Timed alone = confirm_winner(Timed{"256x128", 1.00, 1.1}, std::optional<Timed>{}, Retime{std::nullopt, &calls});
-  EXPECT_EQ(alone.config, "256x128");
-  EXPECT_DOUBLE_EQ(alone.ms, 1.00);
+  const auto fallback = confirm(Timed{"256x128", 1.00, 1.1}, Timed{"128x256", 1.05, 1.1}, std::nullopt, &calls);
+  EXPECT_EQ(fallback.verdict, SweepVerdict::heuristic);
+  // Without a heuristic to fall back on (no catalog kernel, or the heuristic's own run failed), nothing:
+  // the second run may have disagreed with the reference.
+  const auto alone = confirm(Timed{"256x128", 1.00, 1.1}, std::nullopt, std::nullopt, &calls);
+  EXPECT_EQ(alone.verdict, SweepVerdict::unconfirmed);
+  EXPECT_FALSE(alone.measured.has_value());
 }
 
 }  // namespace

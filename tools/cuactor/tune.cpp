@@ -1,9 +1,10 @@
 // `cuactor tune gemm`: the sweep behind the tuning database ([K9]). For each problem, candidate
 // sm_90a configurations (tile, cluster, schedule with and without stream-K) are compiled through the
 // JIT in parallel (cache reused; possible on a machine without a GPU), then each is timed with CUDA
-// events after warm-up against cuBLAS on the same data, interleaved, and checked against it; the
-// fastest correct one, with its best raster order and swizzle, is recorded for this device and the
-// problem's class. Plans (jit::plan_dense_gemm, `cuactor bench gemm`) consult the result first.
+// events after warm-up against cuBLAS on the same data, interleaved, and checked against it. The
+// fastest correct one, with its best raster order and swizzle, is timed again (confirm_winner): if it
+// still beats the heuristic's choice it is recorded for this device and the problem's class, else the
+// class is left to the heuristic. Plans (jit::plan_dense_gemm, `cuactor bench gemm`) consult it first.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -225,7 +226,7 @@ Status run_tune_gemm(const TuneOptions& o) {
         best = m;
       }
     }
-    best = confirm_winner(*best, heuristic, [&](const Measured& m) -> std::optional<Measured> {
+    const auto retime = [&](const Measured& m) -> std::optional<Measured> {
       kernels::GemmPlanOptions options = base;
       options.raster_order = m.raster_order;
       options.max_swizzle = m.max_swizzle;
@@ -233,7 +234,13 @@ Status run_tune_gemm(const TuneOptions& o) {
       if (!plan) return std::nullopt;
       return measure(
           *plan, fmt::format("{} raster {} swizzle {} again", short_sku_name(m.sku), m.raster_order, m.max_swizzle));
-    });
+    };
+    const auto same_config = [](const Measured& a, const Measured& b) {
+      return a.sku == b.sku && a.raster_order == b.raster_order && a.max_swizzle == b.max_swizzle;
+    };
+    const auto confirmed = confirm_winner(*best, heuristic, retime, same_config);
+    if (settled_without_recording(session, jit::DenseGemmClass::of(p), confirmed)) continue;
+    best = confirmed.measured;
     jit::TunedGemm choice{best->sku,          best->max_swizzle,
                           best->raster_order, fmt::format("{}x{}x{}", p.m, p.n, p.k),
                           tflops(best->ms),   tflops(best->anchor_ms)};

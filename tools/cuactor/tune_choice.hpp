@@ -1,31 +1,47 @@
 // Which configuration a tuning sweep records: the winner's second timing against the heuristic's
-// choice. Free of CUDA and the CLI, so the unit tests check the rule itself.
+// choice. Free of CUDA, the CLI and printing, so the unit tests check the rule itself.
 #pragma once
 
-#include <iostream>
 #include <optional>
 
 namespace cuactor::cli {
 
-/// The sweep's winner after a second timing. `retime(best)` times the winner's configuration again
-/// (none: it failed); the winner keeps the slower of its two timings, so one lucky timing cannot crown
-/// it, and the heuristic's own choice wins unless the winner is still faster. `Measured` has `ms` and
-/// `anchor_ms`. On long, power-bound shapes this narrows the noise but does not remove it: on an H100
-/// one kernel's timings of 8192x4096x14336 ranged 708-823 TFLOP/s within a minute, and two can both
-/// be lucky.
-template <class Measured, class Retime>
-Measured confirm_winner(Measured best, const std::optional<Measured>& heuristic, Retime&& retime) {
-  if (const std::optional<Measured> again = retime(best); !again) {
-    if (heuristic) return *heuristic;  // the winner failed its second run: keep what the plans choose today
-  } else if (again->ms > best.ms) {
+/// What a sweep does with its winner.
+enum class SweepVerdict {
+  record,      ///< The winner beat the heuristic's choice twice: record it for the class.
+  heuristic,   ///< The heuristic's choice is as fast: record nothing, and drop an older entry of the class.
+  unconfirmed  ///< The winner failed its second run and there is no heuristic to fall back on: record nothing.
+};
+
+/// The verdict, and the timing that backs it (the winner's slower timing for `record`).
+template <class Measured>
+struct Confirmed {
+  SweepVerdict verdict;
+  std::optional<Measured> measured;
+};
+
+/// Decides on the sweep's winner `best` after timing it again. `retime(best)` times the winner's
+/// configuration again (none: it failed, or disagreed with the reference); `same_config(a, b)` tells
+/// whether two timings are of one configuration. Timings compare as their time over their own
+/// interleaved anchor's (`ms / anchor_ms`), which cancels part of the clocks' drift between timings
+/// taken minutes apart; the winner keeps the slower of its two, so one lucky timing cannot crown it,
+/// and the heuristic's choice wins ties. This narrows the noise but does not remove it: on an H100 one
+/// kernel's timings of 8192x4096x14336 ranged 708-823 TFLOP/s within a minute, and two can both be lucky.
+template <class Measured, class Retime, class SameConfig>
+Confirmed<Measured> confirm_winner(Measured best, const std::optional<Measured>& heuristic, Retime&& retime,
+                                   SameConfig&& same_config) {
+  const auto relative = [](const Measured& m) { return m.ms / m.anchor_ms; };
+  if (heuristic && same_config(best, *heuristic)) return {SweepVerdict::heuristic, heuristic};
+  const std::optional<Measured> again = retime(best);
+  if (!again)
+    return heuristic ? Confirmed<Measured>{SweepVerdict::heuristic, heuristic}
+                     : Confirmed<Measured>{SweepVerdict::unconfirmed, std::nullopt};
+  if (relative(*again) > relative(best)) {
     best.ms = again->ms;
     best.anchor_ms = again->anchor_ms;
   }
-  if (heuristic && heuristic->ms <= best.ms) {
-    std::cout << "  (the heuristic's choice is not slower than the winner timed twice: it is kept)\n";
-    return *heuristic;
-  }
-  return best;
+  if (heuristic && relative(*heuristic) <= relative(best)) return {SweepVerdict::heuristic, heuristic};
+  return {SweepVerdict::record, best};
 }
 
 }  // namespace cuactor::cli

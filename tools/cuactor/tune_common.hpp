@@ -100,6 +100,27 @@ bool accepted(const std::string& label, const Result<GemmTimer::Timing>& timing,
   return correct;
 }
 
+/// Settles a verdict that records nothing, printing it: `heuristic` drops the class's older entry (plans
+/// fall back to the heuristic, which the sweep found as fast), `unconfirmed` leaves the database alone.
+/// False for `record`: the caller records the winner.
+template <class ProblemClass, class Measured>
+bool settled_without_recording(TuneSession& session, const ProblemClass& problem_class,
+                               const Confirmed<Measured>& confirmed) {
+  switch (confirmed.verdict) {
+    case SweepVerdict::record:
+      return false;
+    case SweepVerdict::heuristic:
+      std::cout << fmt::format(
+          "  => the heuristic's choice is as fast as the winner timed twice: nothing recorded{}\n",
+          session.db.erase(session.device, problem_class) ? " (the class's older entry dropped)" : "");
+      return true;
+    case SweepVerdict::unconfirmed:
+      std::cout << "  => the winner failed its second run: nothing recorded\n";
+      return true;
+  }
+  return true;
+}
+
 /// The start of a sweep: the candidates that failed to compile, and the session to time the others on
 /// (none after `--warm-only`).
 struct Sweep {

@@ -4,8 +4,10 @@
 // parallel (cache reused; possible on a machine without a GPU). On a GPU each one runs the groups sized
 // on the device (offsets, as cuactor.grouped_mm does), timed with CUDA events after warm-up and
 // interleaved with a cuBLAS per-group loop on the same data, and its result is checked against that
-// loop's. The fastest correct one is recorded for this device and the problem's class; grouped plans
-// (jit::default_tuned_grouped_planner: Python, the worker, `cuactor bench grouped`) consult it first.
+// loop's. The fastest correct one is timed again (confirm_winner) and recorded for this device and the
+// problem's class if it still beats the heuristic's choice, else the class is left to the heuristic;
+// grouped plans (jit::default_tuned_grouped_planner: Python, the worker, `cuactor bench grouped`)
+// consult it first.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -389,14 +391,18 @@ Status run_tune_grouped(const Options& o) {
       std::cout << "  no candidate ran correctly: nothing recorded for this class\n";
       continue;
     }
-    best = confirm_winner(*best, heuristic, [&](const Measured& m) -> std::optional<Measured> {
+    const auto retime = [&](const Measured& m) -> std::optional<Measured> {
       const auto& instance = gemm_jit.resolve(m.sku).get();
       if (!instance) return std::nullopt;
       auto plan =
           GroupedGemmPlan::with_instance(spec, m.sku, *(*instance)->abi, (*instance)->jit, kernels::PlanSource::tuned);
       if (!plan) return std::nullopt;
       return measure(*plan, short_sku_name(m.sku) + " again");
-    });
+    };
+    const auto same_config = [](const Measured& a, const Measured& b) { return a.sku == b.sku; };
+    const auto confirmed = confirm_winner(*best, heuristic, retime, same_config);
+    if (settled_without_recording(session, jit::GroupedGemmClass::of(spec), confirmed)) continue;
+    best = confirmed.measured;
     jit::TunedGemm choice{best->sku, 0, 0, shape.to_string(), tflops(best->ms), tflops(best->anchor_ms)};
     std::cout << fmt::format(
         "  => {}: {:.1f} TFLOP/s, {:.3f}x cuBLAS{}\n", short_sku_name(choice.sku), choice.tflops,

@@ -93,6 +93,11 @@ class TuningDb {
   [[nodiscard]] std::optional<TunedGemm> find(const TuningDevice& device, const GroupedGemmClass& problem_class) const;
   /// Records (or replaces) the grouped choice for `device` and `problem_class`.
   void record(const TuningDevice& device, const GroupedGemmClass& problem_class, TunedGemm choice);
+  /// Drops the choice for `device` and `problem_class` (plans fall back to the heuristic); true if there
+  /// was one. A sweep that finds the heuristic's own choice fastest erases the class's older entry.
+  bool erase(const TuningDevice& device, const DenseGemmClass& problem_class);
+  /// The same for a grouped class.
+  bool erase(const TuningDevice& device, const GroupedGemmClass& problem_class);
   /// Number of recorded choices.
   [[nodiscard]] std::size_t size() const noexcept { return entries_.size(); }
 
@@ -112,6 +117,7 @@ class TuningDb {
   };
   [[nodiscard]] std::optional<TunedGemm> find_key(const TuningDevice& device, const std::string& key) const;
   void record_key(const TuningDevice& device, std::string key, TunedGemm choice);
+  bool erase_key(const TuningDevice& device, const std::string& key);
 
   std::vector<Entry> entries_;
 };
