@@ -48,7 +48,7 @@ std::string_view name(CatalogScope scope) noexcept {
     case CatalogScope::filtered:
       return "filtered";
   }
-  return "full";
+  return "?";
 }
 
 const CatalogEntry* find_in_catalog(const GemmSku& sku) noexcept {

@@ -21,6 +21,7 @@
 #include "support/actor_test.hpp"
 #include "support/bf16_data.hpp"
 #include "support/conv_reference.hpp"
+#include "support/plan_checks.hpp"
 
 namespace cuactor::kernels {
 namespace {
@@ -62,14 +63,7 @@ class ConvActorGpu : public test_support::ActorGpuTest {
 
   /// Empty when the catalog holds a bf16 kernel of `op` that runs on this device, else why a test
   /// of `op` is skipped.
-  std::string missing_kernel(ConvOperation op) const {
-    for (const CatalogEntry* e : catalog_entries(family_of(op)))
-      if (runs_on(e->sku, arch_) && e->sku.a == DType::bf16 && e->sku.d == DType::bf16) return {};
-    return fmt::format(
-        "no bf16 conv_{} kernel for {} in this build's catalog (CUACTOR_KERNEL_ARCHS selects the "
-        "compiled families)",
-        name(op), arch_.name());
-  }
+  std::string missing_kernel(ConvOperation op) const { return test_support::missing_bf16_kernel(family_of(op), arch_); }
 
   /// Uploads random tensors for the inputs of `spec`'s operation (and a poisoned output).
   ConvOperands<bf16, bf16> random_operands(const ConvSpec& spec, unsigned seed) {

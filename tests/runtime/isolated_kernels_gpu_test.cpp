@@ -20,6 +20,7 @@
 #include "support/bf16_data.hpp"
 #include "support/conv_reference.hpp"
 #include "support/gpu_test.hpp"
+#include "support/plan_checks.hpp"
 
 namespace cuactor::runtime {
 namespace {
@@ -67,6 +68,9 @@ class IsolatedKernelsGpu : public test_support::GpuTest {
   void SetUp() override {
     GpuTest::SetUp();
     if (IsSkipped() || HasFatalFailure()) return;
+    auto props = gpu::device_properties(0);
+    ASSERT_TRUE(props.has_value()) << props.error().to_string();
+    arch_ = props->arch;
     ActorOptions o;
     o.isolation = Isolation::worker;
     o.worker_path = CUACTOR_WORKER_EXE;
@@ -92,24 +96,16 @@ class IsolatedKernelsGpu : public test_support::GpuTest {
     return v;
   }
 
-  /// Whether the build's catalog has a bf16 kernel of `family` that runs on device 0.
-  static bool has_bf16_kernel(kernels::GemmFamily family) {
-    auto props = gpu::device_properties(0);
-    if (!props) return false;
-    for (const kernels::CatalogEntry* e : kernels::catalog_entries(family))
-      if (kernels::runs_on(e->sku, props->arch) && e->sku.a == DType::bf16) return true;
-    return false;
-  }
-
   std::optional<DeviceActor> actor_;
+  GpuArch arch_{};
   kernels::GemmPlanCache unused_plans_;  // an isolated actor plans in its worker
   kernels::GroupedPlanCache unused_grouped_;
   kernels::ConvPlanCache unused_conv_;
 };
 
 TEST_F(IsolatedKernelsGpu, DenseGemmRunsInTheWorkerAndMatchesTheReference) {
-  // A build filtered to other families (CUACTOR_CATALOG_FILTER) has none.
-  if (!has_bf16_kernel(kernels::GemmFamily::dense)) GTEST_SKIP() << "no bf16 dense kernel for this GPU in this build";
+  if (auto why = test_support::missing_bf16_kernel(kernels::GemmFamily::dense, arch_); !why.empty())
+    GTEST_SKIP() << why;
   constexpr int m = 200, n = 264, k = 328;  // tails in every dimension
   const auto a = random_bf16(std::size_t{m} * k, 1), b = random_bf16(std::size_t{n} * k, 2);
   const auto c = random_bf16(std::size_t{m} * n, 3);
@@ -144,6 +140,8 @@ TEST_F(IsolatedKernelsGpu, DenseGemmRunsInTheWorkerAndMatchesTheReference) {
 }
 
 TEST_F(IsolatedKernelsGpu, GroupedGemmHostAndDeviceSizedMatchTheReference) {
+  if (auto why = test_support::missing_bf16_kernel(kernels::GemmFamily::grouped, arch_); !why.empty())
+    GTEST_SKIP() << why;
   const std::vector<int> rows = {0, 37, 130, 1, 64};  // an empty group and tails
   constexpr int n = 192, k = 128;
   const int groups = static_cast<int>(rows.size());
@@ -175,6 +173,8 @@ TEST_F(IsolatedKernelsGpu, GroupedGemmHostAndDeviceSizedMatchTheReference) {
 }
 
 TEST_F(IsolatedKernelsGpu, CapturedSequenceHeldByTheWorkerReplaysLikeEagerForNewRoutings) {
+  if (auto why = test_support::missing_bf16_kernel(kernels::GemmFamily::grouped, arch_); !why.empty())
+    GTEST_SKIP() << why;
   constexpr int n = 128, k = 64, groups = 4;
   constexpr std::int64_t capacity = 256;
   const auto a = random_bf16(std::size_t(capacity) * k, 6), b = random_bf16(std::size_t(groups) * n * k, 7);
@@ -224,8 +224,8 @@ TEST_F(IsolatedKernelsGpu, CapturedSequenceHeldByTheWorkerReplaysLikeEagerForNew
 }
 
 TEST_F(IsolatedKernelsGpu, ConvRunsInTheWorkerAndMatchesTheReference) {
-  if (!has_bf16_kernel(kernels::GemmFamily::conv_fprop))
-    GTEST_SKIP() << "no bf16 conv_fprop kernel for this GPU in this build";
+  if (auto why = test_support::missing_bf16_kernel(kernels::GemmFamily::conv_fprop, arch_); !why.empty())
+    GTEST_SKIP() << why;
   kernels::ConvSpec spec;  // 3x3, padding 1: the border reads padding
   spec.n = 2, spec.h = 9, spec.w = 11, spec.c = 16, spec.k = 32, spec.r = 3, spec.s = 3, spec.pad_h = spec.pad_w = 1;
   const auto x = random_bf16(std::size_t(spec.activation_elements()), 71);

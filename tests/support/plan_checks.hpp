@@ -4,6 +4,7 @@
 /// and a message naming the rule.
 #pragma once
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -36,13 +37,29 @@ void expect_error(const Result<T>& r, errc code, const std::string& mentions) {
   expect_error(r.has_value() ? Status{} : Status{::cuda::std::unexpected<Error>(r.error())}, code, mentions);
 }
 
+/// Empty when the build's catalog has a bf16 kernel of `family` that runs on `arch`, else why a test
+/// that runs one is skipped (builds select families with CUACTOR_KERNEL_ARCHS and instances with
+/// CUACTOR_CATALOG_FILTER).
+inline std::string missing_bf16_kernel(kernels::GemmFamily family, GpuArch arch) {
+  for (const kernels::CatalogEntry* e : kernels::catalog_entries(family))
+    if (kernels::runs_on(e->sku, arch) && e->sku.a == DType::bf16 && e->sku.d == DType::bf16) return {};
+  return fmt::format(
+      "no bf16 {} kernel for {} in this build's catalog ({} scope; CUACTOR_KERNEL_ARCHS and "
+      "CUACTOR_CATALOG_FILTER select what is compiled)",
+      kernels::name(family), arch.name(), kernels::name(kernels::catalog_scope()));
+}
+
 }  // namespace cuactor::test_support
 
 /// Skips a test that expects a heuristic's choice among the whole catalog when this build compiled only
 /// part of it (its sample, CUACTOR_CATALOG=sample, scripts/test without a GPU; or CUACTOR_CATALOG_FILTER):
 /// a plan there settles for another kernel or finds none. scripts/gpu-check builds the whole catalog and
 /// runs it.
-#define CUACTOR_SKIP_IF_PARTIAL_CATALOG()                                                                      \
-  if (const auto scope = ::cuactor::kernels::catalog_scope(); scope != ::cuactor::kernels::CatalogScope::full) \
-  GTEST_SKIP() << "expects choices among the whole kernel catalog; this build compiled part of it ("           \
-               << ::cuactor::kernels::name(scope) << "): scripts/gpu-check runs it"
+#define CUACTOR_SKIP_IF_PARTIAL_CATALOG()                                                                 \
+  do {                                                                                                    \
+    if (const auto cuactor_catalog_scope_ = ::cuactor::kernels::catalog_scope();                          \
+        cuactor_catalog_scope_ != ::cuactor::kernels::CatalogScope::full)                                 \
+      GTEST_SKIP() << "expects choices among the whole kernel catalog; this build compiled part of "      \
+                      "it ("                                                                              \
+                   << ::cuactor::kernels::name(cuactor_catalog_scope_) << "): scripts/gpu-check runs it"; \
+  } while (false)

@@ -341,8 +341,8 @@ Status run_bench(const Options& opt) {
       continue;
     }
     const double gbs = r->io_bytes / (r->ours_ms * 1e-3) / 1e9;
-    // Every row, not only decode: MoE layers of a few hundred rows per expert read their weights at
-    // nearly the copy bandwidth too, so this column says how far a row is from the memory bound.
+    // MoE layers of a few hundred rows per expert read their weights at nearly the copy bandwidth
+    // too, so this column says how far each row is from the memory bound.
     const std::string bw_col = fmt::format("{:.0f}({:.0f}%)", gbs, 100.0 * gbs / *bw);
     if (!opt.json)
       std::cout << fmt::format("{:<28} {:<5} {:>9.1f} {:>10.1f} {:>8} {:>12} {:>8} {:>10}  {}: {}\n", r->shape,

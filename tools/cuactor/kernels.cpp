@@ -76,11 +76,18 @@ nlohmann::json inventory(const KernelsOptions& o) {
 }
 
 void print_text(const nlohmann::json& j) {
-  const std::string scope = j["catalog_scope"].get<std::string>();
-  std::cout << fmt::format("catalog: {} instance(s) compiled in{}\n", j["catalog"].size(),
-                           scope == "sample"     ? " (the sample: CUACTOR_CATALOG=sample)"
-                           : scope == "filtered" ? " (filtered: CUACTOR_CATALOG_FILTER)"
-                                                 : "");
+  const auto scope = [] {
+    switch (kernels::catalog_scope()) {
+      case kernels::CatalogScope::sample:
+        return " (the sample: CUACTOR_CATALOG=sample)";
+      case kernels::CatalogScope::filtered:
+        return " (filtered: CUACTOR_CATALOG_FILTER)";
+      case kernels::CatalogScope::full:
+        break;
+    }
+    return "";
+  };
+  std::cout << fmt::format("catalog: {} instance(s) compiled in{}\n", j["catalog"].size(), scope());
   for (const auto& e : j["catalog"]) std::cout << "  " << e["sku"].get<std::string>() << "\n";
   std::cout << fmt::format("JIT cache: {} GEMM instance(s) in {}\n", j["jit_cached"].size(),
                            j["jit_cache"].is_null() ? std::string("(none)") : j["jit_cache"].get<std::string>());

@@ -30,11 +30,12 @@ std::span<const CatalogEntry> catalog() noexcept;
 /// choose among; in the others a plan may settle for a kernel that the whole matrix would beat, or
 /// find none for a type.
 enum class CatalogScope {
-  full,      ///< Every entry of kernels/catalog.cmake (scripts/gpu-check, any build with a GPU).
+  full,      ///< Every entry of kernels/catalog.cmake for the architectures CUACTOR_KERNEL_ARCHS selects
+             ///< (scripts/gpu-check, any build with a GPU).
   sample,    ///< CUACTOR_CATALOG=sample, what scripts/test picks without a GPU: the entries marked
              ///< SAMPLE, a compile check of each instance template.
   filtered,  ///< CUACTOR_CATALOG_FILTER: the entries whose symbol matches a regular expression, for
-             ///< targeted builds.
+             ///< targeted builds (a sample build that is also filtered reports `sample`).
 };
 
 /// The scope of this build's catalog.
