@@ -4,7 +4,6 @@
 #include "cuactor/kernels/conv_actor.hpp"
 
 #include <cuda_bf16.h>
-#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <boost/asio/use_future.hpp>

@@ -4,7 +4,6 @@
 /// and a message naming the rule.
 #pragma once
 
-#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -43,10 +42,9 @@ void expect_error(const Result<T>& r, errc code, const std::string& mentions) {
 inline std::string missing_bf16_kernel(kernels::GemmFamily family, GpuArch arch) {
   for (const kernels::CatalogEntry* e : kernels::catalog_entries(family))
     if (kernels::runs_on(e->sku, arch) && e->sku.a == DType::bf16 && e->sku.d == DType::bf16) return {};
-  return fmt::format(
-      "no bf16 {} kernel for {} in this build's catalog ({} scope; CUACTOR_KERNEL_ARCHS and "
-      "CUACTOR_CATALOG_FILTER select what is compiled)",
-      kernels::name(family), arch.name(), kernels::name(kernels::catalog_scope()));
+  return "no bf16 " + std::string(kernels::name(family)) + " kernel for " + arch.name() + " in this build's catalog (" +
+         std::string(kernels::name(kernels::catalog_scope())) +
+         " scope; CUACTOR_KERNEL_ARCHS and CUACTOR_CATALOG_FILTER select what is compiled)";
 }
 
 }  // namespace cuactor::test_support

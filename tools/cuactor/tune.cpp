@@ -161,7 +161,6 @@ Status run_tune_gemm(const TuneOptions& o) {
   const std::set<std::string>& unusable = sweep->unusable;
   std::cout << fmt::format("device: {}; median of {}x{} event-timed launches per side after {} warm-up\n",
                            session.device.to_string(), o.rounds, o.reps, o.warmup);
-  int recorded = 0;
   for (const auto& p : *problems) {
     const double flops = 2.0 * static_cast<double>(p.m) * static_cast<double>(p.n) * static_cast<double>(p.k);
     const auto tflops = [&](double ms) { return flops / (ms * 1e-3) / 1e12; };
@@ -247,10 +246,9 @@ Status run_tune_gemm(const TuneOptions& o) {
     std::cout << fmt::format("  => {} raster {} swizzle {}: {:.1f} TFLOP/s, {:.3f}x cuBLAS\n",
                              short_sku_name(choice.sku), choice.raster_order, choice.max_swizzle, choice.tflops,
                              choice.tflops / choice.anchor_tflops);
-    session.db.record(session.device, jit::DenseGemmClass::of(p), std::move(choice));
-    ++recorded;
+    session.record(jit::DenseGemmClass::of(p), std::move(choice));
   }
-  return session.save(recorded);
+  return session.save();
 }
 
 }  // namespace

@@ -10,7 +10,7 @@ namespace cuactor::cli {
 enum class SweepVerdict {
   record,      ///< The winner beat the heuristic's choice twice: record it for the class.
   heuristic,   ///< The heuristic's choice is as fast: record nothing, and drop an older entry of the class.
-  unconfirmed  ///< The winner failed its second run and there is no heuristic to fall back on: record nothing.
+  unconfirmed  ///< The winner failed its second run: record nothing, and leave the database as it is.
 };
 
 /// The verdict, and the timing that backs it (the winner's slower timing for `record`).
@@ -33,9 +33,7 @@ Confirmed<Measured> confirm_winner(Measured best, const std::optional<Measured>&
   const auto relative = [](const Measured& m) { return m.ms / m.anchor_ms; };
   if (heuristic && same_config(best, *heuristic)) return {SweepVerdict::heuristic, heuristic};
   const std::optional<Measured> again = retime(best);
-  if (!again)
-    return heuristic ? Confirmed<Measured>{SweepVerdict::heuristic, heuristic}
-                     : Confirmed<Measured>{SweepVerdict::unconfirmed, std::nullopt};
+  if (!again) return {SweepVerdict::unconfirmed, std::nullopt};
   if (relative(*again) > relative(best)) {
     best.ms = again->ms;
     best.anchor_ms = again->anchor_ms;

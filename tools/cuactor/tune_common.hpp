@@ -47,6 +47,7 @@ struct TuneSession {
   gpu::MemPool pool;
   std::filesystem::path db_path;
   jit::TuningDb db;
+  std::set<std::string> recorded;  ///< The classes this sweep recorded (a later shape of one keeps it).
 
   /// Opens device 0 and loads the database `db_option` (empty: the default under the cache root);
   /// `no_device` when no GPU is visible (the candidates are compiled by then).
@@ -58,15 +59,27 @@ struct TuneSession {
     auto path = db_option.empty() ? jit::TuningDb::default_path() : Result<std::filesystem::path>(db_option);
     if (!path) return fail(path.error());
     jit::TuningDb db = jit::TuningDb::load(*path);
-    return TuneSession{std::move(dev->props), std::move(*device), std::move(dev->stream),
-                       std::move(dev->pool),  std::move(*path),   std::move(db)};
+    return TuneSession{std::move(dev->props),
+                       std::move(*device),
+                       std::move(dev->stream),
+                       std::move(dev->pool),
+                       std::move(*path),
+                       std::move(db),
+                       {}};
+  }
+
+  /// Records `choice` for `problem_class` (a later shape of the same class in this sweep replaces it).
+  template <class ProblemClass>
+  void record(const ProblemClass& problem_class, jit::TunedGemm choice) {
+    db.record(device, problem_class, std::move(choice));
+    recorded.insert(problem_class.to_string());
   }
 
   /// Saves the database and says how many classes this sweep recorded.
-  [[nodiscard]] Status save(int recorded) const {
+  [[nodiscard]] Status save() const {
     CUACTOR_TRY(db.save(db_path));
-    std::cout << fmt::format("\nrecorded {} class(es); database {} now holds {} entries\n", recorded, db_path.string(),
-                             db.size());
+    std::cout << fmt::format("\nrecorded {} class(es); database {} now holds {} entries\n", recorded.size(),
+                             db_path.string(), db.size());
     return ok();
   }
 };
@@ -100,20 +113,25 @@ bool accepted(const std::string& label, const Result<GemmTimer::Timing>& timing,
   return correct;
 }
 
-/// Settles a verdict that records nothing, printing it: `heuristic` drops the class's older entry (plans
-/// fall back to the heuristic, which the sweep found as fast), `unconfirmed` leaves the database alone.
-/// False for `record`: the caller records the winner.
+/// Settles a verdict that records nothing, printing it: `heuristic` drops the class's entry from an
+/// earlier sweep (plans fall back to the heuristic, which this sweep found as fast) but keeps one that
+/// another shape of this sweep recorded; `unconfirmed` leaves the database alone. False for `record`:
+/// the caller records the winner.
 template <class ProblemClass, class Measured>
 bool settled_without_recording(TuneSession& session, const ProblemClass& problem_class,
                                const Confirmed<Measured>& confirmed) {
   switch (confirmed.verdict) {
     case SweepVerdict::record:
       return false;
-    case SweepVerdict::heuristic:
-      std::cout << fmt::format(
-          "  => the heuristic's choice is as fast as the winner timed twice: nothing recorded{}\n",
-          session.db.erase(session.device, problem_class) ? " (the class's older entry dropped)" : "");
+    case SweepVerdict::heuristic: {
+      const bool this_sweep = session.recorded.count(problem_class.to_string()) != 0;
+      const bool dropped = !this_sweep && session.db.erase(session.device, problem_class);
+      std::cout << fmt::format("  => the heuristic's choice is as fast as the winner timed twice: nothing recorded{}\n",
+                               dropped      ? " (the class's older entry dropped)"
+                               : this_sweep ? " (the class keeps what an earlier shape of this sweep recorded)"
+                                            : "");
       return true;
+    }
     case SweepVerdict::unconfirmed:
       std::cout << "  => the winner failed its second run: nothing recorded\n";
       return true;
