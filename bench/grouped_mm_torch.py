@@ -168,9 +168,12 @@ def main():
              "(the latter is what cuactor.grouped_mm runs)",
              "py randn: cuactor from Python on torch.randn data instead of the C++ fill's patterns; py prep: the C++ "
              "row's SKU prepared once in Python, one workspace",
+             "%copy py/torch: the bytes each row must move (weights, A, D) over the time, against the device-to-device "
+             "copy of the C++ run: rows near 100% are memory-bound, and their ratio cannot exceed 100% / torch's %",
              f"{'shape (groups, rows, N, K)':<28} {'dtype':<5} {'cuactor py':>10} {'py randn':>8} {'py prep':>8} "
              f"{'C++ host':>9} "
-             f"{'C++ dev':>8} {'torch._grouped_mm':>18} {'ratio':>6} {'cuBLAS-loop':>11} {'cuBLAS-grp':>10}  "
+             f"{'C++ dev':>8} {'torch._grouped_mm':>18} {'ratio':>6} {'%copy py/torch':>14} {'cuBLAS-loop':>11} "
+             f"{'cuBLAS-grp':>10}  "
              "cuactor SKU"]
     results = []
     for r in rows:
@@ -181,6 +184,12 @@ def main():
 
         def tflops(ms, r=r):
             return r["flops"] / (ms * 1e-3) / 1e12 if ms and ms > 0 else 0.0
+
+        def copy_pct(ms, r=r):
+            """The row's bytes over `ms`, in % of the C++ run's copy bandwidth ("-" without a time)."""
+            if not ms or ms <= 0 or not r.get("bandwidth_gbs"):
+                return "-"
+            return f"{100.0 * r['io_bytes'] / (ms * 1e-3) / 1e9 / r['bandwidth_gbs']:.0f}"
 
         py_ms = randn_ms = prep_ms = torch_ms = None
         prep_error = ""
@@ -235,6 +244,7 @@ def main():
                      f"{(f'{tflops(prep_ms):.1f}' if prep_ms else '-'):>8} {tflops(r['cuactor_ms']):>9.1f} "
                      f"{tflops(r.get('cuactor_device_sized_ms', 0)):>8.1f} "
                      f"{(f'{tflops(torch_ms):.1f}' if torch_ms else '-'):>18} {ratio:>6} "
+                     f"{copy_pct(py_ms) + '/' + copy_pct(torch_ms):>14} "
                      f"{tflops(r['cublas_loop_ms']):>11.1f} {tflops(r['cublas_grouped_ms']):>10.1f}  "
                      f"{r['sku']}" + (f"  ({note})" if note else ""))
         results.append(dict(r, cuactor_python_ms=py_ms, cuactor_python_randn_ms=randn_ms,
