@@ -176,11 +176,8 @@ Status run_tune_gemm(const TuneOptions& o) {
       if (!accepted(label, t, tflops, o.tolerance)) return std::nullopt;
       return Measured{plan.sku(), 0, 0, t->ours_ms, t->anchor_ms, t->difference};
     };
-    std::optional<Measured> heuristic;
-    if (auto plan = kernels::GemmPlan::make(p, session.props.arch, base))
-      heuristic = measure(*plan, fmt::format("(heuristic) {}", short_sku_name(plan->sku())));
-    else  // e.g. a build without the catalog's kernels for this problem: nothing to compare the winner with
-      std::cout << fmt::format("  {:<44} none: {}\n", "(heuristic)", plan.error().to_string());
+    const std::optional<Measured> heuristic =
+        measure_heuristic(kernels::GemmPlan::make(p, session.props.arch, base), measure);
     // A plan running `instance` of `sku` with `options` (the plan keeps a JIT instance loaded).
     const auto plan_for = [&](const GemmSku& sku, const jit::ResolvedInstance& instance,
                               const kernels::GemmPlanOptions& options) {

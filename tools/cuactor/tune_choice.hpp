@@ -20,25 +20,30 @@ struct Confirmed {
   std::optional<Measured> measured;
 };
 
+/// A timing's time over its own interleaved anchor's: how sweeps compare timings taken minutes apart
+/// (it cancels part of the clocks' drift between them). `Measured` has `ms` and `anchor_ms`.
+template <class Measured>
+double relative_time(const Measured& m) {
+  return m.ms / m.anchor_ms;
+}
+
 /// Decides on the sweep's winner `best` after timing it again. `retime(best)` times the winner's
 /// configuration again (none: it failed, or disagreed with the reference); `same_config(a, b)` tells
-/// whether two timings are of one configuration. Timings compare as their time over their own
-/// interleaved anchor's (`ms / anchor_ms`), which cancels part of the clocks' drift between timings
-/// taken minutes apart; the winner keeps the slower of its two, so one lucky timing cannot crown it,
+/// whether two timings are of one configuration. Timings compare by relative_time(); the winner keeps
+/// the slower of its two, so one lucky timing cannot crown it,
 /// and the heuristic's choice wins ties. This narrows the noise but does not remove it: on an H100 one
 /// kernel's timings of 8192x4096x14336 ranged 708-823 TFLOP/s within a minute, and two can both be lucky.
 template <class Measured, class Retime, class SameConfig>
 Confirmed<Measured> confirm_winner(Measured best, const std::optional<Measured>& heuristic, Retime&& retime,
                                    SameConfig&& same_config) {
-  const auto relative = [](const Measured& m) { return m.ms / m.anchor_ms; };
   if (heuristic && same_config(best, *heuristic)) return {SweepVerdict::heuristic, heuristic};
   const std::optional<Measured> again = retime(best);
   if (!again) return {SweepVerdict::unconfirmed, std::nullopt};
-  if (relative(*again) > relative(best)) {
+  if (relative_time(*again) > relative_time(best)) {
     best.ms = again->ms;
     best.anchor_ms = again->anchor_ms;
   }
-  if (heuristic && relative(*heuristic) <= relative(best)) return {SweepVerdict::heuristic, heuristic};
+  if (heuristic && relative_time(*heuristic) <= relative_time(best)) return {SweepVerdict::heuristic, heuristic};
   return {SweepVerdict::record, best};
 }
 

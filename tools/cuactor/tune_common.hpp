@@ -113,6 +113,18 @@ bool accepted(const std::string& label, const Result<GemmTimer::Timing>& timing,
   return correct;
 }
 
+/// The heuristic's plan timed by `measure(plan, label)` (its optional timing), or, when there is no such
+/// plan (e.g. a build without the catalog's kernels for the problem), none, saying why: the sweep then
+/// has nothing to compare its winner with.
+template <class Plan, class Measure>
+auto measure_heuristic(const Result<Plan>& plan, Measure&& measure) -> decltype(measure(*plan, std::string())) {
+  if (!plan) {
+    std::cout << fmt::format("  {:<44} none: {}\n", "(heuristic)", plan.error().to_string());
+    return std::nullopt;
+  }
+  return measure(*plan, fmt::format("(heuristic) {}", short_sku_name(plan->sku())));
+}
+
 /// Settles a verdict that records nothing, printing it: `heuristic` drops the class's entry from an
 /// earlier sweep (plans fall back to the heuristic, which this sweep found as fast) but keeps one that
 /// another shape of this sweep recorded; `unconfirmed` leaves the database alone. False for `record`:

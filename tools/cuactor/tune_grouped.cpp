@@ -364,11 +364,7 @@ Status run_tune_grouped(const Options& o) {
       if (!accepted(label, t, tflops, o.tolerance)) return std::nullopt;
       return Measured{plan.sku(), t->ours_ms, t->anchor_ms};
     };
-    std::optional<Measured> heuristic;
-    if (auto plan = GroupedGemmPlan::create(spec))
-      heuristic = measure(*plan, fmt::format("(heuristic) {}", short_sku_name(plan->sku())));
-    else  // e.g. a build without the catalog's kernels for this problem: nothing to compare the winner with
-      std::cout << fmt::format("  {:<44} none: {}\n", "(heuristic)", plan.error().to_string());
+    const std::optional<Measured> heuristic = measure_heuristic(GroupedGemmPlan::create(spec), measure);
     std::optional<Measured> best;
     for (const auto& sku : skus) {
       if (unusable.count(sku.to_string()) != 0) continue;
@@ -407,7 +403,7 @@ Status run_tune_grouped(const Options& o) {
                              best->anchor_ms / best->ms,
                              heuristic
                                  ? fmt::format(", {:.3f}x the heuristic's choice (each against its own cuBLAS run)",
-                                               (heuristic->ms / heuristic->anchor_ms) / (best->ms / best->anchor_ms))
+                                               relative_time(*heuristic) / relative_time(*best))
                                  : std::string());
     session.record(jit::GroupedGemmClass::of(spec), std::move(choice));
   }
