@@ -7,8 +7,9 @@ from `cuactor bench grouped --json` (the C++ benchmark, which also reports the t
 cuactor kernel called from C++: "Python" and "C++" columns should agree within noise). Each bf16
 shape is then built once in PyTorch (a (T, K), w (G, N, K) passed as w.transpose(-2, -1), offs) and
 cuactor.grouped_mm and torch._grouped_mm are timed on those tensors with CUDA events (warm-up, median
-of many repetitions). fp8 rows time cuactor.scaled_grouped_mm (per-tensor scales; torch's fp8 grouped
-GEMM takes row-wise scales, a different computation, so it is not compared).
+of many repetitions). fp8 rows time cuactor.scaled_grouped_mm with per-tensor scales (as the C++
+columns), and on a second line with row-wise scales (scale_a (T,), scale_b (G, N)) against
+torch._scaled_grouped_mm (fast accumulation) on the same tensors.
 
 The tensors are filled as the C++ benchmark fills its buffers (`fill_random` in
 tools/cuactor/bench_util.hpp: one random chunk repeated): the speed depends on the data (tensor-core
@@ -130,6 +131,30 @@ def host_overhead(cuactor, torch, calls):
     return res
 
 
+def time_rowwise(cuactor, torch, a, w, offs, args):
+    """fp8 with row-wise scales, scale_a (T,) and scale_b (G, N): cuactor.scaled_grouped_mm against
+    torch._scaled_grouped_mm (fast accumulation, as cuactor's fp8 kernels) on the same tensors."""
+    g, n = w.shape[0], w.shape[2]
+    sa = torch.rand(a.shape[0], device="cuda") + 0.5
+    sb = torch.rand(g, n, device="cuda") + 0.5
+    out = torch.empty(a.shape[0], n, device="cuda", dtype=torch.bfloat16)
+    res = {"cuactor_ms": None, "torch_ms": None, "note": "", "sku": "-"}
+    try:
+        res["sku"] = cuactor.GroupedGemmPlan("e4m3", "bf16", rows_per_group_hint=a.shape[0] // max(g, 1), n_hint=n,
+                                             k_hint=a.shape[1], scales="rowwise").sku  # the functional call's
+        res["cuactor_ms"] = time_gpu(lambda: cuactor.scaled_grouped_mm(a, w, sa, sb, offs, out=out), args.reps,
+                                     args.warmup, torch)
+    except Exception as e:  # report, keep torch's column
+        res["note"] = f"cuactor failed: {type(e).__name__}: {e}"
+    try:
+        res["torch_ms"] = time_gpu(lambda: torch._scaled_grouped_mm(a, w, sa, sb, offs=offs, out_dtype=torch.bfloat16,
+                                                                    use_fast_accum=True),
+                                   args.reps, args.warmup, torch)
+    except Exception as e:  # this torch has no sm_90 row-wise grouped GEMM
+        res["note"] = "; ".join(x for x in (res["note"], f"torch failed: {type(e).__name__}: {e}") if x)
+    return res
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", default=None, help="directory for grouped_mm_torch.{txt,json}")
@@ -191,7 +216,7 @@ def main():
                 return "-"
             return f"{100.0 * r['io_bytes'] / (ms * 1e-3) / 1e9 / r['bandwidth_gbs']:.0f}"
 
-        py_ms = randn_ms = prep_ms = torch_ms = None
+        py_ms = randn_ms = prep_ms = torch_ms = rowwise = None
         prep_error = ""
         note = "alternative SKU (C++ only), not the plan's choice" if r.get("alt") else ""
         if not r.get("alt"):
@@ -223,7 +248,8 @@ def main():
                     except Exception as e:  # keep the row's other columns
                         prep_error = f"py prep failed: {type(e).__name__}: {e}"
                     if fp8:
-                        note = "torch's fp8 grouped GEMM takes row-wise scales: not compared"
+                        note = "per-tensor scales; torch's row-wise form on the next line"
+                        rowwise = time_rowwise(cuactor, torch, a, w, offs, args)
                     elif has_grouped_mm:
                         torch_ms = time_gpu(lambda: torch._grouped_mm(a, w, offs=offs, out_dtype=torch.bfloat16),
                                             args.reps, args.warmup, torch)
@@ -249,6 +275,14 @@ def main():
                      f"{r['sku']}" + (f"  ({note})" if note else ""))
         results.append(dict(r, cuactor_python_ms=py_ms, cuactor_python_randn_ms=randn_ms,
                             cuactor_python_prepared_ms=prep_ms, torch_ms=torch_ms, note=note))
+        if rowwise:
+            ours, theirs = rowwise["cuactor_ms"], rowwise["torch_ms"]
+            ratio = f"{theirs / ours:.2f}x" if theirs and ours else "-"
+            lines.append(f"{'':<28} {'e4m3 rowwise':<12} {tflops(ours):>10.1f} {'':>36} "
+                         f"{(f'{tflops(theirs):.1f}' if theirs else '-'):>18} {ratio:>6} "
+                         f"{copy_pct(ours) + '/' + copy_pct(theirs):>14} {'':>23}  {rowwise['sku']}"
+                         + (f"  ({rowwise['note']})" if rowwise["note"] else ""))
+            results[-1]["rowwise"] = rowwise
 
     oh = host_overhead(cuactor, torch, args.overhead_calls)
     lines += ["", f"host time per Python call, {oh['shape']} (median of {args.overhead_calls} calls):",

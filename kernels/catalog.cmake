@@ -4,7 +4,7 @@
 # registers its C ABI object in the generated catalog table (catalog_table.cpp).
 #
 # Budget: one sm_90a configuration costs 85-105 s of nvcc on one core of the CI machine (cicc about half,
-# host code the rest) and ~3.3 GB; the whole matrix (111 instances) took 90 minutes on its 2 cores. CI has
+# host code the rest) and ~3.3 GB; the whole matrix (111 instances; 114 now) took 90 minutes on its 2 cores. CI has
 # no GPU, so scripts/test compiles there only the 13 entries marked SAMPLE (CUACTOR_CATALOG=sample): a
 # compile check of each instance template, of cuactor's conv kernels, of the cooperative and pingpong
 # mainloops, of fp8, an epilogue tree and the SwiGLU store (not of every tile, f16 twin or grouped fp8);
@@ -237,6 +237,15 @@ cuactor_gemm_instance(${grouped90} TYPES e4m3 e4m3 bf16 bf16 f32 LAYOUTS row col
                       SCHEDULE pingpong_fp8_fast_accum EPILOGUE scaled_linear_combination)
 cuactor_gemm_instance(${grouped90} TYPES e4m3 e4m3 bf16 bf16 f32 LAYOUTS row col row TILE 64 128 128 CLUSTER 1 1 1
                       SCHEDULE pingpong_fp8_fast_accum EPILOGUE scaled_linear_combination)
+# fp8 e4m3 with row-wise scales, torch._scaled_grouped_mm's form: D[m, n] = acc * scale_a[m] * scale_b[g, n]
+# (rowscale: one float per packed row; colscale: one row of N per group), in each size class's tile.
+foreach(tile "256 128 128 CLUSTER 1 2 1 SCHEDULE cooperative_fp8_fast_accum"
+             "64 256 128 CLUSTER 1 1 1 SCHEDULE pingpong_fp8_fast_accum"
+             "64 128 128 CLUSTER 1 1 1 SCHEDULE pingpong_fp8_fast_accum")
+  separate_arguments(tile)
+  cuactor_gemm_instance(${grouped90} TYPES e4m3 e4m3 bf16 bf16 f32 LAYOUTS row col row TILE ${tile}
+                        EPILOGUE "mul(mul(acc,rowscale),colscale)")
+endforeach()
 # sm_80 (CUTLASS 2.x, Ampere/Ada; also runs on Hopper): 16-bit TN grouped, 128x128x32, 4 stages.
 foreach(t bf16 f16)
   cuactor_sample_if(sample t STREQUAL bf16)

@@ -242,17 +242,21 @@ def grouped_mm(a: Any, b: Any, offs: Any = None, out: Any = None, out_dtype: Any
 
 def scaled_grouped_mm(a: Any, b: Any, scale_a: Any, scale_b: Any, offs: Any = None, out: Any = None,
                       out_dtype: Any = None, *, stream: int | None = None, ab_dtype: str | None = None) -> Any:
-    """fp8 (e4m3) grouped GEMM, 2-D x 3-D as :func:`grouped_mm`, with per-tensor scales:
-    ``out[rows of g] = scale_a[0 or g] * scale_b[g] * (a[rows of g] @ b[g])`` in bf16.
+    """fp8 (e4m3) grouped GEMM, 2-D x 3-D as :func:`grouped_mm`, in bf16, with per-tensor or row-wise scales.
 
-    ``scale_a`` holds 1 or G float32 values and ``scale_b`` G float32 values, on the device. b must
-    be the transposed view of (G, N, K) weights (K contiguous). ``ab_dtype="e4m3"`` reads a and b
-    passed as uint8 storage (producers without fp8 DLPack types).
+    * Per-tensor: ``scale_a`` holds 1 or G float32 values and ``scale_b`` G values (1-D);
+      ``out[rows of g] = scale_a[0 or g] * scale_b[g] * (a[rows of g] @ b[g])``.
+    * Row-wise, as ``torch._scaled_grouped_mm``: ``scale_a`` (T,) one value per row of a and ``scale_b``
+      (G, N) one value per group and column (a 2-D ``scale_b`` selects this form);
+      ``out[t, n] = scale_a[t] * scale_b[g, n] * (a[t] @ b[g])[n]`` for the rows t of group g, applied
+      in the kernel's epilogue.
+
+    Scales are float32 on the device (contiguous). b must be the transposed view of (G, N, K) weights
+    (K contiguous). ``ab_dtype="e4m3"`` reads a and b passed as uint8 storage (producers without fp8
+    DLPack types).
 
     Raises:
-        UnsupportedError: row-wise or block-wise scales (``torch._scaled_grouped_mm``'s (T,) and (G, N)
-            forms, SPEC [K10]) — cuactor's grouped fp8 kernels take per-tensor scales only — or a GPU
-            below sm_90a, or 3-D x 3-D.
+        UnsupportedError: block-wise scales (SPEC [K10]), a GPU below sm_90a (row-wise: sm_90a), or 3-D x 3-D.
         InvalidArgumentError: shapes, dtypes, devices or strides break a rule.
     """
     torch = _torch_of(a)

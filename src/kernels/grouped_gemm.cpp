@@ -237,6 +237,10 @@ GroupedSizeClass grouped_size_class(const GroupedGemmSpec& spec) noexcept {
   return GroupedSizeClass::large;
 }
 
+EpilogueSpec rowwise_scaled_epilogue() {
+  return epi::mul(epi::mul(epi::acc(), epi::row_scale()), epi::col_scale());
+}
+
 int grouped_alignment_elements(DType t) noexcept {
   return 128 / std::max(size_bits(t), 1);
 }

@@ -74,8 +74,8 @@ void require_scale(const TensorArg& s, std::int64_t group_count, bool allow_sing
   const std::int64_t n = s.numel();
   if (s.ndim > 1 || !(n == group_count || (allow_single && n == 1)) || (s.ndim == 1 && n > 1 && s.strides[0] != 1))
     raise(errc::unsupported,
-          fmt::format("{}: cuactor's grouped fp8 kernels take per-tensor scales ({} values, contiguous); row-wise "
-                      "and block-wise scales (torch._scaled_grouped_mm's (T,) / (G, N) forms, SPEC [K10]) are not in "
+          fmt::format("{}: per-tensor fp8 scales are {} contiguous values; row-wise scales are scale_a (T,) with "
+                      "scale_b (G, N) (torch._scaled_grouped_mm's form); block-wise scales (SPEC [K10]) are not in "
                       "the library",
                       s.describe(),
                       allow_single ? fmt::format("1 or G={}", group_count) : fmt::format("G={}", group_count)));
@@ -437,10 +437,20 @@ void check_grouped(GroupedOperands& g, nb::handle scale_a, nb::handle scale_b) {
   if (fp8) {
     if (!g.scale_a || !g.scale_b)
       raise(errc::invalid_argument, fmt::format("a and b are {}: scale_a and scale_b are required", name(a.dtype)));
-    require_scale(*g.scale_a, groups, true);
-    require_scale(*g.scale_b, groups, false);
-    require_same_device(*g.scale_a, g.device);
-    require_same_device(*g.scale_b, g.device);
+    // A 2-D scale_b selects row-wise scaling (torch._scaled_grouped_mm): scale_a[t] per packed row,
+    // scale_b[g, n] per group and column, applied by the kernel's epilogue tree.
+    g.rowwise = g.scale_b->ndim == 2;
+    if (g.rowwise) {
+      const TensorArg sa = contiguous_operand(scale_a, "scale_a (T,) of row-wise scales", {rows}, g.device);
+      const TensorArg sb = contiguous_operand(scale_b, "scale_b (G, N) of row-wise scales", {groups, n}, g.device);
+      require_dtype(sa, DType::f32, "fp8 scales are float32");
+      require_dtype(sb, DType::f32, "fp8 scales are float32");
+    } else {
+      require_scale(*g.scale_a, groups, true);
+      require_scale(*g.scale_b, groups, false);
+      require_same_device(*g.scale_a, g.device);
+      require_same_device(*g.scale_b, g.device);
+    }
   } else if (g.scale_a || g.scale_b) {
     raise(errc::invalid_argument, fmt::format("scale_a/scale_b are fp8 scales, but a and b are {}", name(a.dtype)));
   }
@@ -461,6 +471,7 @@ kernels::GroupedGemmSpec grouped_spec(const GroupedOperands& ops, std::optional<
   spec.group_count_hint = kernels::shape_hint(groups);
   spec.n_hint = kernels::shape_hint(ops.b.shape[2]);
   spec.k_hint = kernels::shape_hint(ops.a.shape[1]);
+  if (ops.rowwise) spec.epilogue = kernels::rowwise_scaled_epilogue();
   spec.sku_override = std::move(sku);
   return spec;
 }
@@ -479,11 +490,16 @@ kernels::DeviceSizedGroups device_sized(const GroupedOperands& ops) {
   g.b_group_stride = ops.b.strides[0];
   g.d = ops.out.data;
   g.ldd = ops.out.shape[0] <= 1 ? ops.out.shape[1] : ops.out.strides[0];
+  if (ops.rowwise) {
+    g.epilogue.row_scale = static_cast<const float*>(ops.scale_a->data);
+    g.epilogue.col_scale = static_cast<const float*>(ops.scale_b->data);
+  }
   return g;
 }
 
 kernels::GroupedScalars grouped_scalars(const GroupedOperands& ops) {
   kernels::GroupedScalars s;
+  if (ops.rowwise) return s;  // the scales are the epilogue tree's vectors (device_sized)
   if (ops.scale_a) {
     s.scale_a = static_cast<const float*>(ops.scale_a->data);
     s.scale_a_per_group = ops.scale_a->numel() > 1;

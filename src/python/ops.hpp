@@ -89,8 +89,9 @@ struct GroupedOperands {
   TensorArg b;                       ///< (G, K, N): one matrix per group, K or N contiguous.
   TensorArg offs;                    ///< (G,) int32: cumulative end row of each group, in device memory.
   TensorArg out;                     ///< (T, N), rows contiguous.
-  std::optional<TensorArg> scale_a;  ///< fp8: 1 or G float32 values.
-  std::optional<TensorArg> scale_b;  ///< fp8: G float32 values.
+  std::optional<TensorArg> scale_a;  ///< fp8: 1 or G float32 values; row-wise: T.
+  std::optional<TensorArg> scale_b;  ///< fp8: G float32 values; row-wise: (G, N).
+  bool rowwise = false;              ///< Row-wise fp8 scales (a 2-D scale_b): the kernels' epilogue tree applies them.
   kernels::MatrixLayout layout_b = kernels::MatrixLayout::col;
   std::int64_t ldb = 0;
   int device = 0;

@@ -51,7 +51,8 @@ class PreparedGrouped {
 class GroupedPlan {
  public:
   GroupedPlan(const std::string& dtype, const std::string& out_dtype, const std::string& layout_b, int device,
-              int rows_per_group_hint, const std::optional<std::string>& sku) {
+              int rows_per_group_hint, const std::optional<std::string>& sku, const std::string& scales, int n_hint,
+              int k_hint) {
     const DeviceFacts& facts = device_facts(device);
     kernels::GroupedGemmSpec spec;
     spec.a = spec.b = dtype_from_name(dtype);
@@ -64,6 +65,17 @@ class GroupedPlan {
     spec.sm_count = facts.sm_count;
     spec.device = device;
     spec.rows_per_group_hint = rows_per_group_hint;
+    spec.n_hint = n_hint;
+    spec.k_hint = k_hint;
+    if (scales == "rowwise") {
+      if (spec.a != DType::e4m3)
+        raise(errc::invalid_argument, fmt::format("scales='rowwise' scales fp8 inputs; dtype is {}", name(spec.a)));
+      spec.epilogue = kernels::rowwise_scaled_epilogue();
+    } else if (scales != "tensor") {
+      raise(errc::invalid_argument, fmt::format("scales='{}' is not 'tensor' (per-tensor fp8 scales, or none) or "
+                                                "'rowwise' (scale_a (T,), scale_b (G, N))",
+                                                scales));
+    }
     if (sku) spec.sku_override = unwrap(kernels::GemmSku::parse(*sku));
     plan_ = std::make_shared<const kernels::GroupedGemmPlan>(unwrap(kernels::GroupedGemmPlan::create(spec)));
   }
@@ -83,6 +95,10 @@ class GroupedPlan {
             fmt::format("{}: its matrices are stored layout_b={}, the plan takes layout_b={}", ops.b.describe(),
                         kernels::name(ops.layout_b), kernels::name(spec.layout_b)));
     require_same_device(ops.a, spec.device);
+    if (ops.rowwise != !spec.epilogue.is_preset())
+      raise(errc::invalid_argument,
+            ops.rowwise ? "scale_b is 2-D (row-wise scales), but the plan was made with scales='tensor'"
+                        : "the plan was made with scales='rowwise': scale_a must be (T,) and scale_b (G, N)");
     std::vector<nb::object> keep{ops.a.owner, ops.b.owner, ops.offs.owner, ops.out.owner};
     if (ops.scale_a) keep.push_back(ops.scale_a->owner);
     if (ops.scale_b) keep.push_back(ops.scale_b->owner);
@@ -113,12 +129,16 @@ void bind_plans(nb::module_& m) {
                           "A host-only grouped GEMM plan: the catalog kernel (SKU) for an input dtype, an output "
                           "dtype, the layout of B and a device. Raises UnsupportedError when no kernel computes it.")
       .def(nb::init<const std::string&, const std::string&, const std::string&, int, int,
-                    const std::optional<std::string>&>(),
+                    const std::optional<std::string>&, const std::string&, int, int>(),
            nb::arg("dtype"), nb::arg("out_dtype"), nb::arg("layout_b") = "col", nb::arg("device") = 0,
-           nb::arg("rows_per_group_hint") = 0, nb::arg("sku").none() = nb::none(),
+           nb::arg("rows_per_group_hint") = 0, nb::arg("sku").none() = nb::none(), nb::arg("scales") = "tensor",
+           nb::arg("n_hint") = 0, nb::arg("k_hint") = 0,
            "dtype: bf16, f16 or e4m3; out_dtype: bf16, f16 or f32; layout_b: 'col' (b[g] stored N x K, torch's "
-           "transposed weights) or 'row' (K x N); rows_per_group_hint <= 64 picks the small-M kernel; sku forces "
-           "one compiled kernel.")
+           "transposed weights) or 'row' (K x N); rows_per_group_hint, n_hint and k_hint (0: unknown) pick the size "
+           "class as the functional calls do: <= 64 rows the small-M kernel, a few hundred rows with N and K known "
+           "and <= 4096 the medium one; sku forces one compiled kernel; scales: 'tensor' (e4m3: per-tensor scale_a "
+           "(1 or G) and scale_b (G)) or 'rowwise' (e4m3: scale_a (T,) per row, scale_b (G, N) per group and "
+           "column, as torch._scaled_grouped_mm).")
       .def_prop_ro("sku", &GroupedPlan::sku, "The chosen kernel's GemmSku text.")
       .def("prepare", &GroupedPlan::prepare, nb::arg("a").none(), nb::arg("b").none(), nb::arg("offs").none(),
            nb::arg("out").none(), nb::arg("scale_a").none() = nb::none(), nb::arg("scale_b").none() = nb::none(),

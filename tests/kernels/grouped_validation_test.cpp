@@ -275,6 +275,26 @@ TEST(GroupedPlan, RejectsUnsupportedDtypeArchAndLayout) {
   expect_unsupported(sku, "is not compiled into this build");
 }
 
+// Row-wise fp8 scales are the tree mul(mul(acc,rowscale),colscale): its vectors must be given (per packed
+// row, per group and column) and it runs on sm_90a only.
+TEST(GroupedPlan, RowwiseScalesAreATreeOfRowAndColumnScales) {
+  const EpilogueSpec rowwise = rowwise_scaled_epilogue();
+  EXPECT_EQ(rowwise.token(), "mul(mul(acc,rowscale),colscale)");
+  EXPECT_TRUE(rowwise.uses(EpilogueNode::row_scale) && rowwise.uses(EpilogueNode::col_scale));
+  auto ampere = hopper_spec(DType::e4m3);
+  ampere.arch = GpuArch{8, 9, false};
+  ampere.epilogue = rowwise;
+  auto plan = GroupedGemmPlan::create(ampere);
+  ASSERT_FALSE(plan.has_value());
+  EXPECT_EQ(plan.error().code(), make_error_code(errc::unsupported)) << plan.error().to_string();
+  EXPECT_NE(plan.error().message().find("needs an sm_90a device, not sm_89"), std::string::npos)
+      << plan.error().message();
+  EpilogueOperands missing_col;
+  missing_col.row_scale = static_cast<const float*>(test_support::fake());
+  test_support::expect_error(check_epilogue_operands(rowwise, missing_col, "grouped GEMM"), errc::invalid_argument,
+                             "colscale");
+}
+
 TEST(GroupedPlan, RejectsMissingSmCount) {
   auto s = hopper_spec();
   s.sm_count = 0;

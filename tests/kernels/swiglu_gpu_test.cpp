@@ -44,22 +44,6 @@ double silu(double x) {
   return x / (1.0 + std::exp(-x));
 }
 
-/// Relative Frobenius error, accumulated element by element; NaN or inf where the reference is
-/// finite counts as a miss.
-struct RelError {
-  double num = 0, den = 0;
-  long misses = 0;
-  void add(double got, double ref) {
-    if (!std::isfinite(got)) {
-      ++misses;
-      return;
-    }
-    num += (got - ref) * (got - ref);
-    den += ref * ref;
-  }
-  [[nodiscard]] double value() const { return den > 0 ? std::sqrt(num / den) : std::sqrt(num); }
-};
-
 class SwigluGpu : public test_support::HopperGpuTest {
  protected:
   Result<gpu::DeviceBuffer> alloc(std::size_t bytes) {
@@ -151,20 +135,12 @@ TEST_F(SwigluGpu, GroupedTreesPairColumnsOfEveryGroup) {
     if (biased) g.epilogue.col_bias = dbias.data();
     CUACTOR_ASSERT_OK_AND_ASSIGN(prepared, plan.prepare(g));
     CUACTOR_ASSERT_OK_AND_ASSIGN(ws, alloc(prepared.workspace_size()));
-    const cudaStream_t s = stream_.get();
 
-    auto route = [&](const std::vector<int>& rows) -> Status {
-      std::vector<std::int32_t> ends(rows.size());
-      int total = 0;
-      for (std::size_t e = 0; e < rows.size(); ++e) ends[e] = total += rows[e];
-      CUACTOR_TRY(gpu::copy_async(offs.data(), ends.data(), ends.size() * sizeof(std::int32_t), s));
-      return gpu::memset_async(dd.data(), 0xff, dd.size(), s);  // NaN in bf16 and f16
-    };
     auto check = [&](const std::vector<int>& rows, const std::string& what) {
       SCOPED_TRACE(what);
       auto got = download(dd, std::size_t{kCapacity} * kLdd * elem);
       ASSERT_TRUE(got.has_value()) << got.error().to_string();
-      RelError err;
+      test_support::RelativeError err;
       long stray = 0;
       int begin = 0;
       for (int e = 0; e < kExperts; ++e) {
@@ -193,23 +169,9 @@ TEST_F(SwigluGpu, GroupedTreesPairColumnsOfEveryGroup) {
       EXPECT_EQ(stray, 0) << "elements written outside the routed rows' N / 2 columns";
     };
 
-    CUACTOR_ASSERT_OK(route(routings[0]));
-    CUACTOR_ASSERT_OK(prepared.run(s, ws.data(), ws.size()));
-    check(routings[0], "eager");
-    cudaGraph_t graph = nullptr;
-    cudaGraphExec_t exec = nullptr;
-    CUACTOR_ASSERT_OK(gpu::check(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal), "begin capture"));
-    const Status captured = prepared.run(s, ws.data(), ws.size());
-    CUACTOR_ASSERT_OK(gpu::check(cudaStreamEndCapture(s, &graph), "end capture"));
-    CUACTOR_ASSERT_OK(captured);
-    CUACTOR_ASSERT_OK(gpu::check(cudaGraphInstantiate(&exec, graph, 0), "instantiate"));
-    for (std::size_t r = 1; r < routings.size(); ++r) {
-      CUACTOR_ASSERT_OK(route(routings[r]));
-      CUACTOR_ASSERT_OK(gpu::check(cudaGraphLaunch(exec, s), "graph launch"));
-      check(routings[r], "replay of routing " + std::to_string(r));
-    }
-    cudaGraphExecDestroy(exec);
-    cudaGraphDestroy(graph);
+    run_eager_then_replayed(
+        routings, offs.data_as<std::int32_t>(), dd,
+        [&](cudaStream_t stream) { return prepared.run(stream, ws.data(), ws.size()); }, check);
     if (HasFailure()) return;
   }
 }
@@ -354,7 +316,7 @@ TEST_F(SwigluGpu, ExpertFfnInterleavedMatchesStackedAndFp64) {
     t.out = out.data();
     CUACTOR_ASSERT_OK(plan->run(t, ws.data(), ws.size(), s));
     CUACTOR_ASSERT_OK_AND_ASSIGN(got, download(out, out_bytes));
-    RelError err;
+    test_support::RelativeError err;
     for (std::size_t i = 0; i < ref.size(); ++i) err.add(load(DType::bf16, got, i), ref[i]);
     long stray = 0;
     for (std::size_t i = ref.size(); i < std::size_t{kTokens} * kHidden; ++i)

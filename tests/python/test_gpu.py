@@ -279,8 +279,64 @@ def test_scaled_grouped_mm_per_tensor_scales(torch_cuda):
         start = end
     end = int(offs[-1])
     assert rel_err(torch, out[:end], ref[:end]) < TOL["bfloat16"]
-    with pytest.raises(NotImplementedError, match="row-wise"):
-        cuactor.scaled_grouped_mm(a, b, torch.ones(a.shape[0], device="cuda"), scale_b, offs)
+    with pytest.raises(NotImplementedError, match="block-wise"):  # (G, N/128, K/128) weight blocks
+        cuactor.scaled_grouped_mm(a, b, scale_a, torch.ones(groups, 2, 2, device="cuda"), offs)
+
+
+def test_scaled_grouped_mm_rowwise_scales(torch_cuda):
+    """torch._scaled_grouped_mm's form: scale_a (T,) per row, scale_b (G, N) per group and column."""
+    torch = torch_cuda
+    if torch.cuda.get_device_capability() != (9, 0) or not hasattr(torch, "float8_e4m3fn"):
+        pytest.skip("row-wise fp8 grouped kernels are sm_90a only")
+    groups, k, n = 6, 256, 272
+    rows = [0, 37, 200, 1, 129, 64]  # an empty group, tails around the tiles
+    a16, b16, offs = moe_operands(torch, groups=groups, k=k, n=n, rows=rows, tokens=sum(rows) + 24)
+    a = (a16 / 2).to(torch.float8_e4m3fn)
+    w = (b16.transpose(-2, -1).contiguous() / 2).to(torch.float8_e4m3fn)  # (G, N, K)
+    b = w.transpose(-2, -1)
+    scale_a = torch.rand(a.shape[0], device="cuda") * 0.1 + 0.01
+    scale_a[40] = 0.0
+    scale_b = torch.randn(groups, n, device="cuda") * 0.05
+    out = torch.full((a.shape[0], n), float("nan"), device="cuda", dtype=torch.bfloat16)
+    assert cuactor.scaled_grouped_mm(a, b, scale_a, scale_b, offs, out=out) is out
+    ref = reference(torch, a.float(), b.float(), offs) * scale_a.double()[:, None]
+    start = 0
+    for g, end in enumerate(offs.tolist()):
+        ref[start:end] *= scale_b[g].double()
+        start = end
+    end = int(offs[-1])
+    assert rel_err(torch, out[:end], ref[:end]) < TOL["bfloat16"]
+    assert torch.isnan(out[end:]).all(), "rows past offs[-1] must not be written"
+    # The plan object, made for row-wise scales, runs the same kernel as the functional call.
+    plan = cuactor.GroupedGemmPlan("e4m3", "bf16", rows_per_group_hint=a.shape[0] // groups, scales="rowwise")
+    out2 = torch.full_like(out, float("nan"))
+    plan.prepare(a, b, offs, out2, scale_a, scale_b).run(torch.cuda.current_stream().cuda_stream)
+    torch.cuda.synchronize()
+    assert torch.equal(out2[:end], out[:end])
+    # Rejections name the operand and the rule.
+    with pytest.raises(cuactor.errors.InvalidArgumentError, match=r"scale_a \(T,\)"):
+        cuactor.scaled_grouped_mm(a, b, scale_a[:-1], scale_b, offs)
+    with pytest.raises(cuactor.errors.InvalidArgumentError, match=r"scale_b \(G, N\)"):
+        cuactor.scaled_grouped_mm(a, b, scale_a, scale_b[:, :-8], offs)
+    with pytest.raises(cuactor.errors.InvalidArgumentError, match="float32"):
+        cuactor.scaled_grouped_mm(a, b, scale_a, scale_b.double(), offs)
+    with pytest.raises(cuactor.errors.InvalidArgumentError, match="contiguous"):
+        cuactor.scaled_grouped_mm(a, b, scale_a, scale_b.t().contiguous().t(), offs)
+    with pytest.raises(cuactor.errors.InvalidArgumentError, match="scales='tensor'"):
+        cuactor.GroupedGemmPlan("e4m3", "bf16").prepare(a, b, offs, out2, scale_a, scale_b)
+    with pytest.raises(cuactor.errors.InvalidArgumentError, match="scales='rowwise'"):
+        plan.prepare(a, b, offs, out2, scale_a[:1], scale_b[:, 0].contiguous())
+    with pytest.raises(cuactor.errors.InvalidArgumentError, match="fp8 inputs; dtype is bf16"):
+        cuactor.GroupedGemmPlan("bf16", "bf16", scales="rowwise")
+    with pytest.raises(cuactor.errors.InvalidArgumentError, match="scales='bogus'"):
+        cuactor.GroupedGemmPlan("e4m3", "bf16", scales="bogus")
+    # The same computation in torch, where this torch has it for this GPU.
+    try:
+        theirs = torch._scaled_grouped_mm(a, b, scale_a, scale_b, offs=offs, out_dtype=torch.bfloat16,
+                                          use_fast_accum=True)
+    except (AttributeError, RuntimeError, TypeError, NotImplementedError) as e:
+        pytest.skip(f"torch._scaled_grouped_mm is not usable here ({type(e).__name__}: {e}); checked against fp64 only")
+    assert rel_err(torch, out[:end], theirs[:end].double()) < TOL["bfloat16"]
 
 
 def test_device_actor_asyncio(torch_cuda):

@@ -8,6 +8,7 @@
 #include <cuda_fp8.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -92,5 +93,21 @@ inline void set_value(HostVector& v, DType t, std::size_t i, double x) {
   v.values[i] = store(t, x, one);
   std::memcpy(v.bytes.data() + i * one.size(), one.data(), one.size());
 }
+
+/// Relative Frobenius error of outputs against an fp64 reference, accumulated element by element; a
+/// NaN or infinite output counts as a miss instead (where the reference is finite).
+struct RelativeError {
+  double num = 0, den = 0;
+  long misses = 0;
+  void add(double got, double ref) {
+    if (!std::isfinite(got)) {
+      ++misses;
+      return;
+    }
+    num += (got - ref) * (got - ref);
+    den += ref * ref;
+  }
+  [[nodiscard]] double value() const { return den > 0 ? std::sqrt(num / den) : std::sqrt(num); }
+};
 
 }  // namespace cuactor::test_support

@@ -59,6 +59,12 @@ enum class GroupedSizeClass {
 /// The class of a spec's hints (rows_per_group_hint, n_hint, k_hint).
 GroupedSizeClass grouped_size_class(const GroupedGemmSpec& spec) noexcept;
 
+/// The epilogue tree of fp8 grouped GEMM with row-wise scales, torch._scaled_grouped_mm's form:
+/// D[m, n] = acc[m, n] * scale_a[m] * scale_b[g, n], i.e. mul(mul(acc,rowscale),colscale) with
+/// DeviceSizedGroups::epilogue.row_scale = scale_a (capacity_rows floats, one per packed row) and
+/// col_scale = scale_b (group_count x N floats). The catalog has it for e4m3 in every size class.
+EpilogueSpec rowwise_scaled_epilogue();
+
 /// One group's problem: A is M x K row-major (lda >= K), B is N x K row-major (ldb >= K) for
 /// layout_b = col or K x N row-major (ldb >= N) for row, C and D are M x N row-major. M = 0 groups
 /// are skipped; K = 0 means D = beta * C. Pointers are device pointers of the plan's device.
