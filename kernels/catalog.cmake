@@ -4,7 +4,7 @@
 # registers its C ABI object in the generated catalog table (catalog_table.cpp).
 #
 # Budget: one sm_90a configuration costs 85-105 s of nvcc on one core of the CI machine (cicc about half,
-# host code the rest) and ~3.3 GB; the whole matrix (111 instances; 114 now) took 90 minutes on its 2 cores. CI has
+# host code the rest) and ~3.3 GB; the whole matrix (111 instances; 116 now) took 90 minutes on its 2 cores. CI has
 # no GPU, so scripts/test compiles there only the 13 entries marked SAMPLE (CUACTOR_CATALOG=sample): a
 # compile check of each instance template, of cuactor's conv kernels, of the cooperative and pingpong
 # mainloops, of fp8, an epilogue tree and the SwiGLU store (not of every tile, f16 twin or grouped fp8);
@@ -152,6 +152,12 @@ cuactor_gemm_instance(${dense90} TYPES bf16 bf16 bf16 bf16 f32 LAYOUTS row col r
 # fp16, small M (decode): pingpong 64x128x128 (without it f16 decode ran the large tile at 0.62x cuBLAS).
 cuactor_gemm_instance(${dense90} TYPES f16 f16 f16 f16 f32 LAYOUTS row col row TILE 64 128 128 CLUSTER 1 1 1
                       SCHEDULE pingpong EPILOGUE linear_combination)
+# bf16 and fp16, small M on grids of at most half the SMs in 64x128 tiles: the 64-deep pingpong tile
+# (more stages in flight per CTA over a long K; GemmPlan's small_m_tile_k says where).
+foreach(t bf16 f16)
+  cuactor_gemm_instance(${dense90} TYPES ${t} ${t} ${t} ${t} f32 LAYOUTS row col row TILE 64 128 64 CLUSTER 1 1 1
+                        SCHEDULE pingpong EPILOGUE linear_combination)
+endforeach()
 # bf16 and fp16 pingpong 64x32x64: pointwise convolutions (1x1, unit stride, unpadded fprop) on grids of
 # few tiles over long reductions, which ConvPlan runs as this GEMM (1.03-1.14x its conv kernels there);
 # GemmPlan's heuristic leaves tiles narrower than 64 columns alone.

@@ -46,6 +46,17 @@ double estimated_cost(const GemmSku& s, const GemmProblem& p, int sm_count) {
   return static_cast<double>(waves) * s.tile.m * s.tile.n * small_tile_penalty;
 }
 
+/// The K depth of 64-row pingpong tiles for the problem. 16-bit: 64 where the grid of 64x128 output
+/// tiles fills at most half the SMs, so that each CTA streams a long K and the shallower tile's extra
+/// pipeline stages keep more loads in flight (H100, `cuactor tune gemm`, ten decode shapes of M 16-128:
+/// 1.07-1.17x the 128-deep tile on grids of 16-64 tiles, tied on 64 tiles once); 128 on larger grids
+/// (0.97-1.01x either way there). fp8 keeps its 128-deep (128-byte) tile.
+int small_m_tile_k(const GemmProblem& p, int sm_count) {
+  if (is_low_precision_float(p.a)) return 128;
+  const auto tiles = ((p.m + 63) / 64) * ((p.n + 127) / 128) * p.batch;
+  return 2 * tiles <= sm_count ? 64 : 128;
+}
+
 /// Kernels the heuristic compares: not stream-K (see estimated_cost), and no tile narrower than 64
 /// columns. Those serve pointwise convolutions (ConvPlan), where they were measured; the cost above
 /// was never fitted to them and would take them for decode shapes (more tiles, less area each).
@@ -241,10 +252,16 @@ Result<GemmPlan> GemmPlan::make(const GemmProblem& problem, GpuArch device_arch,
     for (const CatalogEntry* e : catalog_entries(GemmFamily::dense)) {
       if (!sku_computes(e->sku, problem) || !runs_on(e->sku, device_arch) || !heuristic_candidate(e->sku)) continue;
       const double cost = estimated_cost(e->sku, problem, sm_count);
-      const bool better = chosen == nullptr || e->sku.arch.sm() > chosen->sku.arch.sm() ||
-                          (e->sku.arch.sm() == chosen->sku.arch.sm() &&
-                           (e->sku.arch.arch_specific > chosen->sku.arch.arch_specific ||
-                            (e->sku.arch.arch_specific == chosen->sku.arch.arch_specific && cost < best_cost)));
+      // Tiles of one area cost the same; among them, the K depth the shape wants (small_m_tile_k).
+      const int want_k = e->sku.tile.m == 64 ? small_m_tile_k(problem, sm_count) : e->sku.tile.k;
+      const bool deeper_fit = chosen != nullptr && cost == best_cost && e->sku.tile.k == want_k &&
+                              chosen->sku.tile.k != want_k && chosen->sku.tile.m == e->sku.tile.m &&
+                              chosen->sku.tile.n == e->sku.tile.n;
+      const bool better =
+          chosen == nullptr || e->sku.arch.sm() > chosen->sku.arch.sm() ||
+          (e->sku.arch.sm() == chosen->sku.arch.sm() &&
+           (e->sku.arch.arch_specific > chosen->sku.arch.arch_specific ||
+            (e->sku.arch.arch_specific == chosen->sku.arch.arch_specific && (cost < best_cost || deeper_fit))));
       if (better) {
         chosen = e;
         best_cost = cost;
@@ -283,11 +300,12 @@ Result<GemmSku> GemmPlan::sku_for(const GemmProblem& problem, GpuArch device_arc
   };
   // The catalog's configurations per input width: large cooperative tiles with a 2-CTA cluster, and
   // 64-row pingpong tiles for small M.
+  const int small_k = small_m_tile_k(problem, sm_count_of(options));
   const std::vector<Config> configs =
       fp8 ? std::vector<Config>{{GemmSchedule::cooperative_fp8_fast_accum, {256, 128, 128}, {1, 2, 1}},
-                                {GemmSchedule::pingpong_fp8_fast_accum, {64, 128, 128}, {1, 1, 1}}}
+                                {GemmSchedule::pingpong_fp8_fast_accum, {64, 128, small_k}, {1, 1, 1}}}
           : std::vector<Config>{{GemmSchedule::cooperative, {128, 256, 64}, {2, 1, 1}},
-                                {GemmSchedule::pingpong, {64, 128, 128}, {1, 1, 1}}};
+                                {GemmSchedule::pingpong, {64, 128, small_k}, {1, 1, 1}}};
   if (device_arch.sm() < 90 || !device_arch.arch_specific) {
     if (fp8) return fail(errc::unsupported, fmt::format("no sm_80 configuration computes {} inputs", name(problem.a)));
     base.arch = GpuArch{8, 0, false};

@@ -126,16 +126,49 @@ TEST(DensePlan, HeuristicPicksTileByShapeAndArch) {
   EXPECT_EQ(big.source(), PlanSource::heuristic);
   // Decode-like shapes: the small pingpong tile (measured on an H100 ahead of stream-K and of the large
   // cooperative tile: 40.7 / 32.1 / 26.6 TFLOP/s at 16x8192x8192, 46.4 vs 40.2 at 16x28672x8192).
-  for (const auto& [m, n, k] : {std::tuple{16, 4096, 4096}, {16, 8192, 8192}, {16, 28672, 8192}, {128, 4096, 14336}}) {
+  // 64-deep tiles where the grid of 64x128 tiles fills at most half the SMs (small_m_tile_k).
+  for (const auto& [m, n, k, depth] : {std::tuple{16, 4096, 4096, 64},
+                                       {16, 8192, 8192, 64},
+                                       {16, 28672, 8192, 128},
+                                       {128, 4096, 14336, 64},
+                                       {128, 8192, 8192, 128}}) {
     CUACTOR_ASSERT_OK_AND_ASSIGN(decode, GemmPlan::make(bf16_problem(m, n, k), kHopper));
     EXPECT_EQ(decode.sku().schedule, GemmSchedule::pingpong)
         << m << "x" << n << "x" << k << ": " << decode.sku().to_string();
+    EXPECT_EQ(decode.sku().tile.k, depth) << m << "x" << n << "x" << k << ": " << decode.sku().to_string();
   }
   if (in_catalog(large, kAmpere)) {
     CUACTOR_ASSERT_OK_AND_ASSIGN(ampere, GemmPlan::make(large, kAmpere));
     EXPECT_EQ(ampere.sku().arch.sm(), 80);
   }
   EXPECT_DOUBLE_EQ(big.flops(), 2.0 * 4096.0 * 4096.0 * 4096.0);
+}
+
+// The configuration the JIT would build (sku_for) takes the same K depth as the catalog's choice: 64
+// for 16-bit small-M problems on grids of at most half the SMs in 64x128 tiles, else 128; fp8 128.
+TEST(DensePlan, SmallMTileDepthFollowsTheGridSize) {
+  GemmPlanOptions h100;
+  h100.sm_count = 132;
+  struct Case {
+    GemmProblem problem;
+    int depth;
+  };
+  GemmProblem fp8_decode = fp8_problem();
+  fp8_decode.m = 16;
+  fp8_decode.n = 4096;
+  for (const Case& c : {Case{bf16_problem(16, 4096, 14336), 64},   // 32 tiles
+                        Case{bf16_problem(128, 4096, 8192), 64},   // 64 tiles
+                        Case{bf16_problem(80, 6144, 12288), 128},  // 96 tiles
+                        Case{bf16_problem(64, 4096, 4096), 64}, Case{fp8_decode, 128}}) {
+    CUACTOR_ASSERT_OK_AND_ASSIGN(sku, GemmPlan::sku_for(c.problem, kHopper, h100));
+    EXPECT_EQ(sku.schedule,
+              is_low_precision_float(c.problem.a) ? GemmSchedule::pingpong_fp8_fast_accum : GemmSchedule::pingpong);
+    EXPECT_EQ(sku.tile, (Shape3{64, 128, c.depth})) << c.problem.m << "x" << c.problem.n << ": " << sku.to_string();
+  }
+  GemmPlanOptions small_gpu;
+  small_gpu.sm_count = 48;  // 32 tiles fill more than half of 48 SMs
+  CUACTOR_ASSERT_OK_AND_ASSIGN(sku, GemmPlan::sku_for(bf16_problem(16, 4096, 14336), kHopper, small_gpu));
+  EXPECT_EQ(sku.tile.k, 128);
 }
 
 class DensePlanOperands : public ::testing::Test {
