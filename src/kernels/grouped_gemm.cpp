@@ -225,14 +225,17 @@ GroupedSizeClass grouped_size_class(const GroupedGemmSpec& spec) noexcept {
   // decode kernel. 16-bit: pingpong 64x256 beats cooperative 128x256 up to about 192 rows per group
   // (seven shapes of 140-190 rows, N and K 1024-4096: 0.98-1.07x, geometric mean 1.027x); from 200
   // to 256 rows they tie (0.98-1.04x, mean 1.006x) and the cooperative one wins at 256 rows with long K
-  // (1.03-1.10x), past 280 rows (1.04-1.38x) and on large groups. e4m3 keeps pingpong 64x256 to 256
-  // rows (the session-8 sweep; not re-measured).
-  constexpr int kDecodeRows = 64, kMediumNK = 4096;
-  const int medium_rows = spec.a == DType::e4m3 ? 256 : 192;
+  // (1.03-1.10x), past 280 rows (1.04-1.38x) and on large groups; with N or K past 4096 it wins on 4 of 6
+  // shapes of 100-240 rows (1.08-1.17x). e4m3 keeps pingpong 64x256 to 256 rows (the session-8 sweep)
+  // and to N and K of 8192: on 6 shapes of 100-240 rows with N or K of 5120-7168 (64-256 groups, row-wise
+  // scales) it ran 0.985-1.17x the cooperative 256x128 kernel, 1.07x in the geometric mean.
+  constexpr int kDecodeRows = 64;
+  const bool fp8 = spec.a == DType::e4m3;
+  const int medium_rows = fp8 ? 256 : 192, medium_nk = fp8 ? 8192 : 4096;
   const int rows = spec.rows_per_group_hint;
   if (rows > 0 && rows <= kDecodeRows) return GroupedSizeClass::decode;
-  if (rows > kDecodeRows && rows <= medium_rows && spec.n_hint > 0 && spec.n_hint <= kMediumNK && spec.k_hint > 0 &&
-      spec.k_hint <= kMediumNK)
+  if (rows > kDecodeRows && rows <= medium_rows && spec.n_hint > 0 && spec.n_hint <= medium_nk && spec.k_hint > 0 &&
+      spec.k_hint <= medium_nk)
     return GroupedSizeClass::medium;
   return GroupedSizeClass::large;
 }

@@ -376,6 +376,11 @@ TEST(GroupedPlan, SizeClassesByRowsAndShape) {
   EXPECT_EQ(grouped_size_class(fp8), GroupedSizeClass::medium);
   fp8.rows_per_group_hint = 257;
   EXPECT_EQ(grouped_size_class(fp8), GroupedSizeClass::large);
+  fp8.rows_per_group_hint = 128;  // e4m3: medium up to N and K of 8192
+  fp8.k_hint = 8192;
+  EXPECT_EQ(grouped_size_class(fp8), GroupedSizeClass::medium);
+  fp8.n_hint = 16384;
+  EXPECT_EQ(grouped_size_class(fp8), GroupedSizeClass::large);
   s.rows_per_group_hint = 128;
   s.k_hint = 4097;
   EXPECT_EQ(grouped_size_class(s), GroupedSizeClass::large);

@@ -53,7 +53,8 @@ struct GroupedGemmSpec {
 /// `cuactor tune grouped` sweeps on an H100):
 enum class GroupedSizeClass {
   large,   ///< Unknown or large groups: cooperative 128x256 tiles (16-bit; e4m3 256x128 in a 1x2 cluster).
-  medium,  ///< 65..192 rows per group (e4m3: 65..256) with N and K known and <= 4096: pingpong 64x256 tiles.
+  medium,  ///< 65..192 rows per group with N and K known and <= 4096 (e4m3: 65..256 rows, N and K <= 8192): pingpong
+           ///< 64x256 tiles.
   decode,  ///< 1..64 rows per group: pingpong 64x128 tiles.
 };
 /// The class of a spec's hints (rows_per_group_hint, n_hint, k_hint).
