@@ -256,8 +256,10 @@ def scaled_grouped_mm(a: Any, b: Any, scale_a: Any, scale_b: Any, offs: Any = No
     DLPack types).
 
     Raises:
-        UnsupportedError: block-wise scales (SPEC [K10]), a GPU below sm_90a (row-wise: sm_90a), or 3-D x 3-D.
-        InvalidArgumentError: shapes, dtypes, devices or strides break a rule.
+        UnsupportedError: block-wise scales (SPEC [K10]), a GPU below sm_90a (row-wise: sm_90a), 3-D x 3-D, or
+            row-wise scales with K=0.
+        InvalidArgumentError: shapes, dtypes, devices or strides break a rule (row-wise scales must also start
+            16-byte aligned).
     """
     torch = _torch_of(a)
     if _ndim(a) != 2 or _ndim(b) != 3:

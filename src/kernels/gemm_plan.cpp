@@ -252,11 +252,13 @@ Result<GemmPlan> GemmPlan::make(const GemmProblem& problem, GpuArch device_arch,
     for (const CatalogEntry* e : catalog_entries(GemmFamily::dense)) {
       if (!sku_computes(e->sku, problem) || !runs_on(e->sku, device_arch) || !heuristic_candidate(e->sku)) continue;
       const double cost = estimated_cost(e->sku, problem, sm_count);
-      // Tiles of one area cost the same; among them, the K depth the shape wants (small_m_tile_k).
-      const int want_k = e->sku.tile.m == 64 ? small_m_tile_k(problem, sm_count) : e->sku.tile.k;
-      const bool deeper_fit = chosen != nullptr && cost == best_cost && e->sku.tile.k == want_k &&
-                              chosen->sku.tile.k != want_k && chosen->sku.tile.m == e->sku.tile.m &&
-                              chosen->sku.tile.n == e->sku.tile.n;
+      // Two 64-row kernels that differ only in K depth cost the same; the shape's depth (small_m_tile_k)
+      // decides between them.
+      const bool depth_twin = chosen != nullptr && e->sku.tile.m == 64 && chosen->sku.tile.m == 64 &&
+                              chosen->sku.tile.n == e->sku.tile.n && chosen->sku.schedule == e->sku.schedule &&
+                              chosen->sku.cluster == e->sku.cluster && chosen->sku.arch == e->sku.arch;
+      const bool deeper_fit = depth_twin && cost == best_cost && chosen->sku.tile.k != e->sku.tile.k &&
+                              e->sku.tile.k == small_m_tile_k(problem, sm_count);
       const bool better =
           chosen == nullptr || e->sku.arch.sm() > chosen->sku.arch.sm() ||
           (e->sku.arch.sm() == chosen->sku.arch.sm() &&

@@ -443,8 +443,14 @@ void check_grouped(GroupedOperands& g, nb::handle scale_a, nb::handle scale_b) {
     if (g.rowwise) {
       const TensorArg sa = contiguous_operand(scale_a, "scale_a (T,) of row-wise scales", {rows}, g.device);
       const TensorArg sb = contiguous_operand(scale_b, "scale_b (G, N) of row-wise scales", {groups, n}, g.device);
-      require_dtype(sa, DType::f32, "fp8 scales are float32");
-      require_dtype(sb, DType::f32, "fp8 scales are float32");
+      for (const TensorArg* t : {&sa, &sb}) {
+        require_dtype(*t, DType::f32, "fp8 scales are float32");
+        if (reinterpret_cast<std::uintptr_t>(t->data) % 16 != 0)
+          raise(errc::invalid_argument,
+                fmt::format("{}: row-wise scales must start 16-byte aligned (the epilogue reads them as vectors); "
+                            "pass a copy (.clone()) of an offset slice",
+                            t->describe()));
+      }
     } else {
       require_scale(*g.scale_a, groups, true);
       require_scale(*g.scale_b, groups, false);

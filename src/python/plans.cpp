@@ -69,7 +69,7 @@ class GroupedPlan {
     spec.k_hint = k_hint;
     if (scales == "rowwise") {
       if (spec.a != DType::e4m3)
-        raise(errc::invalid_argument, fmt::format("scales='rowwise' scales fp8 inputs; dtype is {}", name(spec.a)));
+        raise(errc::invalid_argument, fmt::format("scales='rowwise' is for e4m3 inputs; dtype is {}", name(spec.a)));
       spec.epilogue = kernels::rowwise_scaled_epilogue();
     } else if (scales != "tensor") {
       raise(errc::invalid_argument, fmt::format("scales='{}' is not 'tensor' (per-tensor fp8 scales, or none) or "

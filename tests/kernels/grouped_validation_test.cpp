@@ -292,7 +292,7 @@ TEST(GroupedPlan, RowwiseScalesAreATreeOfRowAndColumnScales) {
   EpilogueOperands missing_col;
   missing_col.row_scale = static_cast<const float*>(test_support::fake());
   test_support::expect_error(check_epilogue_operands(rowwise, missing_col, "grouped GEMM"), errc::invalid_argument,
-                             "colscale");
+                             "reads colscale but its pointer is null");
 }
 
 TEST(GroupedPlan, RejectsMissingSmCount) {
@@ -379,7 +379,7 @@ TEST(GroupedPlan, SizeClassesByRowsAndShape) {
   fp8.rows_per_group_hint = 128;  // e4m3: medium up to N and K of 8192
   fp8.k_hint = 8192;
   EXPECT_EQ(grouped_size_class(fp8), GroupedSizeClass::medium);
-  fp8.n_hint = 16384;
+  fp8.n_hint = 8193;
   EXPECT_EQ(grouped_size_class(fp8), GroupedSizeClass::large);
   s.rows_per_group_hint = 128;
   s.k_hint = 4097;

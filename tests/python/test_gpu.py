@@ -307,8 +307,9 @@ def test_scaled_grouped_mm_rowwise_scales(torch_cuda):
     end = int(offs[-1])
     assert rel_err(torch, out[:end], ref[:end]) < TOL["bfloat16"]
     assert torch.isnan(out[end:]).all(), "rows past offs[-1] must not be written"
-    # The plan object, made for row-wise scales, runs the same kernel as the functional call.
-    plan = cuactor.GroupedGemmPlan("e4m3", "bf16", rows_per_group_hint=a.shape[0] // groups, scales="rowwise")
+    # The plan object, made for row-wise scales with the call's hints, runs the same kernel as the functional call.
+    plan = cuactor.GroupedGemmPlan("e4m3", "bf16", rows_per_group_hint=a.shape[0] // groups, n_hint=n, k_hint=k,
+                                   scales="rowwise")
     out2 = torch.full_like(out, float("nan"))
     plan.prepare(a, b, offs, out2, scale_a, scale_b).run(torch.cuda.current_stream().cuda_stream)
     torch.cuda.synchronize()
@@ -326,17 +327,33 @@ def test_scaled_grouped_mm_rowwise_scales(torch_cuda):
         cuactor.GroupedGemmPlan("e4m3", "bf16").prepare(a, b, offs, out2, scale_a, scale_b)
     with pytest.raises(cuactor.errors.InvalidArgumentError, match="scales='rowwise'"):
         plan.prepare(a, b, offs, out2, scale_a[:1], scale_b[:, 0].contiguous())
-    with pytest.raises(cuactor.errors.InvalidArgumentError, match="fp8 inputs; dtype is bf16"):
+    with pytest.raises(cuactor.errors.InvalidArgumentError, match="is for e4m3 inputs; dtype is bf16"):
         cuactor.GroupedGemmPlan("bf16", "bf16", scales="rowwise")
     with pytest.raises(cuactor.errors.InvalidArgumentError, match="scales='bogus'"):
         cuactor.GroupedGemmPlan("e4m3", "bf16", scales="bogus")
-    # The same computation in torch, where this torch has it for this GPU.
+    with pytest.raises(cuactor.errors.InvalidArgumentError, match=r"scale_a .* 16-byte aligned .*clone"):
+        cuactor.scaled_grouped_mm(a[:-1], b, torch.ones(a.shape[0], device="cuda")[1:], scale_b, offs)
+
+
+def test_scaled_grouped_mm_rowwise_matches_torch(torch_cuda):
+    """The same computation as torch._scaled_grouped_mm, where this torch has it for this GPU."""
+    torch = torch_cuda
+    if torch.cuda.get_device_capability() != (9, 0) or not hasattr(torch, "float8_e4m3fn"):
+        pytest.skip("row-wise fp8 grouped kernels are sm_90a only")
+    groups, k, n = 5, 512, 384
+    a16, b16, offs = moe_operands(torch, groups=groups, k=k, n=n)
+    a = (a16 / 2).to(torch.float8_e4m3fn)
+    b = (b16.transpose(-2, -1).contiguous() / 2).to(torch.float8_e4m3fn).transpose(-2, -1)
+    scale_a = torch.rand(a.shape[0], device="cuda") * 0.1 + 0.01
+    scale_b = torch.rand(groups, n, device="cuda") * 0.1 + 0.01
     try:
         theirs = torch._scaled_grouped_mm(a, b, scale_a, scale_b, offs=offs, out_dtype=torch.bfloat16,
                                           use_fast_accum=True)
     except (AttributeError, RuntimeError, TypeError, NotImplementedError) as e:
-        pytest.skip(f"torch._scaled_grouped_mm is not usable here ({type(e).__name__}: {e}); checked against fp64 only")
-    assert rel_err(torch, out[:end], theirs[:end].double()) < TOL["bfloat16"]
+        pytest.skip(f"torch._scaled_grouped_mm is not usable here ({type(e).__name__}: {e})")
+    ours = cuactor.scaled_grouped_mm(a, b, scale_a, scale_b, offs)
+    end = int(offs[-1])
+    assert rel_err(torch, ours[:end], theirs[:end].double()) < TOL["bfloat16"]
 
 
 def test_device_actor_asyncio(torch_cuda):

@@ -64,6 +64,7 @@ class HopperGpuTest : public GpuTest {
     CUACTOR_ASSERT_OK(gpu::check(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal), "begin capture"));
     const Status captured = run(s);
     CUACTOR_ASSERT_OK(gpu::check(cudaStreamEndCapture(s, &graph), "end capture"));
+    if (!captured) cudaGraphDestroy(graph);
     CUACTOR_ASSERT_OK(captured);
     const Status instantiated = gpu::check(cudaGraphInstantiate(&exec, graph, 0), "instantiate");
     cudaGraphDestroy(graph);
