@@ -81,12 +81,11 @@ void require_scale(const TensorArg& s, std::int64_t group_count, bool allow_sing
                       allow_single ? fmt::format("1 or G={}", group_count) : fmt::format("G={}", group_count)));
 }
 
-/// A contiguous tensor of `rank` with the given dims (-1: any) on `device`.
-TensorArg contiguous_operand(nb::handle obj, const char* what, std::initializer_list<std::int64_t> dims, int device) {
-  const TensorArg t = import_tensor(obj, what);
+/// Checks that `t` is a contiguous CUDA tensor of rank dims.size() with the given dims (-1: any) on `device`.
+void require_contiguous(const TensorArg& t, std::initializer_list<std::int64_t> dims, int device) {
   require_cuda(t);
   require_same_device(t, device);
-  require_rank(t, static_cast<int>(dims.size()), what);
+  require_rank(t, static_cast<int>(dims.size()), t.name.c_str());
   std::int64_t expected_stride = 1;
   for (int i = static_cast<int>(dims.size()) - 1; i >= 0; --i) {
     const std::int64_t want = dims.begin()[i];
@@ -96,6 +95,12 @@ TensorArg contiguous_operand(nb::handle obj, const char* what, std::initializer_
       raise(errc::invalid_argument, fmt::format("{}: must be contiguous (call .contiguous())", t.describe()));
     expected_stride *= t.shape[static_cast<std::size_t>(i)];
   }
+}
+
+/// A contiguous tensor of `rank` with the given dims (-1: any) on `device`.
+TensorArg contiguous_operand(nb::handle obj, const char* what, std::initializer_list<std::int64_t> dims, int device) {
+  TensorArg t = import_tensor(obj, what);
+  require_contiguous(t, dims, device);
   return t;
 }
 
@@ -441,9 +446,11 @@ void check_grouped(GroupedOperands& g, nb::handle scale_a, nb::handle scale_b) {
     // scale_b[g, n] per group and column, applied by the kernel's epilogue tree.
     g.rowwise = g.scale_b->ndim == 2;
     if (g.rowwise) {
-      const TensorArg sa = contiguous_operand(scale_a, "scale_a (T,) of row-wise scales", {rows}, g.device);
-      const TensorArg sb = contiguous_operand(scale_b, "scale_b (G, N) of row-wise scales", {groups, n}, g.device);
-      for (const TensorArg* t : {&sa, &sb}) {
+      g.scale_a->name = "scale_a (T,) of row-wise scales";
+      g.scale_b->name = "scale_b (G, N) of row-wise scales";
+      require_contiguous(*g.scale_a, {rows}, g.device);
+      require_contiguous(*g.scale_b, {groups, n}, g.device);
+      for (const TensorArg* t : {&*g.scale_a, &*g.scale_b}) {
         require_dtype(*t, DType::f32, "fp8 scales are float32");
         if (reinterpret_cast<std::uintptr_t>(t->data) % 16 != 0)
           raise(errc::invalid_argument,

@@ -137,8 +137,7 @@ void bind_plans(nb::module_& m) {
            "transposed weights) or 'row' (K x N); rows_per_group_hint, n_hint and k_hint (0: unknown) pick the size "
            "class as the functional calls do: <= 64 rows the small-M kernel, a few hundred rows with N and K known "
            "(<= 4096; e4m3 <= 8192) the medium one; sku forces one compiled kernel; scales: 'tensor' (e4m3: per-tensor "
-           "scale_a "
-           "(1 or G) and scale_b (G)) or 'rowwise' (e4m3: scale_a (T,) per row, scale_b (G, N) per group and "
+           "scale_a (1 or G) and scale_b (G)) or 'rowwise' (e4m3: scale_a (T,) per row, scale_b (G, N) per group and "
            "column, as torch._scaled_grouped_mm).")
       .def_prop_ro("sku", &GroupedPlan::sku, "The chosen kernel's GemmSku text.")
       .def("prepare", &GroupedPlan::prepare, nb::arg("a").none(), nb::arg("b").none(), nb::arg("offs").none(),

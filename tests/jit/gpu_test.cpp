@@ -23,6 +23,7 @@
 #include "jit/test_support.hpp"
 #include "kernels/instance_abi.h"
 #include "support/jit_gpu_cache.hpp"
+#include "support/packed_groups.hpp"
 
 namespace cuactor::jit {
 namespace {
@@ -354,19 +355,8 @@ struct GroupedProblemOnDevice {
   }
   /// Runs `plan` once on a NaN-poisoned D; ||D - D_ref|| / ||D_ref||.
   double run_and_compare(const kernels::GroupedGemmPlan& plan) const {
-    kernels::DeviceSizedGroups g;
-    g.group_count = static_cast<int>(rows.size());
-    g.offsets = static_cast<const std::int32_t*>(doffs);
-    g.capacity_rows = total;
-    g.n = n;
-    g.k = k;
-    g.a = da;
-    g.lda = k;
-    g.b = db;
-    g.ldb = k;
-    g.b_group_stride = std::int64_t{n} * k;
-    g.d = dd;
-    g.ldd = n;
+    kernels::DeviceSizedGroups g = cuactor::test_support::packed_groups(
+        static_cast<int>(rows.size()), static_cast<const std::int32_t*>(doffs), total, n, k, da, db, dd, n);
     kernels::GroupedScalars s;
     if (t == DType::e4m3) {
       s.scale_a = static_cast<const float*>(dscales);
