@@ -304,6 +304,19 @@ TEST(GroupedPlan, RejectsMissingSmCount) {
   EXPECT_NE(plan.error().message().find("sm_count=0"), std::string::npos);
 }
 
+// Shape hints come from users (GroupedGemmPlan's n_hint / k_hint in Python): negative ones are rejected
+// naming the hint, before any kernel is looked for.
+TEST(GroupedPlan, RejectsNegativeShapeHints) {
+  auto n = hopper_spec();
+  n.n_hint = -1;
+  test_support::expect_error(GroupedGemmPlan::create(n), errc::invalid_argument,
+                             "n_hint=-1 must be 0 (unknown) or positive");
+  auto k = hopper_spec(DType::e4m3);
+  k.k_hint = -4096;
+  test_support::expect_error(GroupedGemmPlan::create(k), errc::invalid_argument,
+                             "k_hint=-4096 must be 0 (unknown) or positive");
+}
+
 TEST(GroupedPlan, ChoosesBySkuShapeHintAndOverride) {
   if (!has_grouped_sm90()) GTEST_SKIP() << "no sm_90a grouped kernels in this build (CUACTOR_KERNEL_ARCHS)";
   CUACTOR_SKIP_IF_PARTIAL_CATALOG();
