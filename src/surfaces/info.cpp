@@ -78,6 +78,7 @@ nlohmann::json collect(bool with_stats) {
   j["devices"] = devices;
   j["topology"] = topology_json();
   j["nccl"] = parallel::nccl_version();
+  j["catalog_scope"] = kernels::name(kernels::catalog_scope());  // full, sample or filtered
   j["kernel_families"] = nlohmann::json::array();
   for (const auto& f : kernels::catalog_families())
     j["kernel_families"].push_back({{"family", kernels::name(f.family)},

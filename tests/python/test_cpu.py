@@ -56,8 +56,9 @@ def test_public_entities_have_docstrings():
 def test_info_matches_cli():
     info = cuactor.info()
     for key in ("version", "driver_cuda_version", "runtime_cuda_version", "devices", "kernel_families", "nvrtc",
-                "nvcc", "cache_root", "jit_cache", "nccl", "topology"):
+                "nvcc", "cache_root", "jit_cache", "nccl", "topology", "catalog_scope"):
         assert key in info, key
+    assert info["catalog_scope"] in ("full", "sample", "filtered"), info["catalog_scope"]
     build = os.environ.get("CUACTOR_BUILD_DIR")
     cli = os.path.join(build, "tools", "cuactor") if build else shutil.which("cuactor")
     if not cli or not os.path.exists(cli):
