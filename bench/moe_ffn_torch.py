@@ -18,14 +18,19 @@ top-k), with skewed routing (rows per expert drawn from a Zipf-like distribution
 Both results are compared (relative Frobenius error), then timed with CUDA events, interleaved, after a
 warm-up, each sample after a GPU sleep so that host launch time is not counted; medians.
 TFLOP/s = 2 * rows * (2F*H + H*F) / time; ratio = torch time / cuactor time (> 1: cuactor faster), for
-the interleaved and the stacked form.
+the interleaved and the stacked form. %copy: the bytes any formulation must move (the routed experts'
+weights, x and out) over the time, against a device-to-device copy timed in the same run (bytes read
+plus written): decode rows near 100% are memory-bound, and their ratio cannot exceed 100 / torch's %.
+--timeline adds, per shape, each kernel of the interleaved form and of torch's (from torch.profiler):
+its median duration and the gap before it, so that a change can be placed.
 
-Usage: bench/moe_ffn_torch.py [--out DIR] [--cuactor PATH] [--reps N] [--warmup N]
+Usage: bench/moe_ffn_torch.py [--out DIR] [--cuactor PATH] [--reps N] [--warmup N] [--timeline]
 """
 import argparse
 import json
 import math
 import pathlib
+import statistics
 import sys
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
@@ -104,12 +109,57 @@ def bench(cuactor, torch, shape, args):
     t_ours, t_inter, t_separate, t_torch = times[0], times[1], times[2], times[-1]
     t_fused = times[3] if len(fns) == 4 else float("nan")
     flops = 2.0 * rows * (2 * ffn * hidden + hidden * ffn)
+    element = x.element_size()
+    must_move = int((counts > 0).sum()) * 3 * ffn * hidden * element + 2 * rows * hidden * element
+    timeline = None
+    if args.timeline:
+        timeline = {label: kernel_timeline(torch, fn) for label, fn in (("interleaved", inter), ("torch", theirs))}
     return {"shape": name, "experts": experts, "hidden": hidden, "ffn": ffn, "rows": rows,
+            "must_move_bytes": must_move, "timeline": timeline,
             "empty_experts": int((counts == 0).sum()), "cuactor_ms": t_ours, "inter_ms": t_inter, "torch_ms": t_torch,
             "fused_ms": t_fused, "separate_ms": t_separate, "fused_speedup": t_separate / t_fused,
             "cuactor_tflops": flops / t_ours / 1e9, "inter_tflops": flops / t_inter / 1e9,
             "torch_tflops": flops / t_torch / 1e9, "ratio": t_torch / t_ours, "inter_ratio": t_torch / t_inter,
             "rel_err": float("nan") if any(math.isnan(e) for e in errs) else max(errs)}  # NaN: unwritten rows
+
+
+def copy_bandwidth_gbs(torch, args):
+    """GB/s of a 1 GiB device-to-device copy, bytes read plus written (median, interleaved timing)."""
+    src = torch.empty(1 << 30, device="cuda", dtype=torch.uint8).random_(0, 255)
+    dst = torch.empty_like(src)
+    ms = time_interleaved([lambda: dst.copy_(src)], args.reps, args.warmup, args.sleep_cycles, torch)[0]
+    return 2 * src.numel() / (ms * 1e-3) / 1e9
+
+
+def kernel_timeline(torch, fn, calls=7):
+    """[(kernel name, median µs, median gap µs before it)] of one call of `fn`, from torch.profiler over
+    `calls` calls, each after a GPU sleep (whose kernel separates the calls), the first dropped."""
+    fn()
+    torch.cuda.synchronize()
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        for _ in range(calls):
+            torch.cuda._sleep(3_000_000)
+            fn()
+        torch.cuda.synchronize()
+    kernels = sorted((e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA),
+                     key=lambda e: e.time_range.start)
+    per_call, current = [], []
+    for e in kernels:
+        if "sleep" in e.name or "spin" in e.name:
+            if current:
+                per_call.append(current)
+            current = []
+        else:
+            current.append(e)
+    if current:
+        per_call.append(current)
+    per_call = [c for c in per_call[1:] if len(c) == len(per_call[-1])]
+    timeline = []
+    for i, e in enumerate(per_call[0]):
+        durations = [c[i].time_range.end - c[i].time_range.start for c in per_call]
+        gaps = [c[i].time_range.start - c[i - 1].time_range.end if i else 0.0 for c in per_call]
+        timeline.append((e.name, statistics.median(durations), statistics.median(gaps)))
+    return timeline
 
 
 def main():
@@ -119,6 +169,7 @@ def main():
     parser.add_argument("--reps", type=int, default=20)
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--sleep-cycles", type=int, default=2_000_000)
+    parser.add_argument("--timeline", action="store_true", help="per-kernel durations and gaps (torch.profiler)")
     args = parser.parse_args()
     try:
         import torch
@@ -132,15 +183,20 @@ def main():
         import cuactor
     except ImportError:
         cuactor = import_cuactor(find_build(args.cuactor))
+    copy_gbs = copy_bandwidth_gbs(torch, args)
     lines = [f"device: {torch.cuda.get_device_name(0)}; torch {torch.__version__}; cuactor {cuactor.__version__}; "
-             f"bf16; median of {args.reps} reps; skewed routing",
+             f"bf16; median of {args.reps} reps; skewed routing; device-to-device copy {copy_gbs:.0f} GB/s",
              "ratio = torch time / cuactor time (>1: cuactor faster); TFLOP/s over the rows routed; "
              "sep/fused = interleaved with swiglu='separate' time / with swiglu='epilogue' time",
              f"{'shape':<22} {'E':>4} {'H':>5} {'F':>6} {'rows':>6} {'empty':>5} {'inter TF/s':>10} "
              f"{'torch TF/s':>10} {'inter ms':>9} {'fused ms':>9} {'sep ms':>9} {'stacked ms':>10} {'torch ms':>9} "
-             f"{'inter':>6} {'stacked':>7} {'sep/fused':>9} {'rel err':>8}"]
+             f"{'inter':>6} {'stacked':>7} {'sep/fused':>9} {'rel err':>8} {'%copy inter/torch':>17}"]
     print("\n".join(lines), flush=True)
     results = []
+
+    def copy_pct(r, ms):
+        return f"{100.0 * r['must_move_bytes'] / (ms * 1e-3) / 1e9 / copy_gbs:.0f}"
+
     for shape in SHAPES:
         r = bench(cuactor, torch, shape, args)
         results.append(r)
@@ -148,7 +204,7 @@ def main():
                      f"{r['empty_experts']:>5} {r['inter_tflops']:>10.1f} {r['torch_tflops']:>10.1f} "
                      f"{r['inter_ms']:>9.4f} {r['fused_ms']:>9.4f} {r['separate_ms']:>9.4f} {r['cuactor_ms']:>10.4f} "
                      f"{r['torch_ms']:>9.4f} {r['inter_ratio']:>6.2f} {r['ratio']:>7.2f} {r['fused_speedup']:>9.3f} "
-                     f"{r['rel_err']:>8.1e}")
+                     f"{r['rel_err']:>8.1e} {copy_pct(r, r['inter_ms']) + '/' + copy_pct(r, r['torch_ms']):>17}")
         print(lines[-1], flush=True)
         torch.cuda.empty_cache()
     for key in ("inter_ratio", "ratio"):
@@ -156,6 +212,13 @@ def main():
         lines.append(f"geometric mean ({'interleaved' if key == 'inter_ratio' else 'stacked'}): "
                      f"{math.exp(sum(math.log(x) for x in ratios) / len(ratios)):.3f}")
         print(lines[-1], flush=True)
+    for r in results if args.timeline else []:
+        for label, kernels in r["timeline"].items():
+            span = sum(d + g for _, d, g in kernels)
+            lines.append(f"timeline {r['shape']}, {label}: {span:.1f} us from the first kernel's start to the "
+                         "last one's end")
+            lines += [f"    gap {g:7.1f} us  kernel {d:9.1f} us  {name[:90]}" for name, d, g in kernels]
+        print("\n".join(lines[-(2 + sum(len(k) for k in r["timeline"].values())):]), flush=True)
     if args.out:
         out_dir = pathlib.Path(args.out)
         out_dir.mkdir(parents=True, exist_ok=True)
