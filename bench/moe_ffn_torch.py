@@ -32,6 +32,7 @@ import math
 import pathlib
 import statistics
 import sys
+import warnings
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 from conv_torch import rel_err, time_interleaved  # noqa: E402 (the sibling benchmarks' helpers)
@@ -136,11 +137,13 @@ def kernel_timeline(torch, fn, calls=7):
     `calls` calls, each after a GPU sleep (whose kernel separates the calls), the first dropped."""
     fn()
     torch.cuda.synchronize()
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
-        for _ in range(calls):
-            torch.cuda._sleep(3_000_000)
-            fn()
-        torch.cuda.synchronize()
+    with warnings.catch_warnings():  # "Profiler clears events at the end of each cycle": one cycle here
+        warnings.simplefilter("ignore")
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+            for _ in range(calls):
+                torch.cuda._sleep(3_000_000)
+                fn()
+            torch.cuda.synchronize()
     kernels = sorted((e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA),
                      key=lambda e: e.time_range.start)
     per_call, current = [], []
