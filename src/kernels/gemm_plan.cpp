@@ -249,6 +249,7 @@ Result<GemmPlan> GemmPlan::make(const GemmProblem& problem, GpuArch device_arch,
     // Prefer the most specific architecture the device runs (sm_90a over sm_80), then the cheapest
     // tile configuration for this shape.
     double best_cost = 0;
+    const int small_k = small_m_tile_k(problem, sm_count);
     for (const CatalogEntry* e : catalog_entries(GemmFamily::dense)) {
       if (!sku_computes(e->sku, problem) || !runs_on(e->sku, device_arch) || !heuristic_candidate(e->sku)) continue;
       const double cost = estimated_cost(e->sku, problem, sm_count);
@@ -257,8 +258,8 @@ Result<GemmPlan> GemmPlan::make(const GemmProblem& problem, GpuArch device_arch,
       const bool depth_twin = chosen != nullptr && e->sku.tile.m == 64 && chosen->sku.tile.m == 64 &&
                               chosen->sku.tile.n == e->sku.tile.n && chosen->sku.schedule == e->sku.schedule &&
                               chosen->sku.cluster == e->sku.cluster && chosen->sku.arch == e->sku.arch;
-      const bool deeper_fit = depth_twin && cost == best_cost && chosen->sku.tile.k != e->sku.tile.k &&
-                              e->sku.tile.k == small_m_tile_k(problem, sm_count);
+      const bool deeper_fit =
+          depth_twin && cost == best_cost && chosen->sku.tile.k != e->sku.tile.k && e->sku.tile.k == small_k;
       const bool better =
           chosen == nullptr || e->sku.arch.sm() > chosen->sku.arch.sm() ||
           (e->sku.arch.sm() == chosen->sku.arch.sm() &&

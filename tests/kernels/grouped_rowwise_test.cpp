@@ -31,16 +31,6 @@ using test_support::random_values;
 
 class GroupedRowwiseGpu : public test_support::HopperGpuTest {
  protected:
-  Result<gpu::DeviceBuffer> upload(const std::vector<std::uint8_t>& bytes) {
-    auto buf = gpu::DeviceBuffer::allocate(pool_, std::max<std::size_t>(bytes.size(), 256), stream_.get());
-    if (!buf) return buf;
-    CUACTOR_TRY(gpu::copy_async(buf->data(), bytes.data(), bytes.size(), stream_.get()));
-    return buf;
-  }
-  Result<gpu::DeviceBuffer> alloc(std::size_t bytes) {
-    return gpu::DeviceBuffer::allocate(pool_, std::max<std::size_t>(bytes, 256), stream_.get());
-  }
-
   /// The row-wise kernels of this build that run here.
   std::vector<GemmSku> rowwise_skus() const {
     std::vector<GemmSku> out;
@@ -90,7 +80,6 @@ TEST_F(GroupedRowwiseGpu, EveryRowwiseKernelMatchesFp64OnRaggedRoutings) {
   CUACTOR_ASSERT_OK_AND_ASSIGN(dsb, upload(sb.bytes));
   CUACTOR_ASSERT_OK_AND_ASSIGN(dd, alloc(std::size_t{kCapacity} * kLdd * 2));
   CUACTOR_ASSERT_OK_AND_ASSIGN(offs, alloc(kGroups * sizeof(std::int32_t)));
-  const cudaStream_t s = stream_.get();
 
   for (const GemmSku& sku : skus) {
     SCOPED_TRACE(sku.to_string());
@@ -106,9 +95,7 @@ TEST_F(GroupedRowwiseGpu, EveryRowwiseKernelMatchesFp64OnRaggedRoutings) {
 
     auto check = [&](const std::vector<int>& rows, const std::string& what) {
       SCOPED_TRACE(what);
-      std::vector<std::uint8_t> got(std::size_t{kCapacity} * kLdd * 2);
-      CUACTOR_ASSERT_OK(gpu::copy_async(got.data(), dd.data(), got.size(), s));
-      CUACTOR_ASSERT_OK(stream_.synchronize());
+      CUACTOR_ASSERT_OK_AND_ASSIGN(got, download(dd, std::size_t{kCapacity} * kLdd * 2));
       test_support::RelativeError err;
       long stray = 0;
       int begin = 0;

@@ -45,24 +45,7 @@ double silu(double x) {
   return x / (1.0 + std::exp(-x));
 }
 
-class SwigluGpu : public test_support::HopperGpuTest {
- protected:
-  Result<gpu::DeviceBuffer> alloc(std::size_t bytes) {
-    return gpu::DeviceBuffer::allocate(pool_, std::max<std::size_t>(bytes, 256), stream_.get());
-  }
-  Result<gpu::DeviceBuffer> upload(const std::vector<std::uint8_t>& bytes) {
-    auto buf = alloc(bytes.size());
-    if (!buf) return buf;
-    CUACTOR_TRY(gpu::copy_async(buf->data(), bytes.data(), bytes.size(), stream_.get()));
-    return buf;
-  }
-  Result<std::vector<std::uint8_t>> download(const gpu::DeviceBuffer& buf, std::size_t bytes) {
-    std::vector<std::uint8_t> host(bytes);
-    CUACTOR_TRY(gpu::copy_async(host.data(), buf.data(), bytes, stream_.get()));
-    CUACTOR_TRY(stream_.synchronize());
-    return host;
-  }
-};
+using SwigluGpu = test_support::HopperGpuTest;
 
 GemmSku swiglu_sku(DType t, Shape3 tile, Shape3 cluster, GemmSchedule schedule, const char* tree) {
   GemmSku s;

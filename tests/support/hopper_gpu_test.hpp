@@ -5,6 +5,8 @@
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -39,6 +41,25 @@ class HopperGpuTest : public GpuTest {
     auto pool = gpu::MemPool::device_default(0);
     ASSERT_TRUE(pool.has_value()) << pool.error().to_string();
     pool_ = std::move(*pool);
+  }
+
+  /// `bytes` (at least 256) of device memory from the pool, ordered on stream_.
+  Result<gpu::DeviceBuffer> alloc(std::size_t bytes) {
+    return gpu::DeviceBuffer::allocate(pool_, std::max<std::size_t>(bytes, 256), stream_.get());
+  }
+  /// A buffer holding `bytes` (copy enqueued on stream_).
+  Result<gpu::DeviceBuffer> upload(const std::vector<std::uint8_t>& bytes) {
+    auto buf = alloc(bytes.size());
+    if (!buf) return buf;
+    CUACTOR_TRY(gpu::copy_async(buf->data(), bytes.data(), bytes.size(), stream_.get()));
+    return buf;
+  }
+  /// The first `bytes` of `buf`, after stream_'s work so far.
+  Result<std::vector<std::uint8_t>> download(const gpu::DeviceBuffer& buf, std::size_t bytes) {
+    std::vector<std::uint8_t> host(bytes);
+    CUACTOR_TRY(gpu::copy_async(host.data(), buf.data(), bytes, stream_.get()));
+    CUACTOR_TRY(stream_.synchronize());
+    return host;
   }
 
   /// The life of device-sized groups ([K6]): for routings[0], writes the cumulative end rows to
