@@ -9,6 +9,7 @@
 #include "cuactor/kernels/catalog.hpp"
 #include "cuactor/kernels/grouped_gemm.hpp"
 #include "kernels/grouped_layout.hpp"
+#include "support/packed_groups.hpp"
 #include "support/plan_checks.hpp"
 
 namespace cuactor::kernels {
@@ -26,20 +27,8 @@ GroupedGemmSpec tree_spec(const EpilogueSpec& tree) {
 }
 
 DeviceSizedGroups moe_groups() {
-  DeviceSizedGroups g;
-  g.group_count = 4;
-  g.offsets = static_cast<const std::int32_t*>(fake(0x100));
-  g.capacity_rows = 256;
-  g.n = 128;
-  g.k = 64;
-  g.a = fake(0x1000);
-  g.lda = 64;
-  g.b = fake(0x20000);
-  g.ldb = 64;
-  g.b_group_stride = 128 * 64;
-  g.d = fake_mut();
-  g.ldd = 128;
-  return g;
+  return test_support::packed_groups(4, static_cast<const std::int32_t*>(fake(0x100)), 256, 128, 64, fake(0x1000),
+                                     fake(0x20000), fake_mut(), 128);
 }
 
 TEST(GroupedEpilogue, RejectsDenseOnlyOutputsAndNonHopperDevices) {
