@@ -154,8 +154,14 @@ cuactor_gemm_instance(${dense90} TYPES f16 f16 f16 f16 f32 LAYOUTS row col row T
                       SCHEDULE pingpong EPILOGUE linear_combination)
 # bf16 and fp16, small M on grids of at most half the SMs in 64x128 tiles: the 64-deep pingpong tile
 # (more stages in flight per CTA over a long K; GemmPlan's small_m_tile_k says where).
+# And on such grids the 64x64x64 tile (GemmPlan's heuristic_candidate): twice the CTAs streaming B; its
+# float32-output twin writes the K slices of a split-K plan on the smallest grids.
 foreach(t bf16 f16)
   cuactor_gemm_instance(${dense90} TYPES ${t} ${t} ${t} ${t} f32 LAYOUTS row col row TILE 64 128 64 CLUSTER 1 1 1
+                        SCHEDULE pingpong EPILOGUE linear_combination)
+  cuactor_gemm_instance(${dense90} TYPES ${t} ${t} ${t} ${t} f32 LAYOUTS row col row TILE 64 64 64 CLUSTER 1 1 1
+                        SCHEDULE pingpong EPILOGUE linear_combination)
+  cuactor_gemm_instance(${dense90} TYPES ${t} ${t} f32 f32 f32 LAYOUTS row col row TILE 64 64 64 CLUSTER 1 1 1
                         SCHEDULE pingpong EPILOGUE linear_combination)
 endforeach()
 # bf16 and fp16 pingpong 64x32x64: pointwise convolutions (1x1, unit stride, unpadded fprop) on grids of

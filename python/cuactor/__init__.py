@@ -95,7 +95,7 @@ def _prepare_out(torch: Any, a: Any, shape: tuple[int, ...], out: Any, out_dtype
 def mm(a: Any, b: Any, out: Any = None, out_dtype: Any = None, *, epilogue: str | None = None, c: Any = None,
        row_scale: Any = None, col_scale: Any = None, row_bias: Any = None, col_bias: Any = None, amax: Any = None,
        aux: Any = None, row_sum: Any = None, alpha: float = 1.0, beta: float = 0.0, clamp: tuple[float, float] | None = None,
-       stream: int | None = None, sku: str | None = None) -> Any:
+       stream: int | None = None, sku: str | None = None, split_k: int = 0) -> Any:
     """``out = epilogue(a @ b)`` with a CUTLASS GEMM: (M, K) x (K, N) -> (M, N), or batched
     (B, M, K) x (B, K, N) -> (B, M, N).
 
@@ -118,7 +118,10 @@ def mm(a: Any, b: Any, out: Any = None, out_dtype: Any = None, *, epilogue: str 
     the JIT on first use (about a minute, then cached on disk).
 
     ``sku`` (a dense kernel's SKU text, as ``cuactor kernels`` lists them) runs exactly that catalog kernel
-    instead of the plan's choice: for tuning and benchmarks.
+    instead of the plan's choice: for tuning and benchmarks. ``split_k``: 0 lets the plan split K where a
+    16-bit decode problem's grid of tiles leaves most SMs idle, 1 never splits, 2..16 forces that many K
+    slices (float32 partial products in the workspace, added in order: deterministic); it takes the
+    linear combination of bf16/f16 inputs, row-major A and out, b transposed (a Linear's weight).
 
     Raises:
         InvalidArgumentError: shapes, dtypes, devices, strides or the epilogue token break a rule.
@@ -135,7 +138,7 @@ def mm(a: Any, b: Any, out: Any = None, out_dtype: Any = None, *, epilogue: str 
     out = _prepare_out(torch, a, tuple(int(s) for s in shape), out, out_dtype, getattr(a, "dtype", None))
     lo, hi = clamp if clamp is not None else (-3.4028234663852886e38, 3.4028234663852886e38)
     _core.mm(a, b, out, stream, None, epilogue, c, row_scale, col_scale, row_bias, col_bias, amax, aux, row_sum,
-             float(alpha), float(beta), float(lo), float(hi), sku)
+             float(alpha), float(beta), float(lo), float(hi), sku, int(split_k))
     return out
 
 

@@ -298,7 +298,9 @@ Result<kernels::GemmPlan> plan_dense_gemm(const kernels::GemmProblem& problem, c
                                           kernels::GemmPlanOptions options, const TuningDb* db, GemmJit* jit) {
   if (options.sm_count == 0) options.sm_count = device.sm_count;
   const auto tuned =
-      (db != nullptr && !options.sku_override) ? db->find(device, DenseGemmClass::of(problem)) : std::nullopt;
+      (db != nullptr && !options.sku_override && options.split_k <= 1)  // a forced split is the caller's choice
+          ? db->find(device, DenseGemmClass::of(problem))
+          : std::nullopt;
   const std::function<GemmJit*()> jit_source = [jit] { return jit; };
   if (!tuned) return heuristic_plan(problem, device.arch, options, jit_source);
   kernels::GemmPlanOptions tuned_options = options;

@@ -12,6 +12,7 @@
 #include "cuactor/kernels/catalog.hpp"
 #include "gemm_geometry.hpp"
 #include "kernels/instance_abi.h"
+#include "kernels/split_k.hpp"
 
 namespace cuactor::kernels {
 namespace {
@@ -46,6 +47,12 @@ double estimated_cost(const GemmSku& s, const GemmProblem& p, int sm_count) {
   return static_cast<double>(waves) * s.tile.m * s.tile.n * small_tile_penalty;
 }
 
+/// Whether the grid of 64x128 output tiles fills at most half the SMs: small-M problems whose few
+/// CTAs each stream a long slice of B (memory-bound; see small_m_tile_k).
+bool few_small_m_tiles(const GemmProblem& p, int sm_count) {
+  return 2 * ((p.m + 63) / 64) * ((p.n + 127) / 128) * p.batch <= sm_count;
+}
+
 /// The K depth of 64-row pingpong tiles for the problem. 16-bit: 64 where the grid of 64x128 output
 /// tiles fills at most half the SMs, so that each CTA streams a long K and the shallower tile's extra
 /// pipeline stages keep more loads in flight (H100, `cuactor tune gemm`, ten decode shapes of M 16-128:
@@ -53,15 +60,17 @@ double estimated_cost(const GemmSku& s, const GemmProblem& p, int sm_count) {
 /// (0.97-1.01x either way there). fp8 keeps its 128-deep (128-byte) tile.
 int small_m_tile_k(const GemmProblem& p, int sm_count) {
   if (is_low_precision_float(p.a)) return 128;
-  const auto tiles = ((p.m + 63) / 64) * ((p.n + 127) / 128) * p.batch;
-  return 2 * tiles <= sm_count ? 64 : 128;
+  return few_small_m_tiles(p, sm_count) ? 64 : 128;
 }
 
-/// Kernels the heuristic compares: not stream-K (see estimated_cost), and no tile narrower than 64
-/// columns. Those serve pointwise convolutions (ConvPlan), where they were measured; the cost above
-/// was never fitted to them and would take them for decode shapes (more tiles, less area each).
-bool heuristic_candidate(const GemmSku& s) {
-  return !is_stream_k(s.schedule) && s.tile.n >= 64;
+/// Kernels the heuristic compares: not stream-K (see estimated_cost); 64-column tiles only on grids
+/// of few 64x128 tiles, where twice the CTAs stream B (H100, weights of 117-136 MB read cold, 1-128
+/// rows: 1.00-1.30x the 64x128 tile, 1.13x in the geometric mean of 21 shapes; on a grid of 96 tiles
+/// of 64x128 they lost, 0.81x); no narrower tile. Those serve pointwise convolutions (ConvPlan), where
+/// they were measured; the cost above was never fitted to them.
+bool heuristic_candidate(const GemmSku& s, const GemmProblem& p, int sm_count) {
+  if (is_stream_k(s.schedule) || s.tile.n < 64) return false;
+  return s.tile.n > 64 || few_small_m_tiles(p, sm_count);
 }
 
 std::string describe(const GemmProblem& p) {
@@ -140,6 +149,9 @@ Status check_operand(std::string_view what, const void* ptr, DType t, std::int64
   return ok();
 }
 
+/// The most K slices a split-K plan takes (GemmPlanOptions::split_k).
+constexpr int kMaxSplitK = 16;
+
 Status check_options(const GemmPlanOptions& options) {
   if (options.max_swizzle < 0 || options.max_swizzle > 8 || (options.max_swizzle & (options.max_swizzle - 1)) != 0)
     return fail(errc::invalid_argument,
@@ -151,7 +163,33 @@ Status check_options(const GemmPlanOptions& options) {
   if (options.sm_count < 0)
     return fail(errc::invalid_argument,
                 fmt::format("GemmPlan sm_count={} must be >= 0 (0: 132, the H100/H200 SXM count)", options.sm_count));
+  if (options.split_k < 0 || options.split_k > kMaxSplitK)
+    return fail(errc::invalid_argument,
+                fmt::format("GemmPlan split_k={} must be 0 (the plan decides), 1 (never) or 2..{} slices",
+                            options.split_k, kMaxSplitK));
+  if (options.split_k > 1 && options.sku_override)
+    return fail(errc::invalid_argument,
+                fmt::format("GemmPlan split_k={} with sku_override {}: a split plan runs its own slice kernel",
+                            options.split_k, options.sku_override->to_string()));
   return ok();
+}
+
+/// The slice kernel's arguments for a split run: `splits` batches of an m x n x k/splits GEMM over
+/// consecutive K slices of A (row-major) and B (N x K), writing float32 partial products (packed
+/// m x n, one matrix per slice) with alpha 1 and beta 0; the reduction applies the caller's.
+cuactor_dense_args slice_args(cuactor_dense_args a, int splits, float* partials) {
+  const int depth = a.k / splits;
+  a.k = depth;
+  a.batch = splits;
+  a.batch_stride_a = depth;
+  a.batch_stride_b = depth;
+  a.c = partials;
+  a.d = partials;
+  a.ldc = a.ldd = a.n;
+  a.batch_stride_c = a.batch_stride_d = static_cast<std::int64_t>(a.m) * a.n;
+  a.alpha = 1.0f;
+  a.beta = 0.0f;
+  return a;
 }
 
 /// ABI arguments with packed defaults filled in.
@@ -196,6 +234,47 @@ cuactor_dense_args make_args(const GemmProblem& p, const GemmOperands& o, const 
 
 }  // namespace
 
+namespace detail {
+
+int split_k_for(const GemmProblem& p, int sm_count) noexcept {
+  const std::int64_t tiles = ((p.m + 63) / 64) * ((p.n + 63) / 64) * p.batch;
+  if (tiles == 0 || 2 * tiles > sm_count || p.m > kSplitKMaxRows || p.k < kSplitKMinDepth) return 1;
+  for (int s = 8; s >= 2; --s)
+    if (s * tiles <= sm_count && p.k % (s * kSplitKTileDepth) == 0 && p.k / s >= 512) return s;
+  return 1;
+}
+
+std::string split_k_rule(const GemmProblem& p, GpuArch arch, int splits) {
+  if (arch != GpuArch{9, 0, true})
+    return fmt::format("split-K kernels are sm_90a kernels; the device is {}", arch.name());
+  if (p.a != p.b || (p.a != DType::bf16 && p.a != DType::f16))
+    return fmt::format("split-K takes bf16 or f16 A and B, not A={} B={}", name(p.a), name(p.b));
+  if (p.c != p.d || (p.d != DType::bf16 && p.d != DType::f16 && p.d != DType::f32))
+    return fmt::format("split-K writes C and D of one type (bf16, f16 or f32), not C={} D={}", name(p.c), name(p.d));
+  if (p.epilogue != GemmEpilogue::linear_combination)
+    return fmt::format("split-K applies the linear combination only, not the epilogue '{}'", name(p.epilogue));
+  if (p.batch != 1) return fmt::format("split-K takes one GEMM, not batch={}", p.batch);
+  if (p.layout_a != MatrixLayout::row || p.layout_b != MatrixLayout::col || p.layout_c != MatrixLayout::row)
+    return fmt::format("split-K takes layouts row,col,row (A row-major, B as N x K, D row-major), not {},{},{}",
+                       name(p.layout_a), name(p.layout_b), name(p.layout_c));
+  if (p.k % (static_cast<std::int64_t>(splits) * kSplitKTileDepth) != 0)
+    return fmt::format("split-K into {} slices needs k={} to be a multiple of {} (slices of whole {}-deep tiles)",
+                       splits, p.k, splits * kSplitKTileDepth, kSplitKTileDepth);
+  return {};
+}
+
+GemmSku split_k_slice_sku(const GemmProblem& p) {
+  GemmSku s = dense_sku_for(p);
+  s.c = s.d = DType::f32;
+  s.arch = GpuArch{9, 0, true};
+  s.schedule = GemmSchedule::pingpong;
+  s.tile = {64, 64, kSplitKTileDepth};
+  s.cluster = {1, 1, 1};
+  return s;
+}
+
+}  // namespace detail
+
 GemmSku dense_sku_for(const GemmProblem& p) {
   GemmSku s;
   s.a = p.a;
@@ -226,6 +305,9 @@ Result<GemmPlan> GemmPlan::make(const GemmProblem& problem, GpuArch device_arch,
   CUACTOR_TRY(check_arch(problem, device_arch));
   // Options are checked before the catalog is searched so that a build without kernels rejects them too.
   CUACTOR_TRY(check_options(options));
+  if (options.split_k > 1)
+    if (const std::string broken = detail::split_k_rule(problem, device_arch, options.split_k); !broken.empty())
+      return fail(errc::unsupported, fmt::format("GemmPlan split_k={}: {}", options.split_k, broken));
   const int sm_count = sm_count_of(options);
   const CatalogEntry* chosen = nullptr;
   if (options.sku_override) {
@@ -251,7 +333,9 @@ Result<GemmPlan> GemmPlan::make(const GemmProblem& problem, GpuArch device_arch,
     double best_cost = 0;
     const int small_k = small_m_tile_k(problem, sm_count);
     for (const CatalogEntry* e : catalog_entries(GemmFamily::dense)) {
-      if (!sku_computes(e->sku, problem) || !runs_on(e->sku, device_arch) || !heuristic_candidate(e->sku)) continue;
+      if (!sku_computes(e->sku, problem) || !runs_on(e->sku, device_arch) ||
+          !heuristic_candidate(e->sku, problem, sm_count))
+        continue;
       const double cost = estimated_cost(e->sku, problem, sm_count);
       // Two 64-row kernels that differ only in K depth cost the same; the shape's depth (small_m_tile_k)
       // decides between them.
@@ -276,8 +360,25 @@ Result<GemmPlan> GemmPlan::make(const GemmProblem& problem, GpuArch device_arch,
                               "selects the compiled families; the JIT can instantiate others)",
                               describe(problem), device_arch.name()));
   }
-  return finish(problem, device_arch, chosen->sku, *chosen->instance, nullptr,
-                options.sku_override ? PlanSource::overridden : PlanSource::heuristic, options);
+  if (options.sku_override || options.split_k == 1)
+    return finish(problem, device_arch, chosen->sku, *chosen->instance, nullptr,
+                  options.sku_override ? PlanSource::overridden : PlanSource::heuristic, options);
+  // Split-K where asked, or where the shape calls for it and the problem and the catalog allow it.
+  const bool forced = options.split_k > 1;
+  const int splits = forced ? options.split_k : detail::split_k_for(problem, sm_count);
+  if (splits > 1) {
+    const std::string broken = detail::split_k_rule(problem, device_arch, splits);
+    const GemmSku slice = detail::split_k_slice_sku(problem);
+    const CatalogEntry* slice_entry = broken.empty() ? find_in_catalog(slice) : nullptr;
+    if (slice_entry != nullptr)
+      return finish(problem, device_arch, slice_entry->sku, *slice_entry->instance, nullptr, PlanSource::heuristic,
+                    options, splits);
+    if (forced)  // its rules were checked above
+      return fail(errc::unsupported,
+                  fmt::format("GemmPlan split_k={}: its slice kernel {} is not compiled into this build's catalog",
+                              splits, slice.to_string()));
+  }
+  return finish(problem, device_arch, chosen->sku, *chosen->instance, nullptr, PlanSource::heuristic, options);
 }
 
 Result<GemmSku> GemmPlan::sku_for(const GemmProblem& problem, GpuArch device_arch, const GemmPlanOptions& options) {
@@ -304,11 +405,13 @@ Result<GemmSku> GemmPlan::sku_for(const GemmProblem& problem, GpuArch device_arc
   // The catalog's configurations per input width: large cooperative tiles with a 2-CTA cluster, and
   // 64-row pingpong tiles for small M.
   const int small_k = small_m_tile_k(problem, sm_count_of(options));
-  const std::vector<Config> configs =
+  std::vector<Config> configs =
       fp8 ? std::vector<Config>{{GemmSchedule::cooperative_fp8_fast_accum, {256, 128, 128}, {1, 2, 1}},
                                 {GemmSchedule::pingpong_fp8_fast_accum, {64, 128, small_k}, {1, 1, 1}}}
           : std::vector<Config>{{GemmSchedule::cooperative, {128, 256, 64}, {2, 1, 1}},
                                 {GemmSchedule::pingpong, {64, 128, small_k}, {1, 1, 1}}};
+  if (!fp8 && few_small_m_tiles(problem, sm_count_of(options)))
+    configs.push_back({GemmSchedule::pingpong, {64, 64, small_k}, {1, 1, 1}});
   if (device_arch.sm() < 90 || !device_arch.arch_specific) {
     if (fp8) return fail(errc::unsupported, fmt::format("no sm_80 configuration computes {} inputs", name(problem.a)));
     base.arch = GpuArch{8, 0, false};
@@ -341,6 +444,11 @@ Result<GemmPlan> GemmPlan::with_instance(const GemmProblem& problem, GpuArch dev
   CUACTOR_TRY(check_problem(problem));
   CUACTOR_TRY(check_arch(problem, device_arch));
   CUACTOR_TRY(check_options(options));
+  if (options.split_k > 1)
+    return fail(
+        errc::invalid_argument,
+        fmt::format("GemmPlan split_k={}: a plan for a given kernel ({}) runs it unsplit; GemmPlan::make splits",
+                    options.split_k, sku.to_string()));
   if (!sku_computes(sku, problem))
     return fail(errc::invalid_argument,
                 fmt::format("GEMM kernel {} does not compute the problem ({})", sku.to_string(), describe(problem)));
@@ -352,12 +460,22 @@ Result<GemmPlan> GemmPlan::with_instance(const GemmProblem& problem, GpuArch dev
 
 GemmPlan GemmPlan::finish(const GemmProblem& problem, GpuArch arch, const GemmSku& sku,
                           const cuactor_gemm_instance& instance, std::shared_ptr<const void> owner, PlanSource source,
-                          const GemmPlanOptions& options) {
+                          const GemmPlanOptions& options, int split_k) {
   GemmPlanOptions resolved = options;
   resolved.sm_count = sm_count_of(options);
+  resolved.split_k = split_k;
   const auto args = make_args(problem, GemmOperands{}, resolved);
-  const std::size_t workspace = instance.workspace_size(&args);
-  return GemmPlan(problem, arch, sku, &instance, std::move(owner), source, resolved, workspace);
+  if (split_k <= 1) {
+    const std::size_t workspace = instance.workspace_size(&args);
+    return GemmPlan(problem, arch, sku, &instance, std::move(owner), source, resolved, workspace, 1, 0);
+  }
+  // Workspace: the slice kernel's own, then the float32 partial products of every slice.
+  const auto slices = slice_args(args, split_k, nullptr);
+  const std::size_t partials_offset = detail::align_up(instance.workspace_size(&slices), 256);
+  const std::size_t partials = static_cast<std::size_t>(split_k) * static_cast<std::size_t>(problem.m) *
+                               static_cast<std::size_t>(problem.n) * sizeof(float);
+  return GemmPlan(problem, arch, sku, &instance, std::move(owner), source, resolved, partials_offset + partials,
+                  split_k, partials_offset);
 }
 
 std::string_view name(PlanSource s) noexcept {
@@ -515,14 +633,32 @@ Status GemmPlan::run(const GemmOperands& operands, void* workspace, std::size_t 
     return fail(errc::workspace_too_small,
                 fmt::format("GEMM {}: workspace of {} bytes at {} is smaller than the {} bytes the plan needs",
                             sku().to_string(), workspace_bytes, fmt::ptr(workspace), workspace_size_));
-  const auto args = make_args(problem_, operands, options_);
+  if (split_k_ > 1 && !detail::aligned16(workspace))
+    return fail(errc::invalid_argument,
+                fmt::format("GEMM split-K: workspace at {} is not 16-byte aligned (its partial products are TMA "
+                            "stores)",
+                            fmt::ptr(workspace)));
+  auto args = make_args(problem_, operands, options_);
+  if (split_k_ > 1)
+    args = slice_args(args, split_k_, reinterpret_cast<float*>(static_cast<std::byte*>(workspace) + partials_offset_));
   const cuactor_gemm_instance& inst = *instance_;
   if (const int s = inst.can_implement(&args); s != CUACTOR_KERNEL_OK)
     return fail(errc::invalid_argument,
                 fmt::format("GEMM {}: the kernel rejects m={} n={} k={} lda={} ldb={} ldc={} ldd={} (status {})",
                             sku().to_string(), args.m, args.n, args.k, args.lda, args.ldb, args.ldc, args.ldd, s));
-  switch (inst.run(&args, workspace, workspace_bytes, stream)) {
+  // A split plan's kernel owns the workspace before the partial products.
+  switch (inst.run(&args, workspace, split_k_ > 1 ? partials_offset_ : workspace_bytes, stream)) {
     case CUACTOR_KERNEL_OK:
+      if (split_k_ > 1) {
+        const auto& p = problem_;
+        const auto* partials =
+            reinterpret_cast<const float*>(static_cast<const std::byte*>(workspace) + partials_offset_);
+        return gpu::check(detail::launch_split_k_reduce(
+                              p.d, partials, split_k_, p.m, p.n, operands.alpha, operands.beta, operands.c,
+                              ld_or_packed(p.m, p.n, p.layout_c, operands.ldc), operands.d,
+                              ld_or_packed(p.m, p.n, p.layout_c, operands.ldd), 4 * options_.sm_count, stream),
+                          "GEMM split-K reduction");
+      }
       return ok();
     case CUACTOR_KERNEL_WORKSPACE_TOO_SMALL:
       return fail(errc::workspace_too_small,
@@ -538,17 +674,24 @@ Status GemmPlan::run(const GemmOperands& operands, void* workspace, std::size_t 
 
 std::size_t GemmPlanCache::KeyHash::operator()(const Key& k) const noexcept {
   std::size_t h = hash_value(k.problem);
-  for (std::size_t v : {static_cast<std::size_t>(k.arch.sm()), static_cast<std::size_t>(k.arch.arch_specific),
-                        static_cast<std::size_t>(k.sm_count), static_cast<std::size_t>(k.device),
-                        static_cast<std::size_t>(k.max_swizzle * 3 + k.raster_order),
-                        k.sku_override ? hash_value(*k.sku_override) : std::size_t{0}})
+  for (std::size_t v :
+       {static_cast<std::size_t>(k.arch.sm()), static_cast<std::size_t>(k.arch.arch_specific),
+        static_cast<std::size_t>(k.sm_count), static_cast<std::size_t>(k.device),
+        static_cast<std::size_t>(k.max_swizzle * 3 + k.raster_order), static_cast<std::size_t>(k.split_k),
+        k.sku_override ? hash_value(*k.sku_override) : std::size_t{0}})
     boost::hash_combine(h, v);
   return h;
 }
 
 Result<GemmPlan> GemmPlanCache::get(const GemmProblem& problem, GpuArch arch, const GemmPlanOptions& options) {
-  const Key key{
-      problem, arch, options.sm_count, options.device, options.max_swizzle, options.raster_order, options.sku_override};
+  const Key key{problem,
+                arch,
+                options.sm_count,
+                options.device,
+                options.max_swizzle,
+                options.raster_order,
+                options.split_k,
+                options.sku_override};
   return cache_.get_or_create(
       key, [&] { return planner_ ? planner_(problem, arch, options) : GemmPlan::make(problem, arch, options); });
 }

@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -20,6 +21,7 @@
 #include "cuactor/gpu/stream.hpp"
 #include "cuactor/kernels/catalog.hpp"
 #include "cuactor/kernels/gemm_plan.hpp"
+#include "kernels/split_k.hpp"
 #include "support/gpu_test.hpp"
 #include "support/host_elements.hpp"
 
@@ -113,10 +115,12 @@ class DenseGemmTest : public test_support::GpuTest {
     bool scales = false;
   };
 
-  /// Runs one case with `sku` and compares against the fp64 reference.
-  void check_case(const GemmSku& sku, const Case& cs, std::mt19937_64& rng) {
-    SCOPED_TRACE(::testing::Message() << sku.to_string() << " m=" << cs.m << " n=" << cs.n << " k=" << cs.k << " batch="
-                                      << cs.batch << " pad=" << cs.pad << " alpha=" << cs.alpha << " beta=" << cs.beta);
+  /// Runs one case with `sku` and compares against the fp64 reference. With `split_k` > 0 the plan
+  /// is made for sku's types and layouts with that GemmPlanOptions::split_k instead of the override.
+  void check_case(const GemmSku& sku, const Case& cs, std::mt19937_64& rng, int split_k = 0) {
+    SCOPED_TRACE(::testing::Message() << sku.to_string() << " m=" << cs.m << " n=" << cs.n << " k=" << cs.k
+                                      << " batch=" << cs.batch << " pad=" << cs.pad << " alpha=" << cs.alpha
+                                      << " beta=" << cs.beta << " split_k=" << split_k);
     GemmProblem p;
     p.m = cs.m;
     p.n = cs.n;
@@ -131,10 +135,16 @@ class DenseGemmTest : public test_support::GpuTest {
     p.layout_c = sku.layout_c;
     p.epilogue = sku.epilogue;
     GemmPlanOptions opts;
-    opts.sku_override = sku;
+    if (split_k > 0)
+      opts.split_k = split_k;
+    else
+      opts.sku_override = sku;
     opts.sm_count = props_.multiprocessors;
     CUACTOR_ASSERT_OK_AND_ASSIGN(plan, GemmPlan::make(p, props_.arch, opts));
-    ASSERT_EQ(plan.sku(), sku);
+    if (split_k > 0)
+      ASSERT_EQ(plan.split_k(), split_k);
+    else
+      ASSERT_EQ(plan.sku(), sku);
 
     const bool fp8 = sku.a == DType::e4m3;
     const double range = fp8 ? 4.0 : 1.0;
@@ -259,6 +269,104 @@ TEST_F(DenseGemmTest, RepeatedRunsWithFreshDataStayCorrect) {
     check_case(plan->sku(), {p.m, p.n, p.k, 1, 0, 1.0f, 0.0f, false}, rng);
     if (HasFatalFailure()) return;
   }
+}
+
+/// The bf16 / f16 (or f32-output) decode SKU a split-K plan is made for, or nullopt with the reason
+/// to skip: split-K needs sm_90a and the slice kernel in the catalog.
+std::optional<GemmSku> split_k_template(const gpu::DeviceProperties& props, DType in, DType out, std::string& why) {
+  GemmSku s;
+  s.a = s.b = in;
+  s.c = s.d = out;
+  GemmProblem p;
+  p.a = p.b = in;
+  p.c = p.d = out;
+  if (props.arch != GpuArch{9, 0, true}) {
+    why = "split-K runs on sm_90a; device is " + props.arch.name();
+    return std::nullopt;
+  }
+  if (find_in_catalog(detail::split_k_slice_sku(p)) == nullptr) {
+    why = "no split-K slice kernel in this build: " + detail::split_k_slice_sku(p).to_string();
+    return std::nullopt;
+  }
+  return s;
+}
+
+TEST_F(DenseGemmTest, SplitKMatchesFp64Reference) {
+  std::mt19937_64 rng(20261128);
+  for (const auto& [in, out] :
+       {std::pair{DType::bf16, DType::bf16}, {DType::f16, DType::f16}, {DType::bf16, DType::f32}}) {
+    std::string why;
+    const auto sku = split_k_template(props_, in, out, why);
+    if (!sku) GTEST_SKIP() << why;
+    // Slices of whole 64-deep tiles; tails in M and N, padding, alpha and beta with C.
+    for (const auto& [cs, splits] : {std::pair{Case{16, 2048, 1024}, 4},
+                                     {Case{1, 136, 512}, 2},
+                                     {Case{100, 520, 768, 1, 1, 0.5f, -0.75f}, 3},
+                                     {Case{64, 264, 4096, 1, 0, 1.5f, 1.0f}, 8},
+                                     {Case{7, 8, 128}, 2},
+                                     {Case{200, 72, 1024, 1, 2}, 16}}) {
+      check_case(*sku, cs, rng, splits);
+      if (HasFatalFailure()) return;
+    }
+  }
+}
+
+TEST_F(DenseGemmTest, SplitKIsDeterministicCapturableAndChosenForDecode) {
+  std::string why;
+  const auto sku = split_k_template(props_, DType::bf16, DType::bf16, why);
+  if (!sku) GTEST_SKIP() << why;
+  GemmProblem p;
+  p.m = 16;
+  p.n = 2048;
+  p.k = 8192;
+  GemmPlanOptions opts;
+  opts.sm_count = props_.multiprocessors;
+  CUACTOR_ASSERT_OK_AND_ASSIGN(plan, GemmPlan::make(p, props_.arch, opts));
+  EXPECT_GT(plan.split_k(), 1) << "a 16x2048x8192 decode GEMM on " << opts.sm_count
+                               << " SMs: " << plan.sku().to_string();
+  std::mt19937_64 rng(3);
+  HostMatrix a = random_matrix(p.a, p.m, p.k, MatrixLayout::row, 0, 1, rng, 1.0);
+  HostMatrix b = random_matrix(p.b, p.k, p.n, MatrixLayout::col, 0, 1, rng, 1.0);
+  CUACTOR_ASSERT_OK_AND_ASSIGN(da, upload(a.bytes));
+  CUACTOR_ASSERT_OK_AND_ASSIGN(db, upload(b.bytes));
+  const std::size_t d_bytes = static_cast<std::size_t>(p.m * p.n) * 2;
+  std::vector<std::uint8_t> poison(d_bytes, 0xff);
+  CUACTOR_ASSERT_OK_AND_ASSIGN(d1, upload(poison));
+  CUACTOR_ASSERT_OK_AND_ASSIGN(d2, upload(poison));
+  CUACTOR_ASSERT_OK_AND_ASSIGN(workspace, gpu::DeviceBuffer::allocate(pool_, plan.workspace_size(), stream_.get()));
+  GemmOperands o;
+  o.a = da.data();
+  o.b = db.data();
+  o.d = d1.data();
+  CUACTOR_ASSERT_OK(plan.run(o, workspace.data(), workspace.size(), stream_.get()));
+  // The same plan captured into a CUDA graph and replayed twice writes the same bits.
+  o.d = d2.data();
+  CUACTOR_ASSERT_OK(stream_.synchronize());
+  cudaGraph_t graph = nullptr;
+  CUACTOR_ASSERT_OK(gpu::check(cudaStreamBeginCapture(stream_.get(), cudaStreamCaptureModeThreadLocal), "capture"));
+  const Status captured = plan.run(o, workspace.data(), workspace.size(), stream_.get());
+  CUACTOR_ASSERT_OK(gpu::check(cudaStreamEndCapture(stream_.get(), &graph), "end capture"));
+  CUACTOR_ASSERT_OK(captured);
+  cudaGraphExec_t exec = nullptr;
+  CUACTOR_ASSERT_OK(gpu::check(cudaGraphInstantiate(&exec, graph, 0), "instantiate"));
+  for (int i = 0; i < 2; ++i) CUACTOR_ASSERT_OK(gpu::check(cudaGraphLaunch(exec, stream_.get()), "replay"));
+  std::vector<std::uint8_t> first(d_bytes), replayed(d_bytes);
+  CUACTOR_ASSERT_OK(gpu::copy_async(first.data(), d1.data(), d_bytes, stream_.get()));
+  CUACTOR_ASSERT_OK(gpu::copy_async(replayed.data(), d2.data(), d_bytes, stream_.get()));
+  CUACTOR_ASSERT_OK(stream_.synchronize());
+  CUACTOR_ASSERT_OK(gpu::check(cudaGraphExecDestroy(exec), "destroy exec"));
+  CUACTOR_ASSERT_OK(gpu::check(cudaGraphDestroy(graph), "destroy graph"));
+  EXPECT_EQ(first, replayed) << "split-K results differ between runs";
+  std::vector<double> ref(static_cast<std::size_t>(p.m * p.n));
+  HostMatrix d = random_matrix(p.d, p.m, p.n, MatrixLayout::row, 0, 1, rng, 1.0);
+  for (std::int64_t i = 0; i < p.m; ++i)
+    for (std::int64_t j = 0; j < p.n; ++j) {
+      double acc = 0;
+      for (std::int64_t kk = 0; kk < p.k; ++kk) acc += a.at(0, i, kk) * b.at(0, kk, j);
+      ref[d.index(0, i, j)] = acc;
+    }
+  const double err = relative_error(d, first, ref);
+  EXPECT_LT(err, 8e-3);
 }
 
 TEST_F(DenseGemmTest, HeuristicChoosesArchSpecificKernelOnHopper) {

@@ -9,6 +9,7 @@
 #include "cuactor/kernels/catalog.hpp"
 #include "cuactor/kernels/cublas_gemm.hpp"
 #include "cuactor/kernels/gemm_plan.hpp"
+#include "kernels/split_k.hpp"
 #include "support/gpu_test.hpp"
 #include "support/plan_checks.hpp"
 
@@ -126,16 +127,19 @@ TEST(DensePlan, HeuristicPicksTileByShapeAndArch) {
   EXPECT_EQ(big.source(), PlanSource::heuristic);
   // Decode-like shapes: the small pingpong tile (measured on an H100 ahead of stream-K and of the large
   // cooperative tile: 40.7 / 32.1 / 26.6 TFLOP/s at 16x8192x8192, 46.4 vs 40.2 at 16x28672x8192).
-  // 64-deep tiles where the grid of 64x128 tiles fills at most half the SMs (small_m_tile_k).
-  for (const auto& [m, n, k, depth] : {std::tuple{16, 4096, 4096, 64},
-                                       {16, 8192, 8192, 64},
-                                       {16, 28672, 8192, 128},
-                                       {128, 4096, 14336, 64},
-                                       {128, 8192, 8192, 128}}) {
+  // Where the grid of 64x128 tiles fills at most half the SMs, 64x64x64 tiles (heuristic_candidate,
+  // small_m_tile_k); else 64x128x128.
+  for (const auto& [m, n, k, width, depth] : {std::tuple{16, 4096, 4096, 64, 64},
+                                              {16, 8192, 8192, 64, 64},
+                                              {16, 28672, 8192, 128, 128},
+                                              {128, 4096, 14336, 64, 64},
+                                              {128, 8192, 8192, 128, 128},
+                                              {1, 12288, 4096, 128, 128}}) {
     CUACTOR_ASSERT_OK_AND_ASSIGN(decode, GemmPlan::make(bf16_problem(m, n, k), kHopper));
     EXPECT_EQ(decode.sku().schedule, GemmSchedule::pingpong)
         << m << "x" << n << "x" << k << ": " << decode.sku().to_string();
-    EXPECT_EQ(decode.sku().tile.k, depth) << m << "x" << n << "x" << k << ": " << decode.sku().to_string();
+    EXPECT_EQ(decode.sku().tile, (Shape3{64, width, depth}))
+        << m << "x" << n << "x" << k << ": " << decode.sku().to_string();
   }
   if (in_catalog(large, kAmpere)) {
     CUACTOR_ASSERT_OK_AND_ASSIGN(ampere, GemmPlan::make(large, kAmpere));
@@ -144,31 +148,32 @@ TEST(DensePlan, HeuristicPicksTileByShapeAndArch) {
   EXPECT_DOUBLE_EQ(big.flops(), 2.0 * 4096.0 * 4096.0 * 4096.0);
 }
 
-// The configuration the JIT would build (sku_for) takes the same K depth as the catalog's choice: 64
-// for 16-bit small-M problems on grids of at most half the SMs in 64x128 tiles, else 128; fp8 128.
-TEST(DensePlan, SmallMTileDepthFollowsTheGridSize) {
+// The configuration the JIT would build (sku_for) takes the same tile as the catalog's choice: 64x64x64
+// for 16-bit small-M problems on grids of at most half the SMs in 64x128 tiles, else 64x128x128; fp8
+// 64x128x128.
+TEST(DensePlan, SmallMTileFollowsTheGridSize) {
   GemmPlanOptions h100;
   h100.sm_count = 132;
   struct Case {
     GemmProblem problem;
-    int depth;
+    Shape3 tile;
   };
   GemmProblem fp8_decode = fp8_problem();
   fp8_decode.m = 16;
   fp8_decode.n = 4096;
-  for (const Case& c : {Case{bf16_problem(16, 4096, 14336), 64},   // 32 tiles
-                        Case{bf16_problem(128, 4096, 8192), 64},   // 64 tiles
-                        Case{bf16_problem(80, 6144, 12288), 128},  // 96 tiles
-                        Case{bf16_problem(64, 4096, 4096), 64}, Case{fp8_decode, 128}}) {
+  for (const Case& c : {Case{bf16_problem(16, 4096, 14336), {64, 64, 64}},    // 32 tiles of 64x128
+                        Case{bf16_problem(128, 4096, 8192), {64, 64, 64}},    // 64 tiles
+                        Case{bf16_problem(80, 6144, 12288), {64, 128, 128}},  // 96 tiles
+                        Case{bf16_problem(64, 4096, 4096), {64, 64, 64}}, Case{fp8_decode, {64, 128, 128}}}) {
     CUACTOR_ASSERT_OK_AND_ASSIGN(sku, GemmPlan::sku_for(c.problem, kHopper, h100));
     EXPECT_EQ(sku.schedule,
               is_low_precision_float(c.problem.a) ? GemmSchedule::pingpong_fp8_fast_accum : GemmSchedule::pingpong);
-    EXPECT_EQ(sku.tile, (Shape3{64, 128, c.depth})) << c.problem.m << "x" << c.problem.n << ": " << sku.to_string();
+    EXPECT_EQ(sku.tile, c.tile) << c.problem.m << "x" << c.problem.n << ": " << sku.to_string();
   }
   GemmPlanOptions small_gpu;
   small_gpu.sm_count = 48;  // 32 tiles fill more than half of 48 SMs
   CUACTOR_ASSERT_OK_AND_ASSIGN(sku, GemmPlan::sku_for(bf16_problem(16, 4096, 14336), kHopper, small_gpu));
-  EXPECT_EQ(sku.tile.k, 128);
+  EXPECT_EQ(sku.tile, (Shape3{64, 128, 128}));
 }
 
 class DensePlanOperands : public ::testing::Test {
@@ -292,11 +297,102 @@ TEST(DensePlan, CacheReusesPlansAndKeysEveryChoice) {
   o.max_swizzle = 4;
   CUACTOR_ASSERT_OK(cache.get(bf16_problem(64, 64, 64), kHopper, o));  // another key
   EXPECT_EQ(cache.size(), 2u);
+  GemmPlanOptions never_split;
+  never_split.split_k = 1;
+  CUACTOR_ASSERT_OK(cache.get(bf16_problem(64, 64, 64), kHopper, never_split));  // another key
+  EXPECT_EQ(cache.misses(), 3u);
   CUACTOR_ASSERT_OK(cache.get(bf16_problem(128, 64, 64), kHopper));  // evicts the least recent
   EXPECT_EQ(cache.size(), 2u);
-  EXPECT_EQ(cache.misses(), 3u);
+  EXPECT_EQ(cache.misses(), 4u);
   EXPECT_FALSE(cache.get(bf16_problem(-1, 64, 64), kHopper).has_value());  // failures are not cached
   EXPECT_EQ(cache.size(), 2u);
+}
+
+// Split-K ([K9]): which decode shapes the plan splits, into how many slices, and the rules a forced
+// split must meet. Shape only here; the slices' results are checked on a GPU (dense_gemm_test.cpp).
+TEST(DensePlan, SplitKSlicesFollowTheGridOf64x64Tiles) {
+  for (const auto& [m, n, k, slices] : {std::tuple{16, 2048, 8192, 4},  // 32 tiles: 4 x 32 fill 128 of 132 SMs
+                                        {8, 1024, 8192, 8},             // 16 tiles, 1024-deep slices
+                                        {16, 4096, 14336, 2},           // 64 tiles
+                                        {1, 1536, 12288, 4},            // 24 tiles: 5 slices are not whole tiles
+                                        {32, 512, 4096, 8},             // 8 tiles, 512-deep slices
+                                        {33, 1024, 8192, 1},            // more than 32 rows
+                                        {16, 2048, 3072, 1},            // K under 4096
+                                        {16, 8192, 8192, 1},            // 128 tiles fill the SMs
+                                        {1, 12288, 4096, 1},            // 192 tiles
+                                        {16, 2048, 4100, 1},            // K no multiple of 2 x 64
+                                        {0, 2048, 8192, 1}}) {
+    EXPECT_EQ(detail::split_k_for(bf16_problem(m, n, k), 132), slices) << m << "x" << n << "x" << k;
+  }
+  EXPECT_EQ(detail::split_k_for(bf16_problem(16, 2048, 8192), 48), 1);  // 32 tiles fill more than half of 48 SMs
+}
+
+TEST(DensePlan, SplitKRulesNameTheValue) {
+  EXPECT_EQ(detail::split_k_rule(bf16_problem(16, 2048, 8192), kHopper, 4), "");
+  struct Case {
+    GemmProblem p;
+    GpuArch arch;
+    int slices;
+    std::string rule;
+  };
+  GemmProblem fp8 = fp8_problem(), f32_out = bf16_problem(16, 2048, 8192), tree = f32_out, batched = f32_out,
+              b_row = f32_out, mixed = f32_out;
+  f32_out.c = f32_out.d = DType::f32;
+  EXPECT_EQ(detail::split_k_rule(f32_out, kHopper, 4), "");
+  tree.epilogue = EpilogueSpec::parse("relu(acc)").value();
+  batched.batch = 2;
+  b_row.layout_b = MatrixLayout::row;
+  mixed.d = DType::f32;
+  for (const Case& c :
+       {Case{bf16_problem(16, 2048, 8192), kAmpere, 2, "sm_90a kernels; the device is sm_80"},
+        Case{fp8, kHopper, 2, "bf16 or f16 A and B, not A=e4m3"}, Case{mixed, kHopper, 2, "C and D of one type"},
+        Case{tree, kHopper, 2, "not the epilogue 'relu(acc)'"}, Case{batched, kHopper, 2, "batch=2"},
+        Case{b_row, kHopper, 2, "not row,row,row"},
+        Case{bf16_problem(16, 2048, 1000), kHopper, 2, "k=1000 to be a multiple of 128"}}) {
+    const std::string rule = detail::split_k_rule(c.p, c.arch, c.slices);
+    EXPECT_NE(rule.find(c.rule), std::string::npos) << rule;
+  }
+}
+
+TEST(DensePlan, SplitKOptionsAreCheckedAndForcedSplitsObeyTheRules) {
+  GemmPlanOptions o;
+  for (int bad : {-1, 17}) {
+    o.split_k = bad;
+    expect_error(GemmPlan::make(bf16_problem(16, 2048, 8192), kHopper, o), errc::invalid_argument,
+                 "split_k=" + std::to_string(bad) + " must be 0");
+  }
+  o.split_k = 2;
+  expect_error(GemmPlan::make(fp8_problem(), kHopper, o), errc::unsupported, "split_k=2: split-K takes bf16 or f16");
+  expect_error(GemmPlan::make(bf16_problem(16, 2048, 1000), kHopper, o), errc::unsupported, "k=1000");
+  GemmPlanOptions with_override = o;
+  with_override.sku_override = detail::split_k_slice_sku(bf16_problem(16, 2048, 8192));
+  expect_error(GemmPlan::make(bf16_problem(16, 2048, 8192), kHopper, with_override), errc::invalid_argument,
+               "a split plan runs its own slice kernel");
+  if (!in_catalog(bf16_problem(16, 2048, 8192), kHopper)) return;
+  for (const CatalogEntry* e : catalog_entries(GemmFamily::dense))
+    if (e->sku.a == DType::bf16 && e->sku.d == DType::bf16 && e->sku.layout_b == MatrixLayout::col &&
+        e->sku.epilogue.is_preset() && runs_on(e->sku, kHopper)) {
+      expect_error(GemmPlan::with_instance(bf16_problem(16, 2048, 8192), kHopper, e->sku, *e->instance, nullptr,
+                                           PlanSource::tuned, o),
+                   errc::invalid_argument, "runs it unsplit");
+      break;
+    }
+  const GemmSku slice = detail::split_k_slice_sku(bf16_problem(16, 2048, 8192));
+  auto forced = GemmPlan::make(bf16_problem(16, 2048, 8192), kHopper, o);
+  if (find_in_catalog(slice) == nullptr) {
+    expect_error(forced, errc::unsupported, "is not compiled into this build's catalog");
+    return;
+  }
+  ASSERT_TRUE(forced.has_value()) << forced.error().to_string();
+  EXPECT_EQ(forced->split_k(), 2);
+  EXPECT_EQ(forced->sku(), slice);
+  EXPECT_GE(forced->workspace_size(), 2u * 16u * 2048u * sizeof(float));
+  o.split_k = 1;  // never: the heuristic's kernel, unsplit
+  CUACTOR_ASSERT_OK_AND_ASSIGN(unsplit, GemmPlan::make(bf16_problem(16, 2048, 8192), kHopper, o));
+  EXPECT_EQ(unsplit.split_k(), 1);
+  EXPECT_EQ(unsplit.sku().d, DType::bf16);
+  CUACTOR_ASSERT_OK_AND_ASSIGN(automatic, GemmPlan::make(bf16_problem(16, 2048, 8192), kHopper));
+  EXPECT_EQ(automatic.split_k(), 4);
 }
 
 TEST(DensePlan, ProblemHashSeparatesFields) {

@@ -83,6 +83,8 @@ std::vector<GemmCase> gemm_cases(bool quick) {
   cases.push_back(make("bf16 TN llm-up", DType::bf16, DType::bf16, MatrixLayout::col, 4096, 14336, 4096, false));
   cases.push_back(make("bf16 TN llm-dn128", DType::bf16, DType::bf16, MatrixLayout::col, 128, 4096, 14336, false));
   cases.push_back(make("bf16 TN llm-dec", DType::bf16, DType::bf16, MatrixLayout::col, 16, 28672, 8192, true));
+  // Decode on a grid of few tiles (a narrow projection: 32 tiles of 64x64): split-K.
+  cases.push_back(make("bf16 TN dec-thin", DType::bf16, DType::bf16, MatrixLayout::col, 16, 2048, 8192, true));
   if (!quick)
     cases.push_back(make("bf16 TN llm-70b", DType::bf16, DType::bf16, MatrixLayout::col, 8192, 28672, 8192, false));
   return cases;
@@ -112,7 +114,8 @@ Result<GemmRow> bench_case(const GemmCase& c, const gpu::DeviceProperties& props
   GemmRow row;
   row.label = c.label;
   const auto& s = plan->sku();
-  row.sku = fmt::format("{} {}", s.arch.name(), short_sku_name(s));
+  row.sku = plan->split_k() > 1 ? fmt::format("{} {} split-K {}", s.arch.name(), short_sku_name(s), plan->split_k())
+                                : fmt::format("{} {}", s.arch.name(), short_sku_name(s));
   row.source = std::string(kernels::name(plan->source()));
   row.anchor = (*timer)->anchor_name();
   row.flops = plan->flops();

@@ -188,8 +188,9 @@ inline Status check_timing_options(int warmup, int rounds, int reps) {
   return ok();
 }
 
-/// One problem's operands (several rotated copies when they fit in L2 twice over, so that neither
-/// side is timed on inputs its previous launch left cached), random data, and the cuBLAS anchor with
+/// One problem's operands (rotated copies, together at least twice the L2, when one set is smaller
+/// than that: neither side is timed on inputs an earlier launch left cached, as a decode layer's
+/// weights are not), random data, and the cuBLAS anchor with
 /// its workspace: times any plan for the problem against the anchor, interleaved, on the same data.
 class GemmTimer {
  public:
@@ -207,7 +208,8 @@ class GemmTimer {
     t->b_bytes_ = storage_bytes(p.b, static_cast<std::size_t>(p.k * p.n));
     t->d_elems_ = static_cast<std::size_t>(p.m * p.n);
     t->d_bytes_ = storage_bytes(p.d, t->d_elems_);
-    t->copies_ = (t->a_bytes_ + t->b_bytes_ + t->d_bytes_) * 2 <= props.l2_cache_bytes ? 4 : 1;
+    const std::size_t set_bytes = t->a_bytes_ + t->b_bytes_ + t->d_bytes_, rotation = 2 * props.l2_cache_bytes;
+    t->copies_ = set_bytes >= rotation ? 1 : static_cast<int>(std::min<std::size_t>(16, rotation / set_bytes + 1));
     for (int i = 0; i < t->copies_; ++i) {
       auto a = gpu::DeviceBuffer::allocate(pool, t->a_bytes_, stream.get());
       auto b = gpu::DeviceBuffer::allocate(pool, t->b_bytes_, stream.get());

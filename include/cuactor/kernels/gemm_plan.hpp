@@ -101,6 +101,11 @@ struct GemmPlanOptions {
   /// (0 = heuristic, 1 = along M, 2 = along N). Ignored by sm_80 kernels.
   int max_swizzle = 0;
   int raster_order = 0;
+  /// Split-K: 0 = the plan decides (16-bit decode problems whose grid of 64x64 tiles leaves most SMs
+  /// idle are split), 1 = never, 2..16 = split K into that many slices (`unsupported` naming the rule
+  /// where the problem cannot be). A split plan runs its kernel (float32 output) over the slices into
+  /// its workspace, then a reduction that adds them in order (deterministic) and applies alpha, beta, C.
+  int split_k = 0;
 };
 
 /// Where a plan's kernel choice came from ([K9]).
@@ -141,9 +146,12 @@ class GemmPlan {
   /// (what the JIT instantiates when the catalog lacks the problem's epilogue tree). Checked like make().
   static Result<GemmSku> sku_for(const GemmProblem& problem, GpuArch device_arch, const GemmPlanOptions& options = {});
 
+  /// K slices the plan splits the problem into (1: not split); see GemmPlanOptions::split_k.
+  [[nodiscard]] int split_k() const noexcept { return split_k_; }
+
   /// Architecture of the device the plan targets.
   [[nodiscard]] GpuArch device_arch() const noexcept { return device_arch_; }
-  /// Scratch bytes run() needs (0 for the catalog's current kernels; always check).
+  /// Scratch bytes run() needs (split-K plans keep their partial products there; always check).
   [[nodiscard]] std::size_t workspace_size() const noexcept { return workspace_size_; }
   /// Multiply-adds times two: the FLOP count of one run.
   [[nodiscard]] double flops() const noexcept;
@@ -166,7 +174,8 @@ class GemmPlan {
 
  private:
   GemmPlan(const GemmProblem& problem, GpuArch arch, const GemmSku& sku, const cuactor_gemm_instance* instance,
-           std::shared_ptr<const void> owner, PlanSource source, const GemmPlanOptions& options, std::size_t workspace)
+           std::shared_ptr<const void> owner, PlanSource source, const GemmPlanOptions& options, std::size_t workspace,
+           int split_k, std::size_t partials_offset)
       : problem_(problem),
         device_arch_(arch),
         sku_(sku),
@@ -174,11 +183,13 @@ class GemmPlan {
         owner_(std::move(owner)),
         source_(source),
         options_(options),
-        workspace_size_(workspace) {}
-  /// Resolves the SM count and sizes the workspace of a checked choice.
+        workspace_size_(workspace),
+        split_k_(split_k),
+        partials_offset_(partials_offset) {}
+  /// Resolves the SM count and sizes the workspace of a checked choice (`split_k` slices of K).
   static GemmPlan finish(const GemmProblem& problem, GpuArch arch, const GemmSku& sku,
                          const cuactor_gemm_instance& instance, std::shared_ptr<const void> owner, PlanSource source,
-                         const GemmPlanOptions& options);
+                         const GemmPlanOptions& options, int split_k = 1);
 
   GemmProblem problem_;
   GpuArch device_arch_;
@@ -188,6 +199,8 @@ class GemmPlan {
   PlanSource source_ = PlanSource::heuristic;
   GemmPlanOptions options_;  // sm_count resolved
   std::size_t workspace_size_ = 0;
+  int split_k_ = 1;
+  std::size_t partials_offset_ = 0;  // split-K: where the float32 partial products start in the workspace
 };
 
 /// Dense GEMM plans by everything that chooses the kernel (problem, architecture, SM count, device,
@@ -222,6 +235,7 @@ class GemmPlanCache {
     int device = 0;
     int max_swizzle = 0;
     int raster_order = 0;
+    int split_k = 0;
     std::optional<GemmSku> sku_override;
     friend bool operator==(const Key&, const Key&) = default;
   };

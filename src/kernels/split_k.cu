@@ -1,0 +1,54 @@
+// The reduction of a split-K dense GEMM (split_k.hpp).
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include "kernels/split_k.hpp"
+
+namespace cuactor::kernels::detail {
+namespace {
+
+/// One output element per thread, grid-stride; the partial sums are read coalesced, slice by slice.
+template <class T>
+__global__ void split_k_reduce(const float* partials, int splits, std::int64_t m, std::int64_t n, float alpha,
+                               float beta, const T* c, std::int64_t ldc, T* d, std::int64_t ldd) {
+  const std::int64_t elements = m * n;
+  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < elements;
+       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
+    float acc = 0.0f;
+    for (int s = 0; s < splits; ++s) acc += partials[s * elements + i];
+    const std::int64_t r = i / n, col = i % n;
+    float v = alpha * acc;
+    if (beta != 0.0f) v += beta * static_cast<float>(c[r * ldc + col]);
+    d[r * ldd + col] = static_cast<T>(v);  // round to nearest
+  }
+}
+
+template <class T>
+cudaError_t launch(const float* partials, int splits, std::int64_t m, std::int64_t n, float alpha, float beta,
+                   const void* c, std::int64_t ldc, void* d, std::int64_t ldd, int blocks, cudaStream_t stream) {
+  constexpr int kThreads = 256;
+  const std::int64_t needed = (m * n + kThreads - 1) / kThreads;
+  const auto grid = static_cast<unsigned>(needed < blocks ? (needed > 0 ? needed : 1) : (blocks > 0 ? blocks : 1));
+  split_k_reduce<<<grid, kThreads, 0, stream>>>(partials, splits, m, n, alpha, beta, static_cast<const T*>(c), ldc,
+                                                static_cast<T*>(d), ldd);
+  return cudaGetLastError();
+}
+
+}  // namespace
+
+cudaError_t launch_split_k_reduce(DType dtype, const float* partials, int splits, std::int64_t m, std::int64_t n,
+                                  float alpha, float beta, const void* c, std::int64_t ldc, void* d, std::int64_t ldd,
+                                  int blocks, cudaStream_t stream) noexcept {
+  switch (dtype) {
+    case DType::bf16:
+      return launch<__nv_bfloat16>(partials, splits, m, n, alpha, beta, c, ldc, d, ldd, blocks, stream);
+    case DType::f16:
+      return launch<__half>(partials, splits, m, n, alpha, beta, c, ldc, d, ldd, blocks, stream);
+    case DType::f32:
+      return launch<float>(partials, splits, m, n, alpha, beta, c, ldc, d, ldd, blocks, stream);
+    default:
+      return cudaErrorInvalidValue;
+  }
+}
+
+}  // namespace cuactor::kernels::detail

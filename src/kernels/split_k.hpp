@@ -1,0 +1,52 @@
+/// @file
+/// Internal: split-K dense plans. Which problems GemmPlan splits and into how many slices
+/// (gemm_plan.cpp), the kernel that computes the slices, and their reduction (split_k.cu). The slices
+/// are one batched launch of the decode pingpong kernel, not CUTLASS's stream-K scheduler forced to
+/// split-K: on a cooperative 128x64 or 128x128 tile that ran 0.39-0.97x the unsplit plan on 10 decode
+/// shapes (H100, 2 to 8 splits).
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <string>
+
+#include "cuactor/core/arch.hpp"
+#include "cuactor/core/dtype.hpp"
+#include "cuactor/kernels/gemm_plan.hpp"
+
+namespace cuactor::kernels::detail {
+
+/// The K depth of the slice kernel's tile: slices are whole multiples of it.
+inline constexpr int kSplitKTileDepth = 64;
+/// The decode class split-K serves on its own (split_k_for): at most this many rows, K at least this.
+inline constexpr std::int64_t kSplitKMaxRows = 32;
+inline constexpr std::int64_t kSplitKMinDepth = 4096;
+
+/// The slices GemmPlan splits `p` into when GemmPlanOptions::split_k is 0: for decode rows (m <= 32)
+/// over a long K (>= 4096) whose grid of 64x64 output tiles fills at most half of `sm_count` SMs, the
+/// most slices (2 to 8) that keep the grid within one wave, each whole tile depths and at least 512
+/// deep; else 1. Measured on an H100 with weights cold in L2, against the unsplit plan in the same run:
+/// 1.01-1.72x on 20 such shapes (geometric mean 1.16 on the 11 the rule was set from, 1.23 on 9 chosen
+/// after it); with 48-128 rows or K of 3072 the split lost 4 times out of 5 (0.86-0.99x). Shape only:
+/// whether the problem can be split at all is split_k_rule's question.
+int split_k_for(const GemmProblem& p, int sm_count) noexcept;
+
+/// Why `p` cannot be split into `splits` slices on `arch` (the first rule it breaks, naming the value),
+/// or an empty string if it can: sm_90a, 16-bit A and B, C and D of one type (bf16, f16 or f32), the
+/// preset linear combination, one batch, A row-major, B N x K ("col"), D row-major, K a multiple of
+/// splits x kSplitKTileDepth.
+std::string split_k_rule(const GemmProblem& p, GpuArch arch, int splits);
+
+/// The kernel that computes the slices of a split `p`: p's inputs, float32 C and D, pingpong 64x64x64.
+GemmSku split_k_slice_sku(const GemmProblem& p);
+
+/// D[i, j] = alpha * (P[0, i, j] + ... + P[splits - 1, i, j]) + beta * C[i, j] for an m x n problem:
+/// P holds the float32 partial products of the K slices, `splits` packed m x n row-major matrices;
+/// C and D are row-major with leading dimensions ldc and ldd, of `dtype` (bf16, f16 or f32); C is
+/// read only when beta != 0. The slices are added in order, so the result is deterministic.
+cudaError_t launch_split_k_reduce(DType dtype, const float* partials, int splits, std::int64_t m, std::int64_t n,
+                                  float alpha, float beta, const void* c, std::int64_t ldc, void* d, std::int64_t ldd,
+                                  int blocks, cudaStream_t stream) noexcept;
+
+}  // namespace cuactor::kernels::detail
