@@ -211,6 +211,24 @@ void pack_grouped_metadata(std::span<const GroupedProblem> groups, const Grouped
 
 }  // namespace detail
 
+DeviceSizedGroups packed_device_groups(int group_count, const std::int32_t* offsets, std::int64_t capacity_rows, int n,
+                                       int k, const void* a, const void* b, void* d, std::int64_t ldd) noexcept {
+  DeviceSizedGroups g;
+  g.group_count = group_count;
+  g.offsets = offsets;
+  g.capacity_rows = capacity_rows;
+  g.n = n;
+  g.k = k;
+  g.a = a;
+  g.lda = k;
+  g.b = b;
+  g.ldb = k;  // N x K per group (layout_b = col)
+  g.b_group_stride = static_cast<std::int64_t>(n) * k;
+  g.d = d;
+  g.ldd = ldd;
+  return g;
+}
+
 int shape_hint_bucket(int hint) noexcept {
   return hint > 0 ? static_cast<int>(std::bit_ceil(static_cast<unsigned>(std::min(hint, 1 << 30)))) : 0;
 }

@@ -30,20 +30,7 @@ std::size_t align_up(std::size_t v) {
 /// `d_columns` of them stored (n / 2 under the fused SwiGLU).
 DeviceSizedGroups groups_of(const MoeFfnSpec& s, const std::int32_t* offsets, const void* a, int k, const void* b,
                             int n, void* d, int d_columns) {
-  DeviceSizedGroups g;
-  g.group_count = s.experts;
-  g.offsets = offsets;
-  g.capacity_rows = s.capacity_rows;
-  g.n = n;
-  g.k = k;
-  g.a = a;
-  g.lda = k;
-  g.b = b;
-  g.ldb = k;  // N x K per expert (layout_b = col)
-  g.b_group_stride = static_cast<std::int64_t>(n) * k;
-  g.d = d;
-  g.ldd = d_columns;
-  return g;
+  return packed_device_groups(s.experts, offsets, s.capacity_rows, n, k, a, b, d, d_columns);
 }
 
 /// The spec of the gate/up GEMM (`down` false; `fused`: its epilogue is the SwiGLU) or the down GEMM.

@@ -23,7 +23,6 @@
 #include "jit/test_support.hpp"
 #include "kernels/instance_abi.h"
 #include "support/jit_gpu_cache.hpp"
-#include "support/packed_groups.hpp"
 
 namespace cuactor::jit {
 namespace {
@@ -355,7 +354,7 @@ struct GroupedProblemOnDevice {
   }
   /// Runs `plan` once on a NaN-poisoned D; ||D - D_ref|| / ||D_ref||.
   double run_and_compare(const kernels::GroupedGemmPlan& plan) const {
-    kernels::DeviceSizedGroups g = cuactor::test_support::packed_groups(
+    kernels::DeviceSizedGroups g = kernels::packed_device_groups(
         static_cast<int>(rows.size()), static_cast<const std::int32_t*>(doffs), total, n, k, da, db, dd, n);
     kernels::GroupedScalars s;
     if (t == DType::e4m3) {

@@ -353,19 +353,9 @@ TEST_F(GroupedGemmGpu, DeviceSizedOffsetsOneGraphEveryRouting) {
     const cudaStream_t s = stream_.get();
     CUACTOR_ASSERT_OK(gpu::check(test_support::fill_random(sku.a, a.data(), a.size() / ea, 31, 1.0f, s), "fill a"));
     CUACTOR_ASSERT_OK(gpu::check(test_support::fill_random(sku.b, b.data(), b.size() / ea, 32, 1.0f, s), "fill b"));
-    DeviceSizedGroups groups;
-    groups.group_count = kGroups;
-    groups.offsets = offs.data_as<std::int32_t>();
-    groups.capacity_rows = kCapacity;
-    groups.n = kN;
-    groups.k = kK;
-    groups.a = a.data();
-    groups.lda = kK;
-    groups.b = b.data();
-    groups.ldb = b_col ? kK : kN;
-    groups.b_group_stride = std::int64_t{kN} * kK;
-    groups.d = d.data();
-    groups.ldd = kN;
+    DeviceSizedGroups groups = packed_device_groups(kGroups, offs.data_as<std::int32_t>(), kCapacity, kN, kK, a.data(),
+                                                    b.data(), d.data(), kN);
+    groups.ldb = b_col ? kK : kN;  // B as K x N row-major: its rows hold N
     GroupedScalars scalars;
     std::vector<float> alphas(kGroups, 1.0f);
     if (sku.a == DType::e4m3) CUACTOR_ASSERT_OK(fp8_scales(kGroups, 1.0f, scalars, alphas));

@@ -19,7 +19,6 @@
 #include "cuactor/kernels/grouped_gemm.hpp"
 #include "support/hopper_gpu_test.hpp"
 #include "support/host_elements.hpp"
-#include "support/packed_groups.hpp"
 #include "support/plan_checks.hpp"
 
 namespace cuactor::kernels {
@@ -86,8 +85,8 @@ TEST_F(GroupedRowwiseGpu, EveryRowwiseKernelMatchesFp64OnRaggedRoutings) {
     GroupedGemmSpec sp = spec(0);
     sp.sku_override = sku;
     CUACTOR_ASSERT_OK_AND_ASSIGN(plan, GroupedGemmPlan::create(sp));
-    DeviceSizedGroups g = test_support::packed_groups(kGroups, offs.data_as<std::int32_t>(), kCapacity, kN, kK,
-                                                      da.data(), db.data(), dd.data(), kLdd);
+    DeviceSizedGroups g = packed_device_groups(kGroups, offs.data_as<std::int32_t>(), kCapacity, kN, kK, da.data(),
+                                               db.data(), dd.data(), kLdd);
     g.epilogue.row_scale = dsa.data_as<float>();
     g.epilogue.col_scale = dsb.data_as<float>();
     CUACTOR_ASSERT_OK_AND_ASSIGN(prepared, plan.prepare(g));

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <tuple>
 #include <vector>
 
 #include "cuactor/kernels/catalog.hpp"
@@ -158,6 +159,21 @@ TEST(GroupedValidation, RowMajorBChecksN) {
   EXPECT_TRUE(validate_group(0, p, spec, 0.0f).has_value());
   p.ldb = 128;
   expect_invalid(validate_group(1, p, spec, 0.0f), "group 1: ldb=128 is less than n=256");
+}
+
+// The packed MoE layout: A and D stacked by row, one N x K weight matrix per group back to back.
+TEST(GroupedValidation, PackedDeviceGroupsDescribeTheMoeLayout) {
+  const auto* offsets = static_cast<const std::int32_t*>(at(0x50000));
+  const DeviceSizedGroups g =
+      packed_device_groups(4, offsets, 1024, 256, 128, at(0x10000), at(0x20000), at_mut(0x40000), 264);
+  EXPECT_EQ(g.group_count, 4);
+  EXPECT_EQ(g.offsets, offsets);
+  EXPECT_EQ(g.rows, nullptr);
+  EXPECT_EQ(g.capacity_rows, 1024);
+  EXPECT_EQ(std::tuple(g.n, g.k, g.lda, g.ldb, g.ldd), std::tuple(256, 128, 128, 128, 264));
+  EXPECT_EQ(g.b_group_stride, 256 * 128);
+  EXPECT_EQ(g.c, nullptr);
+  EXPECT_TRUE(detail::validate_device_sized(g, hopper_spec(), 0.0f).has_value());
 }
 
 TEST(GroupedValidation, DeviceSizedRules) {

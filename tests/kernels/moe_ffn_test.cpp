@@ -9,7 +9,6 @@
 #include "cuactor/kernels/catalog.hpp"
 #include "cuactor/kernels/grouped_gemm.hpp"
 #include "kernels/grouped_layout.hpp"
-#include "support/packed_groups.hpp"
 #include "support/plan_checks.hpp"
 
 namespace cuactor::kernels {
@@ -27,8 +26,8 @@ GroupedGemmSpec tree_spec(const EpilogueSpec& tree) {
 }
 
 DeviceSizedGroups moe_groups() {
-  return test_support::packed_groups(4, static_cast<const std::int32_t*>(fake(0x100)), 256, 128, 64, fake(0x1000),
-                                     fake(0x20000), fake_mut(), 128);
+  return packed_device_groups(4, static_cast<const std::int32_t*>(fake(0x100)), 256, 128, 64, fake(0x1000),
+                              fake(0x20000), fake_mut(), 128);
 }
 
 TEST(GroupedEpilogue, RejectsDenseOnlyOutputsAndNonHopperDevices) {

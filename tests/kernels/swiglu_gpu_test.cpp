@@ -28,7 +28,6 @@
 #include "support/hopper_gpu_test.hpp"
 #include "support/host_elements.hpp"
 #include "support/jit_gpu_cache.hpp"
-#include "support/packed_groups.hpp"
 #include "support/plan_checks.hpp"
 
 namespace cuactor::kernels {
@@ -103,8 +102,8 @@ TEST_F(SwigluGpu, GroupedTreesPairColumnsOfEveryGroup) {
     CUACTOR_ASSERT_OK_AND_ASSIGN(dbias, upload(bias.bytes));
     CUACTOR_ASSERT_OK_AND_ASSIGN(dd, alloc(std::size_t{kCapacity} * kLdd * elem));
     CUACTOR_ASSERT_OK_AND_ASSIGN(offs, alloc(kExperts * sizeof(std::int32_t)));
-    DeviceSizedGroups g = test_support::packed_groups(kExperts, offs.data_as<std::int32_t>(), kCapacity, kN, kK,
-                                                      da.data(), db.data(), dd.data(), kLdd);
+    DeviceSizedGroups g = packed_device_groups(kExperts, offs.data_as<std::int32_t>(), kCapacity, kN, kK, da.data(),
+                                               db.data(), dd.data(), kLdd);
     if (biased) g.epilogue.col_bias = dbias.data();
     CUACTOR_ASSERT_OK_AND_ASSIGN(prepared, plan.prepare(g));
     CUACTOR_ASSERT_OK_AND_ASSIGN(ws, alloc(prepared.workspace_size()));

@@ -192,19 +192,9 @@ class GroupedBench {
       if (!offs) return fail(offs.error());
       CUACTOR_TRY(gpu::copy_async(offs->data(), offsets.data(), offsets.size() * sizeof(std::int32_t), s));
       CUACTOR_CUDA_TRY(cudaStreamSynchronize(s));  // `offsets` leaves scope
-      kernels::DeviceSizedGroups dg;
-      dg.group_count = groups;
-      dg.offsets = offs->data_as<std::int32_t>();
-      dg.capacity_rows = total_rows;
-      dg.n = shape.n;
-      dg.k = shape.k;
-      dg.a = a->data();
-      dg.lda = shape.k;
-      dg.b = b->data();
-      dg.ldb = shape.k;
-      dg.b_group_stride = std::int64_t{shape.n} * shape.k;
-      dg.d = d->data();
-      dg.ldd = shape.n;
+      const kernels::DeviceSizedGroups dg =
+          kernels::packed_device_groups(groups, offs->data_as<std::int32_t>(), total_rows, shape.n, shape.k, a->data(),
+                                        b->data(), d->data(), shape.n);
       auto device_sized = plan->prepare(dg, scalars);
       if (!device_sized) return fail(device_sized.error());
       auto dws = gpu::DeviceBuffer::allocate(pool_, device_sized->workspace_size(), s);

@@ -228,19 +228,9 @@ class GroupedTimer {
   /// D (poisoned first) against the loop's.
   Result<Timing> time(const GroupedGemmPlan& plan, const gpu::MemPool& pool, int warmup, int rounds, int reps) {
     const auto n = shape_.n, k = shape_.k;
-    kernels::DeviceSizedGroups g;
-    g.group_count = shape_.groups;
-    g.offsets = offsets_.data_as<const std::int32_t>();
-    g.capacity_rows = std::max<std::int64_t>(total_, 1);
-    g.n = n;
-    g.k = k;
-    g.a = a_.data();
-    g.lda = k;
-    g.b = b_.data();
-    g.ldb = k;
-    g.b_group_stride = std::int64_t{n} * k;
-    g.d = d_.data();
-    g.ldd = n;
+    const kernels::DeviceSizedGroups g =
+        kernels::packed_device_groups(shape_.groups, offsets_.data_as<const std::int32_t>(),
+                                      std::max<std::int64_t>(total_, 1), n, k, a_.data(), b_.data(), d_.data(), n);
     kernels::GroupedScalars scalars;
     scalars.scale_a = scale_a_;
     scalars.scale_b = scale_b_;

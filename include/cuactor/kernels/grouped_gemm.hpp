@@ -119,6 +119,13 @@ struct DeviceSizedGroups {
   EpilogueOperands epilogue;
 };
 
+/// Device-sized groups over packed operands, as an MoE layer lays them out: A `capacity_rows` x `k`
+/// (lda = k), one `n` x `k` matrix per group back to back in B (layout_b col), D `capacity_rows` rows
+/// with leading dimension `ldd`; group rows from the cumulative end rows `offsets` (device memory).
+/// No C and no epilogue operands: set them on the result where the plan needs them.
+DeviceSizedGroups packed_device_groups(int group_count, const std::int32_t* offsets, std::int64_t capacity_rows, int n,
+                                       int k, const void* a, const void* b, void* d, std::int64_t ldd) noexcept;
+
 /// Packed metadata of one prepared grouped GEMM (opaque; defined in the implementation).
 struct GroupedMetadata;
 
