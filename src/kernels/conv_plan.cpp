@@ -23,6 +23,7 @@ namespace cuactor::kernels {
 namespace {
 
 using detail::alignment_elements;
+using detail::ceil_div;
 using detail::kDefaultSmCount;
 
 constexpr std::array<std::pair<std::string_view, ConvOperation>, 3> kOperations{{
@@ -71,10 +72,6 @@ bool heuristic_candidate(const GemmSku& s) {
   if (s.schedule == GemmSchedule::coresident) return s.family == GemmFamily::conv_wgrad && s.cluster == Shape3{1, 1, 1};
   if (s.cluster == Shape3{1, 1, 1}) return true;
   return s.cluster == Shape3{1, 2, 1} && (s.family == GemmFamily::conv_fprop || s.family == GemmFamily::conv_dgrad);
-}
-
-std::int64_t ceil_div(std::int64_t a, std::int64_t b) {
-  return (a + b - 1) / b;
 }
 
 /// Tiles smaller than 128x128 reuse each loaded operand row less. A one-warpgroup kernel pays for it

@@ -26,6 +26,11 @@ inline std::int64_t alignment_elements(DType t) {
   return 128 / size_bits(t);
 }
 
+/// a / b rounded up (tiles covering an extent); b > 0.
+inline std::int64_t ceil_div(std::int64_t a, std::int64_t b) noexcept {
+  return (a + b - 1) / b;
+}
+
 /// `v` rounded up to a multiple of `a` (workspace layouts).
 inline std::size_t align_up(std::size_t v, std::size_t a) noexcept {
   return (v + a - 1) / a * a;

@@ -19,6 +19,7 @@ namespace {
 
 using detail::alignment_elements;
 using detail::bytes_overlap;
+using detail::ceil_div;
 using detail::extents;
 using detail::kDefaultSmCount;
 using detail::ld_or_packed;
@@ -35,14 +36,19 @@ bool sku_computes(const GemmSku& s, const GemmProblem& p) {
          s.layout_a == p.layout_a && s.layout_b == p.layout_b && s.layout_c == p.layout_c && s.epilogue == p.epilogue;
 }
 
+/// Output tiles of `tile_m` x `tile_n` covering the problem's D, every batch.
+std::int64_t output_tiles(const GemmProblem& p, std::int64_t tile_m, std::int64_t tile_n) {
+  return ceil_div(p.m, tile_m) * ceil_div(p.n, tile_n) * p.batch;
+}
+
 /// Relative cost of a data-parallel kernel for the problem: full waves of output tiles times tile
 /// area, with small (pingpong) tiles penalised for their lower per-tile efficiency; lower is better.
 /// Measured on an H100 (`cuactor tune gemm`), this order holds for decode too: 64x128 pingpong tiles
 /// on half the SMs beat stream-K spreading K over all of them (40.7 vs 32.1 TFLOP/s at 16x8192x8192),
 /// so stream-K kernels are left to the tuning database and explicit overrides.
 double estimated_cost(const GemmSku& s, const GemmProblem& p, int sm_count) {
-  const auto tiles = ((p.m + s.tile.m - 1) / s.tile.m) * ((p.n + s.tile.n - 1) / s.tile.n) * p.batch;
-  const auto waves = (tiles + sm_count - 1) / sm_count;
+  const auto tiles = output_tiles(p, s.tile.m, s.tile.n);
+  const auto waves = ceil_div(tiles, sm_count);
   const double small_tile_penalty = s.tile.m * s.tile.n < 128 * 256 ? 1.15 : 1.0;
   return static_cast<double>(waves) * s.tile.m * s.tile.n * small_tile_penalty;
 }
@@ -50,7 +56,7 @@ double estimated_cost(const GemmSku& s, const GemmProblem& p, int sm_count) {
 /// Whether the grid of 64x128 output tiles fills at most half the SMs: small-M problems whose few
 /// CTAs each stream a long slice of B (memory-bound; see small_m_tile_k).
 bool few_small_m_tiles(const GemmProblem& p, int sm_count) {
-  return 2 * ((p.m + 63) / 64) * ((p.n + 127) / 128) * p.batch <= sm_count;
+  return 2 * output_tiles(p, 64, 128) <= sm_count;
 }
 
 /// The K depth of 64-row pingpong tiles for the problem. 16-bit: 64 where the grid of 64x128 output
@@ -237,7 +243,7 @@ cuactor_dense_args make_args(const GemmProblem& p, const GemmOperands& o, const 
 namespace detail {
 
 int split_k_for(const GemmProblem& p, int sm_count) noexcept {
-  const std::int64_t tiles = ((p.m + 63) / 64) * ((p.n + 63) / 64) * p.batch;
+  const std::int64_t tiles = output_tiles(p, 64, 64);
   if (tiles == 0 || 2 * tiles > sm_count || p.m > kSplitKMaxRows || p.k < kSplitKMinDepth) return 1;
   for (int s = 8; s >= 2; --s)
     if (s * tiles <= sm_count && p.k % (s * kSplitKTileDepth) == 0 && p.k / s >= 512) return s;
