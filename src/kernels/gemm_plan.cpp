@@ -469,7 +469,6 @@ GemmPlan GemmPlan::finish(const GemmProblem& problem, GpuArch arch, const GemmSk
                           const GemmPlanOptions& options, int split_k) {
   GemmPlanOptions resolved = options;
   resolved.sm_count = sm_count_of(options);
-  resolved.split_k = split_k;
   const auto args = make_args(problem, GemmOperands{}, resolved);
   if (split_k <= 1) {
     const std::size_t workspace = instance.workspace_size(&args);
@@ -644,9 +643,9 @@ Status GemmPlan::run(const GemmOperands& operands, void* workspace, std::size_t 
                 fmt::format("GEMM split-K: workspace at {} is not 16-byte aligned (its partial products are TMA "
                             "stores)",
                             fmt::ptr(workspace)));
+  auto* partials = reinterpret_cast<float*>(static_cast<std::byte*>(workspace) + partials_offset_);
   auto args = make_args(problem_, operands, options_);
-  if (split_k_ > 1)
-    args = slice_args(args, split_k_, reinterpret_cast<float*>(static_cast<std::byte*>(workspace) + partials_offset_));
+  if (split_k_ > 1) args = slice_args(args, split_k_, partials);
   const cuactor_gemm_instance& inst = *instance_;
   if (const int s = inst.can_implement(&args); s != CUACTOR_KERNEL_OK)
     return fail(errc::invalid_argument,
@@ -657,8 +656,6 @@ Status GemmPlan::run(const GemmOperands& operands, void* workspace, std::size_t 
     case CUACTOR_KERNEL_OK:
       if (split_k_ > 1) {
         const auto& p = problem_;
-        const auto* partials =
-            reinterpret_cast<const float*>(static_cast<const std::byte*>(workspace) + partials_offset_);
         return gpu::check(detail::launch_split_k_reduce(
                               p.d, partials, split_k_, p.m, p.n, operands.alpha, operands.beta, operands.c,
                               ld_or_packed(p.m, p.n, p.layout_c, operands.ldc), operands.d,
