@@ -129,6 +129,7 @@ def mm(a: Any, b: Any, out: Any = None, out_dtype: Any = None, *, epilogue: str 
             compiled into its catalog.
     """
     sku = _sku_text(sku)
+    split_k = _split_k(split_k)
     torch = _torch_of(a)
     nd = _ndim(a)
     if nd not in (2, 3) or _ndim(b) != nd:
@@ -138,7 +139,7 @@ def mm(a: Any, b: Any, out: Any = None, out_dtype: Any = None, *, epilogue: str 
     out = _prepare_out(torch, a, tuple(int(s) for s in shape), out, out_dtype, getattr(a, "dtype", None))
     lo, hi = clamp if clamp is not None else (-3.4028234663852886e38, 3.4028234663852886e38)
     _core.mm(a, b, out, stream, None, epilogue, c, row_scale, col_scale, row_bias, col_bias, amax, aux, row_sum,
-             float(alpha), float(beta), float(lo), float(hi), sku, int(split_k))
+             float(alpha), float(beta), float(lo), float(hi), sku, split_k)
     return out
 
 
@@ -282,6 +283,16 @@ def _sku_text(sku: Any) -> str | None:
     if sku is not None and not isinstance(sku, str):
         raise InvalidArgumentError(f"sku={sku!r}: give a kernel's SKU text (a str, as `cuactor kernels` lists them)")
     return sku
+
+
+def _split_k(split_k: Any) -> int:
+    """``split_k`` for _core, which takes a 32-bit int and names the rule of its range (0, 1, 2..16)."""
+    if (v := _as_int(split_k)) is None:
+        raise InvalidArgumentError(f"split_k={split_k!r}: give an int (0: the plan decides, 1: never, 2..16 slices)")
+    if not -2**31 <= v < 2**31:
+        raise InvalidArgumentError(f"split_k={split_k!r}: does not fit a 32-bit int (0: the plan decides, 1: never, "
+                                   "2..16 slices)")
+    return v
 
 
 def _as_int(v: Any) -> int | None:
