@@ -95,7 +95,7 @@ def _prepare_out(torch: Any, a: Any, shape: tuple[int, ...], out: Any, out_dtype
 def mm(a: Any, b: Any, out: Any = None, out_dtype: Any = None, *, epilogue: str | None = None, c: Any = None,
        row_scale: Any = None, col_scale: Any = None, row_bias: Any = None, col_bias: Any = None, amax: Any = None,
        aux: Any = None, row_sum: Any = None, alpha: float = 1.0, beta: float = 0.0, clamp: tuple[float, float] | None = None,
-       stream: int | None = None, sku: str | None = None, split_k: int = 0) -> Any:
+       stream: int | None = None, sku: str | None = None, split_k: int = 0, swap_ab: int = 0) -> Any:
     """``out = epilogue(a @ b)`` with a CUTLASS GEMM: (M, K) x (K, N) -> (M, N), or batched
     (B, M, K) x (B, K, N) -> (B, M, N).
 
@@ -122,6 +122,8 @@ def mm(a: Any, b: Any, out: Any = None, out_dtype: Any = None, *, epilogue: str 
     16-bit decode problem's grid of tiles leaves most SMs idle, 1 never splits, 2..16 forces that many K
     slices (float32 partial products in the workspace, added in order: deterministic); it takes the
     linear combination of bf16/f16 inputs, row-major A and out, b transposed (a Linear's weight).
+    ``swap_ab`` (same problems): 0 lets the plan compute up to 32 rows (64 on grids of few tiles) as
+    out^T = b^T a^T, whose kernel tiles 64 weight rows by 16 or 32 rows of a; 1 never; 2 always.
 
     Raises:
         InvalidArgumentError: shapes, dtypes, devices, strides or the epilogue token break a rule.
@@ -129,7 +131,8 @@ def mm(a: Any, b: Any, out: Any = None, out_dtype: Any = None, *, epilogue: str 
             compiled into its catalog.
     """
     sku = _sku_text(sku)
-    split_k = _split_k(split_k)
+    split_k = _plan_int("split_k", split_k, "0: the plan decides, 1: never, 2..16 slices")
+    swap_ab = _plan_int("swap_ab", swap_ab, "0: the plan decides, 1: never, 2: always")
     torch = _torch_of(a)
     nd = _ndim(a)
     if nd not in (2, 3) or _ndim(b) != nd:
@@ -139,7 +142,7 @@ def mm(a: Any, b: Any, out: Any = None, out_dtype: Any = None, *, epilogue: str 
     out = _prepare_out(torch, a, tuple(int(s) for s in shape), out, out_dtype, getattr(a, "dtype", None))
     lo, hi = clamp if clamp is not None else (-3.4028234663852886e38, 3.4028234663852886e38)
     _core.mm(a, b, out, stream, None, epilogue, c, row_scale, col_scale, row_bias, col_bias, amax, aux, row_sum,
-             float(alpha), float(beta), float(lo), float(hi), sku, split_k)
+             float(alpha), float(beta), float(lo), float(hi), sku, split_k, swap_ab)
     return out
 
 
@@ -285,13 +288,12 @@ def _sku_text(sku: Any) -> str | None:
     return sku
 
 
-def _split_k(split_k: Any) -> int:
-    """``split_k`` for _core, which takes a 32-bit int and names the rule of its range (0, 1, 2..16)."""
-    if (v := _as_int(split_k)) is None:
-        raise InvalidArgumentError(f"split_k={split_k!r}: give an int (0: the plan decides, 1: never, 2..16 slices)")
+def _plan_int(name: str, value: Any, meaning: str) -> int:
+    """A plan option for _core, which takes a 32-bit int and names the rule of its range (``meaning``)."""
+    if (v := _as_int(value)) is None:
+        raise InvalidArgumentError(f"{name}={value!r}: give an int ({meaning})")
     if not -2**31 <= v < 2**31:
-        raise InvalidArgumentError(f"split_k={split_k!r}: does not fit a 32-bit int (0: the plan decides, 1: never, "
-                                   "2..16 slices)")
+        raise InvalidArgumentError(f"{name}={value!r}: does not fit a 32-bit int ({meaning})")
     return v
 
 

@@ -177,13 +177,22 @@ Status check_options(const GemmPlanOptions& options) {
     return fail(errc::invalid_argument,
                 fmt::format("GemmPlan split_k={} with sku_override {}: a split plan runs its own slice kernel",
                             options.split_k, options.sku_override->to_string()));
+  if (options.swap_ab < 0 || options.swap_ab > 2)
+    return fail(
+        errc::invalid_argument,
+        fmt::format("GemmPlan swap_ab={} must be 0 (the plan decides), 1 (never) or 2 (always)", options.swap_ab));
+  if (options.swap_ab == 2 && options.sku_override)
+    return fail(errc::invalid_argument,
+                fmt::format("GemmPlan swap_ab=2 with sku_override {}: a swapped plan runs its own kernel",
+                            options.sku_override->to_string()));
   return ok();
 }
 
 /// The slice kernel's arguments for a split run: `splits` batches of an m x n x k/splits GEMM over
-/// consecutive K slices of A (row-major) and B (N x K), writing float32 partial products (packed
-/// m x n, one matrix per slice) with alpha 1 and beta 0; the reduction applies the caller's.
-cuactor_dense_args slice_args(cuactor_dense_args a, int splits, float* partials) {
+/// consecutive K slices of A and B (both contiguous along K), writing float32 partial products (packed
+/// m x n in D's layout, one matrix per slice) with alpha 1 and beta 0; the reduction applies the
+/// caller's. A swapped kernel's column-major m x n partials are the problem's row-major n x m ones.
+cuactor_dense_args slice_args(cuactor_dense_args a, int splits, float* partials, MatrixLayout layout_d) {
   const int depth = a.k / splits;
   a.k = depth;
   a.batch = splits;
@@ -191,7 +200,7 @@ cuactor_dense_args slice_args(cuactor_dense_args a, int splits, float* partials)
   a.batch_stride_b = depth;
   a.c = partials;
   a.d = partials;
-  a.ldc = a.ldd = a.n;
+  a.ldc = a.ldd = layout_d == MatrixLayout::row ? a.n : a.m;
   a.batch_stride_c = a.batch_stride_d = static_cast<std::int64_t>(a.m) * a.n;
   a.alpha = 1.0f;
   a.beta = 0.0f;
@@ -242,9 +251,11 @@ cuactor_dense_args make_args(const GemmProblem& p, const GemmOperands& o, const 
 
 namespace detail {
 
-int split_k_for(const GemmProblem& p, int sm_count) noexcept {
+int split_k_for(const GemmProblem& p, int sm_count, bool swapped) noexcept {
+  // For m <= 32 the swapped kernel's 16- or 32-row tiles make as many tiles as 64x64 ones.
   const std::int64_t tiles = output_tiles(p, 64, 64);
-  if (tiles == 0 || 2 * tiles > sm_count || p.m > kSplitKMaxRows || p.k < kSplitKMinDepth) return 1;
+  const int fill = swapped ? 5 : 2;  // the grid fills at most 1/fill of the SMs
+  if (tiles == 0 || fill * tiles > sm_count || p.m > kSplitKMaxRows || p.k < kSplitKMinDepth) return 1;
   for (int s = 8; s >= 2; --s)
     if (s * tiles <= sm_count && p.k % (s * kSplitKTileDepth) == 0 && p.k / s >= 512) return s;
   return 1;
@@ -269,12 +280,67 @@ std::string split_k_rule(const GemmProblem& p, GpuArch arch, int splits) {
   return {};
 }
 
-GemmSku split_k_slice_sku(const GemmProblem& p) {
+GemmSku split_k_slice_sku(const GemmProblem& p, bool swap_ab) {
   GemmSku s = dense_sku_for(p);
+  if (swap_ab) {
+    s = swapped_sku(p);
+  } else {
+    s.arch = GpuArch{9, 0, true};
+    s.schedule = GemmSchedule::pingpong;
+    s.tile = {64, 64, kSplitKTileDepth};
+    s.cluster = {1, 1, 1};
+  }
   s.c = s.d = DType::f32;
+  return s;
+}
+
+bool swap_ab_for(const GemmProblem& p, int sm_count) noexcept {
+  return p.m <= kSwapAbMaxRows || (p.m <= kSwapAbWideMaxRows && 2 * output_tiles(p, 64, 64) <= sm_count);
+}
+
+std::string swap_ab_rule(const GemmProblem& p, GpuArch arch) {
+  if (arch != GpuArch{9, 0, true})
+    return fmt::format("swap-AB kernels are sm_90a kernels; the device is {}", arch.name());
+  if (p.a != p.b || (p.a != DType::bf16 && p.a != DType::f16))
+    return fmt::format("swap-AB takes bf16 or f16 A and B, not A={} B={}", name(p.a), name(p.b));
+  if (p.c != p.d) return fmt::format("swap-AB writes C and D of one type, not C={} D={}", name(p.c), name(p.d));
+  if (p.epilogue != GemmEpilogue::linear_combination)
+    return fmt::format("swap-AB applies the linear combination only, not the epilogue '{}'", name(p.epilogue));
+  if (p.batch != 1) return fmt::format("swap-AB takes one GEMM, not batch={}", p.batch);
+  if (p.layout_a != MatrixLayout::row || p.layout_b != MatrixLayout::col || p.layout_c != MatrixLayout::row)
+    return fmt::format("swap-AB takes layouts row,col,row (A row-major, B as N x K, D row-major), not {},{},{}",
+                       name(p.layout_a), name(p.layout_b), name(p.layout_c));
+  return {};
+}
+
+GemmProblem swapped_problem(const GemmProblem& p) {
+  GemmProblem s = p;
+  s.m = p.n;
+  s.n = p.m;
+  s.a = p.b;
+  s.b = p.a;
+  s.layout_a = MatrixLayout::row;
+  s.layout_b = MatrixLayout::col;
+  s.layout_c = MatrixLayout::col;
+  return s;
+}
+
+GemmOperands swapped_operands(const GemmOperands& o) {
+  GemmOperands s = o;
+  s.a = o.b;
+  s.lda = o.ldb;
+  s.batch_stride_a = o.batch_stride_b;
+  s.b = o.a;
+  s.ldb = o.lda;
+  s.batch_stride_b = o.batch_stride_a;
+  return s;
+}
+
+GemmSku swapped_sku(const GemmProblem& p) {
+  GemmSku s = dense_sku_for(swapped_problem(p));
   s.arch = GpuArch{9, 0, true};
   s.schedule = GemmSchedule::pingpong;
-  s.tile = {64, 64, kSplitKTileDepth};
+  s.tile = {64, p.m <= 16 ? 16 : 32, kSplitKTileDepth};
   s.cluster = {1, 1, 1};
   return s;
 }
@@ -314,6 +380,9 @@ Result<GemmPlan> GemmPlan::make(const GemmProblem& problem, GpuArch device_arch,
   if (options.split_k > 1)
     if (const std::string broken = detail::split_k_rule(problem, device_arch, options.split_k); !broken.empty())
       return fail(errc::unsupported, fmt::format("GemmPlan split_k={}: {}", options.split_k, broken));
+  if (options.swap_ab == 2)
+    if (const std::string broken = detail::swap_ab_rule(problem, device_arch); !broken.empty())
+      return fail(errc::unsupported, fmt::format("GemmPlan swap_ab=2: {}", broken));
   const int sm_count = sm_count_of(options);
   const CatalogEntry* chosen = nullptr;
   if (options.sku_override) {
@@ -360,31 +429,46 @@ Result<GemmPlan> GemmPlan::make(const GemmProblem& problem, GpuArch device_arch,
         best_cost = cost;
       }
     }
-    if (chosen == nullptr)
-      return fail(errc::unsupported,
-                  fmt::format("no dense GEMM kernel in this build's catalog computes {} on {} (CUACTOR_KERNEL_ARCHS "
-                              "selects the compiled families; the JIT can instantiate others)",
-                              describe(problem), device_arch.name()));
   }
-  if (options.sku_override || options.split_k == 1)
-    return finish(problem, device_arch, chosen->sku, *chosen->instance, nullptr,
-                  options.sku_override ? PlanSource::overridden : PlanSource::heuristic, options);
-  // Split-K where asked, or where the shape calls for it and the problem and the catalog allow it.
+  if (options.sku_override)
+    return finish(problem, device_arch, chosen->sku, *chosen->instance, nullptr, PlanSource::overridden, options);
+  // Decode shapes: the swapped kernel (a narrow tile over the few rows) and split-K, where asked, or
+  // where the shape calls for them and the problem and the catalog allow them (rules checked above
+  // for forced ones).
+  const CatalogEntry* kernel = chosen;
+  bool swap = false;
+  const bool swap_fits = detail::swap_ab_rule(problem, device_arch).empty();
+  if (options.swap_ab == 2 || (options.swap_ab == 0 && swap_fits && detail::swap_ab_for(problem, sm_count))) {
+    const GemmSku swapped = detail::swapped_sku(problem);
+    if (const CatalogEntry* e = find_in_catalog(swapped)) {
+      kernel = e;
+      swap = true;
+    } else if (options.swap_ab == 2) {
+      return fail(errc::unsupported,
+                  fmt::format("GemmPlan swap_ab=2: its kernel {} is not compiled into this build's catalog",
+                              swapped.to_string()));
+    }
+  }
   const bool forced = options.split_k > 1;
-  const int splits = forced ? options.split_k : detail::split_k_for(problem, sm_count);
+  const int splits = forced ? options.split_k : options.split_k == 1 ? 1 : detail::split_k_for(problem, sm_count, swap);
   if (splits > 1) {
     const std::string broken = detail::split_k_rule(problem, device_arch, splits);
-    const GemmSku slice = detail::split_k_slice_sku(problem);
+    const GemmSku slice = detail::split_k_slice_sku(problem, swap);
     const CatalogEntry* slice_entry = broken.empty() ? find_in_catalog(slice) : nullptr;
     if (slice_entry != nullptr)
       return finish(problem, device_arch, slice_entry->sku, *slice_entry->instance, nullptr, PlanSource::heuristic,
-                    options, splits);
+                    options, splits, swap);
     if (forced)  // its rules were checked above
       return fail(errc::unsupported,
                   fmt::format("GemmPlan split_k={}: its slice kernel {} is not compiled into this build's catalog",
                               splits, slice.to_string()));
   }
-  return finish(problem, device_arch, chosen->sku, *chosen->instance, nullptr, PlanSource::heuristic, options);
+  if (kernel == nullptr)  // neither the heuristic's candidates nor a decode kernel computes it
+    return fail(errc::unsupported,
+                fmt::format("no dense GEMM kernel in this build's catalog computes {} on {} (CUACTOR_KERNEL_ARCHS "
+                            "selects the compiled families; the JIT can instantiate others)",
+                            describe(problem), device_arch.name()));
+  return finish(problem, device_arch, kernel->sku, *kernel->instance, nullptr, PlanSource::heuristic, options, 1, swap);
 }
 
 Result<GemmSku> GemmPlan::sku_for(const GemmProblem& problem, GpuArch device_arch, const GemmPlanOptions& options) {
@@ -450,11 +534,11 @@ Result<GemmPlan> GemmPlan::with_instance(const GemmProblem& problem, GpuArch dev
   CUACTOR_TRY(check_problem(problem));
   CUACTOR_TRY(check_arch(problem, device_arch));
   CUACTOR_TRY(check_options(options));
-  if (options.split_k > 1)
-    return fail(
-        errc::invalid_argument,
-        fmt::format("GemmPlan split_k={}: a plan for a given kernel ({}) runs it unsplit; GemmPlan::make splits",
-                    options.split_k, sku.to_string()));
+  if (options.split_k > 1 || options.swap_ab == 2)
+    return fail(errc::invalid_argument,
+                fmt::format("GemmPlan split_k={} swap_ab={}: a plan for a given kernel ({}) runs it as it is; "
+                            "GemmPlan::make splits and swaps",
+                            options.split_k, options.swap_ab, sku.to_string()));
   if (!sku_computes(sku, problem))
     return fail(errc::invalid_argument,
                 fmt::format("GEMM kernel {} does not compute the problem ({})", sku.to_string(), describe(problem)));
@@ -466,21 +550,23 @@ Result<GemmPlan> GemmPlan::with_instance(const GemmProblem& problem, GpuArch dev
 
 GemmPlan GemmPlan::finish(const GemmProblem& problem, GpuArch arch, const GemmSku& sku,
                           const cuactor_gemm_instance& instance, std::shared_ptr<const void> owner, PlanSource source,
-                          const GemmPlanOptions& options, int split_k) {
+                          const GemmPlanOptions& options, int split_k, bool swap_ab) {
   GemmPlanOptions resolved = options;
   resolved.sm_count = sm_count_of(options);
-  const auto args = make_args(problem, GemmOperands{}, resolved);
+  const GemmProblem kernel_problem = swap_ab ? detail::swapped_problem(problem) : problem;
+  const auto args = make_args(kernel_problem, GemmOperands{}, resolved);
   if (split_k <= 1) {
     const std::size_t workspace = instance.workspace_size(&args);
-    return GemmPlan(problem, arch, sku, &instance, std::move(owner), source, resolved, workspace, 1, 0);
+    return GemmPlan(problem, arch, sku, &instance, std::move(owner), source, resolved, workspace,
+                    Launch{swap_ab, 1, 0});
   }
   // Workspace: the slice kernel's own, then the float32 partial products of every slice.
-  const auto slices = slice_args(args, split_k, nullptr);
+  const auto slices = slice_args(args, split_k, nullptr, kernel_problem.layout_c);
   const std::size_t partials_offset = detail::align_up(instance.workspace_size(&slices), 256);
   const std::size_t partials = static_cast<std::size_t>(split_k) * static_cast<std::size_t>(problem.m) *
                                static_cast<std::size_t>(problem.n) * sizeof(float);
   return GemmPlan(problem, arch, sku, &instance, std::move(owner), source, resolved, partials_offset + partials,
-                  split_k, partials_offset);
+                  Launch{swap_ab, split_k, partials_offset});
 }
 
 std::string_view name(PlanSource s) noexcept {
@@ -638,28 +724,31 @@ Status GemmPlan::run(const GemmOperands& operands, void* workspace, std::size_t 
     return fail(errc::workspace_too_small,
                 fmt::format("GEMM {}: workspace of {} bytes at {} is smaller than the {} bytes the plan needs",
                             sku().to_string(), workspace_bytes, fmt::ptr(workspace), workspace_size_));
-  if (split_k_ > 1 && !detail::aligned16(workspace))
+  const int split_k = launch_.split_k;
+  if (split_k > 1 && !detail::aligned16(workspace))
     return fail(errc::invalid_argument,
                 fmt::format("GEMM split-K: workspace at {} is not 16-byte aligned (its partial products are TMA "
                             "stores)",
                             fmt::ptr(workspace)));
-  auto* partials = reinterpret_cast<float*>(static_cast<std::byte*>(workspace) + partials_offset_);
-  auto args = make_args(problem_, operands, options_);
-  if (split_k_ > 1) args = slice_args(args, split_k_, partials);
+  // A swapped plan's kernel computes D^T = B^T A^T on the same memory.
+  const GemmProblem kernel_problem = launch_.swap_ab ? detail::swapped_problem(problem_) : problem_;
+  auto args = make_args(kernel_problem, launch_.swap_ab ? detail::swapped_operands(operands) : operands, options_);
+  auto* partials = reinterpret_cast<float*>(static_cast<std::byte*>(workspace) + launch_.partials_offset);
+  if (split_k > 1) args = slice_args(args, split_k, partials, kernel_problem.layout_c);
   const cuactor_gemm_instance& inst = *instance_;
   if (const int s = inst.can_implement(&args); s != CUACTOR_KERNEL_OK)
     return fail(errc::invalid_argument,
                 fmt::format("GEMM {}: the kernel rejects m={} n={} k={} lda={} ldb={} ldc={} ldd={} (status {})",
                             sku().to_string(), args.m, args.n, args.k, args.lda, args.ldb, args.ldc, args.ldd, s));
   // A split plan's kernel owns the workspace before the partial products.
-  switch (inst.run(&args, workspace, split_k_ > 1 ? partials_offset_ : workspace_bytes, stream)) {
+  switch (inst.run(&args, workspace, split_k > 1 ? launch_.partials_offset : workspace_bytes, stream)) {
     case CUACTOR_KERNEL_OK:
-      if (split_k_ > 1) {
+      if (split_k > 1) {
         const auto& p = problem_;
-        return gpu::check(detail::launch_split_k_reduce(
-                              p.d, partials, split_k_, p.m, p.n, operands.alpha, operands.beta, operands.c,
-                              ld_or_packed(p.m, p.n, p.layout_c, operands.ldc), operands.d,
-                              ld_or_packed(p.m, p.n, p.layout_c, operands.ldd), 4 * options_.sm_count, stream),
+        return gpu::check(detail::launch_split_k_reduce(p.d, partials, split_k, p.m, p.n, operands.alpha, operands.beta,
+                                                        operands.c, ld_or_packed(p.m, p.n, p.layout_c, operands.ldc),
+                                                        operands.d, ld_or_packed(p.m, p.n, p.layout_c, operands.ldd),
+                                                        4 * options_.sm_count, stream),
                           "GEMM split-K reduction");
       }
       return ok();
@@ -677,11 +766,11 @@ Status GemmPlan::run(const GemmOperands& operands, void* workspace, std::size_t 
 
 std::size_t GemmPlanCache::KeyHash::operator()(const Key& k) const noexcept {
   std::size_t h = hash_value(k.problem);
-  for (std::size_t v :
-       {static_cast<std::size_t>(k.arch.sm()), static_cast<std::size_t>(k.arch.arch_specific),
-        static_cast<std::size_t>(k.sm_count), static_cast<std::size_t>(k.device),
-        static_cast<std::size_t>(k.max_swizzle * 3 + k.raster_order), static_cast<std::size_t>(k.split_k),
-        k.sku_override ? hash_value(*k.sku_override) : std::size_t{0}})
+  for (std::size_t v : {static_cast<std::size_t>(k.arch.sm()), static_cast<std::size_t>(k.arch.arch_specific),
+                        static_cast<std::size_t>(k.sm_count), static_cast<std::size_t>(k.device),
+                        static_cast<std::size_t>(k.max_swizzle * 3 + k.raster_order),
+                        static_cast<std::size_t>(k.split_k * 3 + k.swap_ab),
+                        k.sku_override ? hash_value(*k.sku_override) : std::size_t{0}})
     boost::hash_combine(h, v);
   return h;
 }
@@ -694,6 +783,7 @@ Result<GemmPlan> GemmPlanCache::get(const GemmProblem& problem, GpuArch arch, co
                 options.max_swizzle,
                 options.raster_order,
                 options.split_k,
+                options.swap_ab,
                 options.sku_override};
   return cache_.get_or_create(
       key, [&] { return planner_ ? planner_(problem, arch, options) : GemmPlan::make(problem, arch, options); });

@@ -1,10 +1,10 @@
 /// @file
-/// Internal: split-K dense plans. Which problems GemmPlan splits and into how many slices
-/// (gemm_plan.cpp), the kernel that computes the slices, and their reduction (split_k.cu). The slices
-/// are one batched launch of the decode pingpong kernel, not CUTLASS's stream-K scheduler forced to
-/// split-K: its cooperative 128x64 and 128x128 tiles, at the best of 2 to 8 splits per shape, ran
-/// 0.77-1.14x the 64x128 pingpong plan on 10 decode shapes (H100), and where they won (1.04-1.14x) the
-/// 64x64 pingpong tile gained 1.12-1.34x over the same plan.
+/// Internal: dense decode plans. Which problems GemmPlan computes transposed (swap-AB) or splits along
+/// K and into how many slices (gemm_plan.cpp), their kernels, and the reduction of the slices
+/// (split_k.cu). The slices are one batched launch of the decode pingpong kernel, not CUTLASS's
+/// stream-K scheduler forced to split-K: its cooperative 128x64 and 128x128 tiles, at the best of 2 to 8 splits per
+/// shape, ran 0.77-1.14x the 64x128 pingpong plan on 10 decode shapes (H100), and where they won (1.04-1.14x) the 64x64
+/// pingpong tile gained 1.12-1.34x over the same plan.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -25,13 +25,15 @@ inline constexpr std::int64_t kSplitKMaxRows = 32;
 inline constexpr std::int64_t kSplitKMinDepth = 4096;
 
 /// The slices GemmPlan splits `p` into when GemmPlanOptions::split_k is 0: for decode rows (m <= 32)
-/// over a long K (>= 4096) whose grid of 64x64 output tiles fills at most half of `sm_count` SMs, the
-/// most slices (2 to 8) that keep the grid within one wave, each whole tile depths and at least 512
-/// deep; else 1. Measured on an H100 with weights cold in L2, against the unsplit plan in the same run:
-/// 1.01-1.72x on 20 such shapes (geometric mean 1.16 on the 11 the rule was set from, 1.23 on 9 chosen
-/// after it); with 48-128 rows or K of 3072 the split lost 4 times out of 5 (0.86-0.99x). Shape only:
-/// whether the problem can be split at all is split_k_rule's question.
-int split_k_for(const GemmProblem& p, int sm_count) noexcept;
+/// over a long K (>= 4096) whose grid of 64x64 output tiles (for m <= 32 as many as the swapped
+/// kernel's) fills at most half of `sm_count` SMs, or with `swapped` at most a fifth, the most slices
+/// (2 to 8) that keep the grid within one wave, each whole tile depths and at least 512 deep; else 1.
+/// Measured on an H100 with weights cold in L2, in the same run: against the unsplit 64x64 plan
+/// 1.01-1.72x on 20 such shapes; against the unswapped kernel the swapped one unsplit lost where the grid
+/// had 16 or 20 tiles (0.79-0.84x of the split) and won from 32 tiles (1.05-1.19x). With 48-128 rows or
+/// K of 3072 the split lost 4 times out of 5 (0.86-0.99x). Shape only: whether the problem can be split
+/// at all is split_k_rule's question.
+int split_k_for(const GemmProblem& p, int sm_count, bool swapped = false) noexcept;
 
 /// Why `p` cannot be split into `splits` slices on `arch` (the first rule it breaks, naming the value),
 /// or an empty string if it can: sm_90a, 16-bit A and B, C and D of one type (bf16, f16 or f32), the
@@ -39,8 +41,37 @@ int split_k_for(const GemmProblem& p, int sm_count) noexcept;
 /// splits x kSplitKTileDepth.
 std::string split_k_rule(const GemmProblem& p, GpuArch arch, int splits);
 
-/// The kernel that computes the slices of a split `p`: p's inputs, float32 C and D, pingpong 64x64x64.
-GemmSku split_k_slice_sku(const GemmProblem& p);
+/// The kernel that computes the slices of a split `p`: the kernel the plan runs unsplit (64x64x64
+/// pingpong, or with `swap_ab` swapped_sku's) with float32 C and D.
+GemmSku split_k_slice_sku(const GemmProblem& p, bool swap_ab = false);
+
+/// The rows a swapped plan takes on its own (GemmPlanOptions::swap_ab 0): up to kSwapAbMaxRows always,
+/// up to kSwapAbWideMaxRows where the unswapped grid is small (swap_ab_for).
+inline constexpr std::int64_t kSwapAbMaxRows = 32;
+inline constexpr std::int64_t kSwapAbWideMaxRows = 64;
+
+/// Whether GemmPlan computes `p` swapped when GemmPlanOptions::swap_ab is 0 (shape only; swap_ab_rule
+/// says whether it can): up to 32 rows, whose swapped tile reads each weight once (H100, weights cold,
+/// same run: 0.99-1.19x the unswapped plan on 19 shapes of 1-32 rows where the split did not decide);
+/// 33-64 rows where the grid of 64x64 tiles fills at most half of `sm_count` SMs: the swapped 64x32
+/// tiles read the weights twice but double the grid (1.15-1.18x with 24-32 tiles, even with 64, 0.86x
+/// with 80).
+bool swap_ab_for(const GemmProblem& p, int sm_count) noexcept;
+
+/// Why `p` cannot be computed transposed on `arch`, or an empty string if it can: sm_90a, 16-bit A and
+/// B, C and D of one type, the preset linear combination, one batch, layouts row,col,row.
+std::string swap_ab_rule(const GemmProblem& p, GpuArch arch);
+
+/// D^T = B^T A^T as the problem the swapped kernel computes: M and N trade places, A' is B's storage
+/// (N x K row-major), B' is A's (M x K row-major, N' x K: "col"), D' is D's storage read column-major.
+GemmProblem swapped_problem(const GemmProblem& p);
+
+/// The operands of swapped_problem(p): A and B (pointers, leading dimensions, batch strides) trade places.
+GemmOperands swapped_operands(const GemmOperands& o);
+
+/// The swapped kernel for `p`: pingpong, 64 rows over p's N, 16 columns over p's rows (32 past 16),
+/// 64 deep, layouts row,col,col.
+GemmSku swapped_sku(const GemmProblem& p);
 
 /// D[i, j] = alpha * (P[0, i, j] + ... + P[splits - 1, i, j]) + beta * C[i, j] for an m x n problem:
 /// P holds the float32 partial products of the K slices, `splits` packed m x n row-major matrices;

@@ -131,7 +131,7 @@ void mm(nb::handle a_obj, nb::handle b_obj, nb::handle out_obj, std::optional<st
         nb::handle alloc_obj, std::optional<std::string> epilogue, nb::handle c_obj, nb::handle row_scale,
         nb::handle col_scale, nb::handle row_bias, nb::handle col_bias, nb::handle amax, nb::handle aux_obj,
         nb::handle row_sum, float alpha, float beta, float clamp_lo, float clamp_hi, std::optional<std::string> sku,
-        int split_k) {
+        int split_k, int swap_ab) {
   const LaunchSource source(stream, alloc_obj, a_obj);
   const TensorArg a = import_tensor(a_obj, "a"), b = import_tensor(b_obj, "b"), out = import_tensor(out_obj, "out");
   for (const TensorArg* t : {&a, &b, &out}) require_cuda(*t);
@@ -232,6 +232,7 @@ void mm(nb::handle a_obj, nb::handle b_obj, nb::handle out_obj, std::optional<st
   options.device = a.device;
   if (sku) options.sku_override = unwrap(kernels::GemmSku::parse(*sku));
   options.split_k = split_k;
+  options.swap_ab = swap_ab;
   auto plan = unwrap(dense_plans().get(p, facts.arch, options));
   check(plan.validate(o));
   check(plan.check_buffer_sizes(o, static_cast<std::size_t>(a.extent_bytes()),
@@ -621,6 +622,7 @@ void bind_ops(nb::module_& m) {
       nb::arg("amax").none() = nb::none(), nb::arg("aux").none() = nb::none(), nb::arg("row_sum").none() = nb::none(),
       nb::arg("alpha") = 1.0f, nb::arg("beta") = 0.0f, nb::arg("clamp_lo") = -3.4028234663852886e38f,
       nb::arg("clamp_hi") = 3.4028234663852886e38f, nb::arg("sku").none() = nb::none(), nb::arg("split_k") = 0,
+      nb::arg("swap_ab") = 0,
       "out = epilogue(a @ b) on `stream` (a cudaStream_t as an integer; None: torch's current stream for torch "
       "tensors) with a GemmPlan: rank 2 (M, K) x (K, N) -> "
       "(M, N), or rank 3 with a common batch. `epilogue` is a tree token such as 'silu(add(acc,colbias))' whose "
@@ -629,7 +631,9 @@ void bind_ops(nb::module_& m) {
       "and row_sum (float32, batch * M row sums), alpha, beta and the clamp bounds; trees the "
       "catalog lacks are compiled by the JIT on first use; `sku` (a dense SKU's text) runs exactly that catalog kernel "
       "instead of the plan's choice; `split_k` 0 lets the plan split K on small decode grids, 1 never splits, 2..16 "
-      "forces that many slices (reduced in order: deterministic). `alloc` gives the plan's workspace, if any: "
+      "forces that many slices (reduced in order: deterministic); `swap_ab` 0 lets the plan compute decode problems "
+      "of up to 32 rows (64 on grids of few tiles) as D^T = B^T A^T, 1 never, 2 always. `alloc` gives the plan's "
+      "workspace, if any: "
       "alloc(nbytes) "
       "returning "
       "a device tensor, or a pair (raw_alloc(nbytes, stream) -> int, raw_delete(ptr)) (default: torch's caching "

@@ -115,12 +115,12 @@ class DenseGemmTest : public test_support::GpuTest {
     bool scales = false;
   };
 
-  /// Runs one case with `sku` and compares against the fp64 reference. With `split_k` > 0 the plan
-  /// is made for sku's types and layouts with that GemmPlanOptions::split_k instead of the override.
-  void check_case(const GemmSku& sku, const Case& cs, std::mt19937_64& rng, int split_k = 0) {
+  /// Runs one case with `sku` and compares against the fp64 reference. With `split_k` or `swap_ab`
+  /// > 0 the plan is made for sku's types and layouts with those GemmPlanOptions instead of the override.
+  void check_case(const GemmSku& sku, const Case& cs, std::mt19937_64& rng, int split_k = 0, int swap_ab = 0) {
     SCOPED_TRACE(::testing::Message() << sku.to_string() << " m=" << cs.m << " n=" << cs.n << " k=" << cs.k
                                       << " batch=" << cs.batch << " pad=" << cs.pad << " alpha=" << cs.alpha
-                                      << " beta=" << cs.beta << " split_k=" << split_k);
+                                      << " beta=" << cs.beta << " split_k=" << split_k << " swap_ab=" << swap_ab);
     GemmProblem p;
     p.m = cs.m;
     p.n = cs.n;
@@ -135,16 +135,24 @@ class DenseGemmTest : public test_support::GpuTest {
     p.layout_c = sku.layout_c;
     p.epilogue = sku.epilogue;
     GemmPlanOptions opts;
-    if (split_k > 0)
+    const bool chosen_by_options = split_k > 0 || swap_ab > 0;
+    if (chosen_by_options) {
       opts.split_k = split_k;
-    else
+      opts.swap_ab = swap_ab;
+    } else {
       opts.sku_override = sku;
+    }
     opts.sm_count = props_.multiprocessors;
     CUACTOR_ASSERT_OK_AND_ASSIGN(plan, GemmPlan::make(p, props_.arch, opts));
-    if (split_k > 0)
-      ASSERT_EQ(plan.split_k(), split_k);
-    else
+    if (!chosen_by_options) {
       ASSERT_EQ(plan.sku(), sku);
+    }
+    if (split_k > 1) {
+      ASSERT_EQ(plan.split_k(), split_k);
+    }
+    if (swap_ab > 0) {
+      ASSERT_EQ(plan.swap_ab(), swap_ab == 2);
+    }
 
     const bool fp8 = sku.a == DType::e4m3;
     const double range = fp8 ? 4.0 : 1.0;
@@ -247,6 +255,8 @@ TEST_F(DenseGemmTest, EverySkuMatchesFp64ReferenceOnRandomShapes) {
     for (int i = 0; i < 6; ++i)  // fresh random shapes and data
       cases.push_back({mdist(rng), ndist(rng) * 8 * (nq == 4 ? 2 : 1), kdist(rng) * kq * 2, 1 + (i % 2), i % 3,
                        i % 2 ? 1.0f : 0.75f, i % 3 == 0 ? 0.5f : 0.0f, scaled});
+    if (e->sku.layout_c == MatrixLayout::col)  // M is then D's contiguous extent: 16-byte multiples
+      for (Case& c : cases) c.m = (c.m + nq - 1) / nq * nq;
     for (const Case& cs : cases) {
       check_case(e->sku, cs, rng);
       if (HasFatalFailure()) return;
@@ -305,7 +315,31 @@ TEST_F(DenseGemmTest, SplitKMatchesFp64Reference) {
                                      {Case{64, 264, 4096, 1, 0, 1.5f, 1.0f}, 8},
                                      {Case{7, 8, 128}, 2},
                                      {Case{200, 72, 1024, 1, 2}, 16}}) {
-      check_case(*sku, cs, rng, splits);
+      for (int swap_ab : {1, 2}) {  // the 64x64 slices, and the swapped ones (forced past 32 rows too)
+        check_case(*sku, cs, rng, splits, swap_ab);
+        if (HasFatalFailure()) return;
+      }
+    }
+  }
+}
+
+TEST_F(DenseGemmTest, SwapAbMatchesFp64Reference) {
+  std::mt19937_64 rng(20261129);
+  for (const auto& [in, out] :
+       {std::pair{DType::bf16, DType::bf16}, {DType::f16, DType::f16}, {DType::bf16, DType::f32}}) {
+    GemmProblem p;
+    p.a = p.b = in;
+    p.c = p.d = out;
+    if (props_.arch != GpuArch{9, 0, true}) GTEST_SKIP() << "swap-AB runs on sm_90a; device is " << props_.arch.name();
+    if (find_in_catalog(detail::swapped_sku(p)) == nullptr)
+      GTEST_SKIP() << "no swapped decode kernel in this build: " << detail::swapped_sku(p).to_string();
+    GemmSku sku;
+    sku.a = sku.b = in;
+    sku.c = sku.d = out;
+    // 16- and 32-column tiles over the rows (with tails), K tails, padding, alpha and beta with C.
+    for (const Case& cs : {Case{1, 8, 72}, Case{7, 136, 200}, Case{16, 2048, 1024, 1, 1, 0.5f, -0.75f},
+                           Case{17, 264, 512, 1, 2, 1.0f, 1.0f}, Case{32, 520, 4096}, Case{100, 72, 136, 1, 1}}) {
+      check_case(sku, cs, rng, 1, 2);
       if (HasFatalFailure()) return;
     }
   }
@@ -317,13 +351,16 @@ TEST_F(DenseGemmTest, SplitKIsDeterministicCapturableAndChosenForDecode) {
   if (!sku) GTEST_SKIP() << why;
   GemmProblem p;
   p.m = 16;
-  p.n = 2048;
+  p.n = 1024;  // 16 tiles: split swapped or not on 80 or more SMs
   p.k = 8192;
   GemmPlanOptions opts;
   opts.sm_count = props_.multiprocessors;
   CUACTOR_ASSERT_OK_AND_ASSIGN(plan, GemmPlan::make(p, props_.arch, opts));
-  EXPECT_GT(plan.split_k(), 1) << "a 16x2048x8192 decode GEMM on " << opts.sm_count
+  EXPECT_GT(plan.split_k(), 1) << "a 16x1024x8192 decode GEMM on " << opts.sm_count
                                << " SMs: " << plan.sku().to_string();
+  if (find_in_catalog(detail::swapped_sku(p)) != nullptr) {
+    EXPECT_TRUE(plan.swap_ab()) << plan.sku().to_string();
+  }
   std::mt19937_64 rng(3);
   HostMatrix a = random_matrix(p.a, p.m, p.k, MatrixLayout::row, 0, 1, rng, 1.0);
   HostMatrix b = random_matrix(p.b, p.k, p.n, MatrixLayout::col, 0, 1, rng, 1.0);

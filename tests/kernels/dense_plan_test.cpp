@@ -128,14 +128,17 @@ TEST(DensePlan, HeuristicPicksTileByShapeAndArch) {
   // Decode-like shapes: the small pingpong tile (measured on an H100 ahead of stream-K and of the large
   // cooperative tile: 40.7 / 32.1 / 26.6 TFLOP/s at 16x8192x8192, 46.4 vs 40.2 at 16x28672x8192).
   // Where the grid of 64x128 tiles fills at most half the SMs, 64x64x64 tiles (heuristic_candidate,
-  // small_m_tile_k); else 64x128x128.
+  // small_m_tile_k); else 64x128x128. (Unswapped and unsplit: DecodePlansSwapAndSplit covers those.)
+  GemmPlanOptions plain;
+  plain.swap_ab = 1;
+  plain.split_k = 1;
   for (const auto& [m, n, k, width, depth] : {std::tuple{16, 4096, 4096, 64, 64},
                                               {16, 8192, 8192, 64, 64},
                                               {16, 28672, 8192, 128, 128},
                                               {128, 4096, 14336, 64, 64},
                                               {128, 8192, 8192, 128, 128},
                                               {1, 12288, 4096, 128, 128}}) {
-    CUACTOR_ASSERT_OK_AND_ASSIGN(decode, GemmPlan::make(bf16_problem(m, n, k), kHopper));
+    CUACTOR_ASSERT_OK_AND_ASSIGN(decode, GemmPlan::make(bf16_problem(m, n, k), kHopper, plain));
     EXPECT_EQ(decode.sku().schedule, GemmSchedule::pingpong)
         << m << "x" << n << "x" << k << ": " << decode.sku().to_string();
     EXPECT_EQ(decode.sku().tile, (Shape3{64, width, depth}))
@@ -325,6 +328,26 @@ TEST(DensePlan, SplitKSlicesFollowTheGridOf64x64Tiles) {
     EXPECT_EQ(detail::split_k_for(bf16_problem(m, n, k), 132), slices) << m << "x" << n << "x" << k;
   }
   EXPECT_EQ(detail::split_k_for(bf16_problem(16, 2048, 8192), 48), 1);  // 32 tiles fill more than half of 48 SMs
+  // Swapped, the unsplit kernel wins from a fifth of the SMs.
+  for (const auto& [m, n, k, slices] : {std::tuple{16, 2048, 8192, 1},  // 32 tiles: more than 132 / 5
+                                        {24, 1024, 11264, 8},           // 16 tiles, 1408-deep slices
+                                        {12, 1280, 16384, 4},           // 20 tiles: 5 and 6 slices are not whole
+                                        {33, 1024, 8192, 1}}) {         // more than 32 rows
+    EXPECT_EQ(detail::split_k_for(bf16_problem(m, n, k), 132, true), slices) << m << "x" << n << "x" << k;
+  }
+}
+
+// Up to 32 rows always; 33-64 rows where the grid of 64x64 tiles fills at most half the SMs.
+TEST(DensePlan, SwapAbForDecodeRowsAndSmallGrids) {
+  for (const auto& [m, n, swap] : {std::tuple{1, 28672, true},
+                                   {32, 8192, true},
+                                   {64, 2048, true},   // 32 tiles
+                                   {48, 4096, true},   // 64 tiles: 128 of 132 SMs
+                                   {64, 5120, false},  // 80 tiles
+                                   {65, 1024, false}}) {
+    EXPECT_EQ(detail::swap_ab_for(bf16_problem(m, n, 4096), 132), swap) << m << "x" << n;
+  }
+  EXPECT_FALSE(detail::swap_ab_for(bf16_problem(64, 2048, 4096), 48));  // 32 tiles fill more than half of 48 SMs
 }
 
 TEST(DensePlan, SplitKRulesNameTheValue) {
@@ -374,7 +397,7 @@ TEST(DensePlan, SplitKOptionsAreCheckedAndForcedSplitsObeyTheRules) {
         e->sku.epilogue.is_preset() && runs_on(e->sku, kHopper)) {
       expect_error(GemmPlan::with_instance(bf16_problem(16, 2048, 8192), kHopper, e->sku, *e->instance, nullptr,
                                            PlanSource::tuned, o),
-                   errc::invalid_argument, "runs it unsplit");
+                   errc::invalid_argument, "runs it as it is");
       break;
     }
   const GemmSku slice = detail::split_k_slice_sku(bf16_problem(16, 2048, 8192));
@@ -385,14 +408,94 @@ TEST(DensePlan, SplitKOptionsAreCheckedAndForcedSplitsObeyTheRules) {
   }
   ASSERT_TRUE(forced.has_value()) << forced.error().to_string();
   EXPECT_EQ(forced->split_k(), 2);
-  EXPECT_EQ(forced->sku(), slice);
+  EXPECT_EQ(forced->sku(), forced->swap_ab() ? detail::split_k_slice_sku(bf16_problem(16, 2048, 8192), true) : slice);
   EXPECT_GE(forced->workspace_size(), 2u * 16u * 2048u * sizeof(float));
   o.split_k = 1;  // never: the heuristic's kernel, unsplit
   CUACTOR_ASSERT_OK_AND_ASSIGN(unsplit, GemmPlan::make(bf16_problem(16, 2048, 8192), kHopper, o));
   EXPECT_EQ(unsplit.split_k(), 1);
   EXPECT_EQ(unsplit.sku().d, DType::bf16);
+  // Automatic: the swapped kernel unsplit on 32 tiles where the catalog has it, else 4 slices of 64x64 tiles.
   CUACTOR_ASSERT_OK_AND_ASSIGN(automatic, GemmPlan::make(bf16_problem(16, 2048, 8192), kHopper));
-  EXPECT_EQ(automatic.split_k(), 4);
+  EXPECT_EQ(automatic.split_k(), automatic.swap_ab() ? 1 : 4);
+  GemmPlanOptions unswapped;
+  unswapped.swap_ab = 1;
+  CUACTOR_ASSERT_OK_AND_ASSIGN(split, GemmPlan::make(bf16_problem(16, 2048, 8192), kHopper, unswapped));
+  EXPECT_EQ(split.split_k(), 4);
+}
+
+// Swap-AB ([K9]): which problems a plan computes as D^T = B^T A^T, and what the swapped kernel sees.
+TEST(DensePlan, SwapAbRulesNameTheValue) {
+  EXPECT_EQ(detail::swap_ab_rule(bf16_problem(16, 2048, 8192), kHopper), "");
+  GemmProblem tree = bf16_problem(16, 2048, 8192), b_row = tree, mixed = tree;
+  tree.epilogue = EpilogueSpec::parse("relu(acc)").value();
+  b_row.layout_b = MatrixLayout::row;
+  mixed.d = DType::f32;
+  for (const auto& [p, arch, rule] : {std::tuple{bf16_problem(16, 2048, 8192), kAmpere, "the device is sm_80"},
+                                      {fp8_problem(), kHopper, "bf16 or f16 A and B"},
+                                      {mixed, kHopper, "C and D of one type"},
+                                      {tree, kHopper, "'relu(acc)'"},
+                                      {b_row, kHopper, "not row,row,row"}}) {
+    const std::string why = detail::swap_ab_rule(p, arch);
+    EXPECT_NE(why.find(rule), std::string::npos) << why;
+  }
+  GemmPlanOptions o;
+  for (int bad : {-1, 3}) {
+    o.swap_ab = bad;
+    expect_error(GemmPlan::make(bf16_problem(16, 2048, 8192), kHopper, o), errc::invalid_argument,
+                 "swap_ab=" + std::to_string(bad) + " must be 0");
+  }
+  o.swap_ab = 2;
+  expect_error(GemmPlan::make(fp8_problem(), kHopper, o), errc::unsupported, "swap_ab=2: swap-AB takes bf16 or f16");
+  o.sku_override = detail::swapped_sku(bf16_problem(16, 2048, 8192));
+  expect_error(GemmPlan::make(bf16_problem(16, 2048, 8192), kHopper, o), errc::invalid_argument,
+               "a swapped plan runs its own kernel");
+}
+
+TEST(DensePlan, SwappedProblemTradesTheOperands) {
+  GemmProblem p = bf16_problem(16, 2048, 8192);
+  p.d = p.c = DType::f16;
+  const GemmProblem s = detail::swapped_problem(p);
+  EXPECT_EQ(std::tuple(s.m, s.n, s.k), std::tuple(2048, 16, 8192));
+  EXPECT_EQ(std::tuple(s.layout_a, s.layout_b, s.layout_c),
+            std::tuple(MatrixLayout::row, MatrixLayout::col, MatrixLayout::col));
+  EXPECT_EQ(s.d, DType::f16);
+  GemmOperands o;
+  o.a = fake(0x100);
+  o.b = fake(0x200);
+  o.lda = 8200;
+  o.ldb = 8256;
+  const GemmOperands so = detail::swapped_operands(o);
+  EXPECT_EQ(so.a, o.b);
+  EXPECT_EQ(so.b, o.a);
+  EXPECT_EQ(so.lda, 8256);
+  EXPECT_EQ(so.ldb, 8200);
+  EXPECT_EQ(detail::swapped_sku(p).tile, (Shape3{64, 16, 64}));
+  EXPECT_EQ(detail::swapped_sku(bf16_problem(17, 2048, 8192)).tile, (Shape3{64, 32, 64}));
+}
+
+// In a build with the swapped kernels: decode rows run swapped, split where the grid is very small.
+TEST(DensePlan, DecodePlansSwapAndSplit) {
+  const GemmProblem narrow = bf16_problem(16, 2048, 8192), tiny = bf16_problem(24, 1024, 11264);
+  if (find_in_catalog(detail::swapped_sku(narrow)) == nullptr ||
+      find_in_catalog(detail::split_k_slice_sku(tiny, true)) == nullptr)
+    GTEST_SKIP() << "no swapped decode kernels in this build";
+  CUACTOR_ASSERT_OK_AND_ASSIGN(split, GemmPlan::make(tiny, kHopper));
+  EXPECT_TRUE(split.swap_ab());
+  EXPECT_EQ(split.split_k(), 8);
+  EXPECT_EQ(split.sku(), detail::split_k_slice_sku(tiny, true));
+  for (const GemmProblem& p : {narrow, bf16_problem(16, 28672, 8192), bf16_problem(64, 2048, 8192)}) {
+    CUACTOR_ASSERT_OK_AND_ASSIGN(unsplit, GemmPlan::make(p, kHopper));
+    EXPECT_TRUE(unsplit.swap_ab()) << p.m << "x" << p.n;
+    EXPECT_EQ(unsplit.split_k(), 1) << p.m << "x" << p.n;
+    EXPECT_EQ(unsplit.sku(), detail::swapped_sku(p));
+  }
+  CUACTOR_ASSERT_OK_AND_ASSIGN(rows64, GemmPlan::make(bf16_problem(64, 5120, 5120), kHopper));
+  EXPECT_FALSE(rows64.swap_ab());
+  GemmPlanOptions never;
+  never.swap_ab = 1;
+  CUACTOR_ASSERT_OK_AND_ASSIGN(unswapped, GemmPlan::make(narrow, kHopper, never));
+  EXPECT_FALSE(unswapped.swap_ab());
+  EXPECT_EQ(unswapped.sku(), detail::split_k_slice_sku(narrow, false));
 }
 
 TEST(DensePlan, ProblemHashSeparatesFields) {

@@ -244,14 +244,15 @@ def test_conv_argument_rules(np):
             cuactor.conv2d(x, w, padding=1, out=y, stream=0, sku=bad)
         with pytest.raises(cuactor.InvalidArgumentError, match=r"sku=.*: give a kernel's SKU text \(a str"):
             cuactor.mm(x[0, 0], x[0, 0].T, stream=0, sku=bad)
-    # mm's split_k: an int that fits 32 bits (its range, 0..16, is the plan's rule: DensePlan unit tests).
-    for bad in ("4", 2.0, True, None, [2]):
-        with pytest.raises(cuactor.InvalidArgumentError, match=r"split_k=.*: give an int \(0: the plan decides"):
-            cuactor.mm(x[0, 0], x[0, 0].T, stream=0, split_k=bad)
-    with pytest.raises(cuactor.InvalidArgumentError, match=r"split_k=1099511627776: does not fit a 32-bit int"):
-        cuactor.mm(x[0, 0], x[0, 0].T, stream=0, split_k=2**40)
-    with pytest.raises(cuactor.InvalidArgumentError, match="out=None: cuactor allocates outputs only for torch"):
-        cuactor.mm(x[0, 0], x[0, 0].T, stream=0, split_k=np.int64(4))  # a valid split_k gets further
+    # mm's split_k and swap_ab: ints that fit 32 bits (their ranges are the plan's rules: DensePlan unit tests).
+    for option in ("split_k", "swap_ab"):
+        for bad in ("4", 2.0, True, None, [2]):
+            with pytest.raises(cuactor.InvalidArgumentError, match=option + r"=.*: give an int \(0: the plan decides"):
+                cuactor.mm(x[0, 0], x[0, 0].T, stream=0, **{option: bad})
+        with pytest.raises(cuactor.InvalidArgumentError, match=option + "=1099511627776: does not fit a 32-bit int"):
+            cuactor.mm(x[0, 0], x[0, 0].T, stream=0, **{option: 2**40})
+        with pytest.raises(cuactor.InvalidArgumentError, match="out=None: cuactor allocates outputs only for torch"):
+            cuactor.mm(x[0, 0], x[0, 0].T, stream=0, **{option: np.int64(2)})  # a valid value gets further
     with pytest.raises(cuactor.InvalidArgumentError, match=r"GemmSku 'conv_fprop:.*'"):
         cuactor.conv2d_backward_weight(y, x, 3, padding=1, out=w, stream=0, sku="conv_fprop:sm_90a:x:y:z:1:2:3:4")
     with pytest.raises(cuactor.InvalidArgumentError, match="padding=-1: must be at least 0"):

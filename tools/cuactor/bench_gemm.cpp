@@ -114,8 +114,8 @@ Result<GemmRow> bench_case(const GemmCase& c, const gpu::DeviceProperties& props
   GemmRow row;
   row.label = c.label;
   const auto& s = plan->sku();
-  row.sku = plan->split_k() > 1 ? fmt::format("{} {} split-K {}", s.arch.name(), short_sku_name(s), plan->split_k())
-                                : fmt::format("{} {}", s.arch.name(), short_sku_name(s));
+  row.sku = fmt::format("{} {}{}{}", s.arch.name(), short_sku_name(s), plan->swap_ab() ? " swap-AB" : "",
+                        plan->split_k() > 1 ? fmt::format(" split-K {}", plan->split_k()) : std::string());
   row.source = std::string(kernels::name(plan->source()));
   row.anchor = (*timer)->anchor_name();
   row.flops = plan->flops();

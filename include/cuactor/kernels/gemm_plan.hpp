@@ -106,6 +106,12 @@ struct GemmPlanOptions {
   /// where the problem cannot be). A split plan runs its kernel (float32 output) over the slices into
   /// its workspace, then a reduction that adds them in order (deterministic) and applies alpha, beta, C.
   int split_k = 0;
+  /// Swap-AB: 0 = the plan decides (16-bit decode problems of up to 32 rows, and up to 64 on grids of
+  /// few tiles), 1 = never, 2 = always
+  /// (`unsupported` naming the rule where the problem cannot). A swapped plan computes D^T = B^T A^T:
+  /// its kernel's 64-row tile runs over the problem's N and a 16- or 32-column tile over its few rows,
+  /// so that shared memory holds weights rather than the padding of a 64-row tile of A.
+  int swap_ab = 0;
 };
 
 /// Where a plan's kernel choice came from ([K9]).
@@ -147,7 +153,9 @@ class GemmPlan {
   static Result<GemmSku> sku_for(const GemmProblem& problem, GpuArch device_arch, const GemmPlanOptions& options = {});
 
   /// K slices the plan splits the problem into (1: not split); see GemmPlanOptions::split_k.
-  [[nodiscard]] int split_k() const noexcept { return split_k_; }
+  [[nodiscard]] int split_k() const noexcept { return launch_.split_k; }
+  /// Whether the plan's kernel computes D^T = B^T A^T; see GemmPlanOptions::swap_ab.
+  [[nodiscard]] bool swap_ab() const noexcept { return launch_.swap_ab; }
 
   /// Architecture of the device the plan targets.
   [[nodiscard]] GpuArch device_arch() const noexcept { return device_arch_; }
@@ -173,9 +181,15 @@ class GemmPlan {
   Status run(const GemmOperands& operands, void* workspace, std::size_t workspace_bytes, cudaStream_t stream) const;
 
  private:
+  /// How the kernel covers the problem: whether A and B trade places, and K slices.
+  struct Launch {
+    bool swap_ab = false;
+    int split_k = 1;
+    std::size_t partials_offset = 0;  // split-K: where the float32 partial products start in the workspace
+  };
   GemmPlan(const GemmProblem& problem, GpuArch arch, const GemmSku& sku, const cuactor_gemm_instance* instance,
            std::shared_ptr<const void> owner, PlanSource source, const GemmPlanOptions& options, std::size_t workspace,
-           int split_k, std::size_t partials_offset)
+           Launch launch)
       : problem_(problem),
         device_arch_(arch),
         sku_(sku),
@@ -184,12 +198,12 @@ class GemmPlan {
         source_(source),
         options_(options),
         workspace_size_(workspace),
-        split_k_(split_k),
-        partials_offset_(partials_offset) {}
-  /// Resolves the SM count and sizes the workspace of a checked choice (`split_k` slices of K).
+        launch_(launch) {}
+  /// Resolves the SM count and sizes the workspace of a checked choice (`split_k` slices of K; with
+  /// `swap_ab` the kernel computes the transposed problem).
   static GemmPlan finish(const GemmProblem& problem, GpuArch arch, const GemmSku& sku,
                          const cuactor_gemm_instance& instance, std::shared_ptr<const void> owner, PlanSource source,
-                         const GemmPlanOptions& options, int split_k = 1);
+                         const GemmPlanOptions& options, int split_k = 1, bool swap_ab = false);
 
   GemmProblem problem_;
   GpuArch device_arch_;
@@ -199,8 +213,7 @@ class GemmPlan {
   PlanSource source_ = PlanSource::heuristic;
   GemmPlanOptions options_;  // sm_count resolved
   std::size_t workspace_size_ = 0;
-  int split_k_ = 1;
-  std::size_t partials_offset_ = 0;  // split-K: where the float32 partial products start in the workspace
+  Launch launch_;
 };
 
 /// Dense GEMM plans by everything that chooses the kernel (problem, architecture, SM count, device,
@@ -236,6 +249,7 @@ class GemmPlanCache {
     int max_swizzle = 0;
     int raster_order = 0;
     int split_k = 0;
+    int swap_ab = 0;
     std::optional<GemmSku> sku_override;
     friend bool operator==(const Key&, const Key&) = default;
   };
