@@ -165,13 +165,14 @@ foreach(t bf16 f16)
                         SCHEDULE pingpong EPILOGUE linear_combination)
 endforeach()
 # bf16 and fp16 decode of up to 32 rows, swapped (GemmPlan's swap_ab): D^T = B^T A^T with 64 rows of the
-# weight over N and 16 or 32 columns over the rows, D read column-major; float32 twins for split-K.
+# weight over N and 16 or 32 columns over the rows, D read column-major, 128 deep; 64-deep float32 twins
+# for split-K slices.
 foreach(t bf16 f16)
-  foreach(out ${t} f32)
-    foreach(tn 16 32)
-      cuactor_gemm_instance(${dense90} TYPES ${t} ${t} ${out} ${out} f32 LAYOUTS row col col TILE 64 ${tn} 64
-                            CLUSTER 1 1 1 SCHEDULE pingpong EPILOGUE linear_combination)
-    endforeach()
+  foreach(tn 16 32)
+    cuactor_gemm_instance(${dense90} TYPES ${t} ${t} ${t} ${t} f32 LAYOUTS row col col TILE 64 ${tn} 128
+                          CLUSTER 1 1 1 SCHEDULE pingpong EPILOGUE linear_combination)
+    cuactor_gemm_instance(${dense90} TYPES ${t} ${t} f32 f32 f32 LAYOUTS row col col TILE 64 ${tn} 64
+                          CLUSTER 1 1 1 SCHEDULE pingpong EPILOGUE linear_combination)
   endforeach()
 endforeach()
 # bf16 and fp16 pingpong 64x32x64: pointwise convolutions (1x1, unit stride, unpadded fprop) on grids of

@@ -254,8 +254,9 @@ namespace detail {
 int split_k_for(const GemmProblem& p, int sm_count, bool swapped) noexcept {
   // For m <= 32 the swapped kernel's 16- or 32-row tiles make as many tiles as 64x64 ones.
   const std::int64_t tiles = output_tiles(p, 64, 64);
-  const int fill = swapped ? 5 : 2;  // the grid fills at most 1/fill of the SMs
-  if (tiles == 0 || fill * tiles > sm_count || p.m > kSplitKMaxRows || p.k < kSplitKMinDepth) return 1;
+  const int fill = swapped ? 8 : 2;  // the grid fills at most 1/fill of the SMs
+  const std::int64_t min_depth = swapped ? kSwappedSplitKMinDepth : kSplitKMinDepth;
+  if (tiles == 0 || fill * tiles > sm_count || p.m > kSplitKMaxRows || p.k < min_depth) return 1;
   for (int s = 8; s >= 2; --s)
     if (s * tiles <= sm_count && p.k % (s * kSplitKTileDepth) == 0 && p.k / s >= 512) return s;
   return 1;
@@ -284,6 +285,7 @@ GemmSku split_k_slice_sku(const GemmProblem& p, bool swap_ab) {
   GemmSku s = dense_sku_for(p);
   if (swap_ab) {
     s = swapped_sku(p);
+    s.tile.k = kSplitKTileDepth;
   } else {
     s.arch = GpuArch{9, 0, true};
     s.schedule = GemmSchedule::pingpong;
@@ -340,7 +342,7 @@ GemmSku swapped_sku(const GemmProblem& p) {
   GemmSku s = dense_sku_for(swapped_problem(p));
   s.arch = GpuArch{9, 0, true};
   s.schedule = GemmSchedule::pingpong;
-  s.tile = {64, p.m <= 16 ? 16 : 32, kSplitKTileDepth};
+  s.tile = {64, p.m <= 16 ? 16 : 32, kSwapAbTileDepth};
   s.cluster = {1, 1, 1};
   return s;
 }

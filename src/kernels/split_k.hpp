@@ -23,16 +23,19 @@ inline constexpr int kSplitKTileDepth = 64;
 /// The decode class split-K serves on its own (split_k_for): at most this many rows, K at least this.
 inline constexpr std::int64_t kSplitKMaxRows = 32;
 inline constexpr std::int64_t kSplitKMinDepth = 4096;
+/// A swapped plan's K at least this to be split: its unsplit kernel's longer loads leave less to gain.
+inline constexpr std::int64_t kSwappedSplitKMinDepth = 8192;
 
 /// The slices GemmPlan splits `p` into when GemmPlanOptions::split_k is 0: for decode rows (m <= 32)
 /// over a long K (>= 4096) whose grid of 64x64 output tiles (for m <= 32 as many as the swapped
-/// kernel's) fills at most half of `sm_count` SMs, or with `swapped` at most a fifth, the most slices
-/// (2 to 8) that keep the grid within one wave, each whole tile depths and at least 512 deep; else 1.
-/// Measured on an H100 with weights cold in L2, in the same run: against the unsplit 64x64 plan
-/// 1.01-1.72x on 20 such shapes; against the unswapped kernel the swapped one unsplit lost where the grid
-/// had 16 or 20 tiles (0.79-0.84x of the split) and won from 32 tiles (1.05-1.19x). With 48-128 rows or
-/// K of 3072 the split lost 4 times out of 5 (0.86-0.99x). Shape only: whether the problem can be split
-/// at all is split_k_rule's question.
+/// kernel's) fills at most half of `sm_count` SMs, or with `swapped` over K >= 8192 at most an eighth,
+/// the most slices (2 to 8) that keep the grid within one wave, each whole tile depths and at least 512
+/// deep; else 1. Measured on an H100 with weights cold in L2, in the same run: against the unsplit
+/// 64x64 plan 1.01-1.72x on 20 such shapes. The swapped 128-deep kernel unsplit against the split:
+/// 0.89x with 16 tiles over K 11264, 1.01x with 20 over 16384, 1.08-1.10x with 16 over 4096 and 24 over
+/// 8960; with 32 tiles or more the unsplit swapped kernel wins. With 48-128 rows or K of 3072 the split
+/// lost 4 times out of 5 (0.86-0.99x). Shape only: whether the problem can be split at all is
+/// split_k_rule's question.
 int split_k_for(const GemmProblem& p, int sm_count, bool swapped = false) noexcept;
 
 /// Why `p` cannot be split into `splits` slices on `arch` (the first rule it breaks, naming the value),
@@ -41,9 +44,14 @@ int split_k_for(const GemmProblem& p, int sm_count, bool swapped = false) noexce
 /// splits x kSplitKTileDepth.
 std::string split_k_rule(const GemmProblem& p, GpuArch arch, int splits);
 
-/// The kernel that computes the slices of a split `p`: the kernel the plan runs unsplit (64x64x64
-/// pingpong, or with `swap_ab` swapped_sku's) with float32 C and D.
+/// The kernel that computes the slices of a split `p`: 64x64x64 pingpong, or with `swap_ab` swapped_sku's
+/// tile 64 deep, with float32 C and D.
 GemmSku split_k_slice_sku(const GemmProblem& p, bool swap_ab = false);
+
+/// The K depth of the swapped kernel's tile: 128-deep loads ran 1.057x the 64-deep ones in the geometric
+/// mean over 20 decode shapes of 1-32 rows (H100, weights cold, same run), 1.01-1.21x each; 256 deep
+/// gained less (1.040x where M <= 16).
+inline constexpr int kSwapAbTileDepth = 128;
 
 /// The rows a swapped plan takes on its own (GemmPlanOptions::swap_ab 0): up to kSwapAbMaxRows always,
 /// up to kSwapAbWideMaxRows where the unswapped grid is small (swap_ab_for).
@@ -70,7 +78,7 @@ GemmProblem swapped_problem(const GemmProblem& p);
 GemmOperands swapped_operands(const GemmOperands& o);
 
 /// The swapped kernel for `p`: pingpong, 64 rows over p's N, 16 columns over p's rows (32 past 16),
-/// 64 deep, layouts row,col,col.
+/// kSwapAbTileDepth deep, layouts row,col,col.
 GemmSku swapped_sku(const GemmProblem& p);
 
 /// D[i, j] = alpha * (P[0, i, j] + ... + P[splits - 1, i, j]) + beta * C[i, j] for an m x n problem:

@@ -328,10 +328,12 @@ TEST(DensePlan, SplitKSlicesFollowTheGridOf64x64Tiles) {
     EXPECT_EQ(detail::split_k_for(bf16_problem(m, n, k), 132), slices) << m << "x" << n << "x" << k;
   }
   EXPECT_EQ(detail::split_k_for(bf16_problem(16, 2048, 8192), 48), 1);  // 32 tiles fill more than half of 48 SMs
-  // Swapped, the unsplit kernel wins from a fifth of the SMs.
-  for (const auto& [m, n, k, slices] : {std::tuple{16, 2048, 8192, 1},  // 32 tiles: more than 132 / 5
+  // Swapped, the unsplit kernel wins from an eighth of the SMs, or over K under 8192.
+  for (const auto& [m, n, k, slices] : {std::tuple{16, 2048, 8192, 1},  // 32 tiles: more than 132 / 8
                                         {24, 1024, 11264, 8},           // 16 tiles, 1408-deep slices
-                                        {12, 1280, 16384, 4},           // 20 tiles: 5 and 6 slices are not whole
+                                        {1, 512, 8192, 8},              // 8 tiles, 1024-deep slices
+                                        {12, 1280, 16384, 1},           // 20 tiles
+                                        {8, 1024, 4096, 1},             // K under 8192
                                         {33, 1024, 8192, 1}}) {         // more than 32 rows
     EXPECT_EQ(detail::split_k_for(bf16_problem(m, n, k), 132, true), slices) << m << "x" << n << "x" << k;
   }
@@ -469,8 +471,10 @@ TEST(DensePlan, SwappedProblemTradesTheOperands) {
   EXPECT_EQ(so.b, o.a);
   EXPECT_EQ(so.lda, 8256);
   EXPECT_EQ(so.ldb, 8200);
-  EXPECT_EQ(detail::swapped_sku(p).tile, (Shape3{64, 16, 64}));
-  EXPECT_EQ(detail::swapped_sku(bf16_problem(17, 2048, 8192)).tile, (Shape3{64, 32, 64}));
+  EXPECT_EQ(detail::swapped_sku(p).tile, (Shape3{64, 16, 128}));
+  EXPECT_EQ(detail::swapped_sku(bf16_problem(17, 2048, 8192)).tile, (Shape3{64, 32, 128}));
+  EXPECT_EQ(detail::split_k_slice_sku(p, true).tile, (Shape3{64, 16, 64}));  // slices are whole 64-deep steps
+  EXPECT_EQ(detail::split_k_slice_sku(p, true).d, DType::f32);
 }
 
 // In a build with the swapped kernels: decode rows run swapped, split where the grid is very small.

@@ -87,7 +87,7 @@ Result<std::vector<kernels::GemmProblem>> problems_of(const TuneOptions& o) {
 }
 
 /// The sm_90a configurations swept for a 16-bit problem: data-parallel cooperative and pingpong
-/// tiles, clusters, and stream-K. (The heuristic's own plan, split-K included, is timed beside them.)
+/// tiles, clusters, and stream-K. (The heuristic's own plan, swapped or split-K included, is timed beside them.)
 std::vector<GemmSku> candidates(const kernels::GemmProblem& p, bool quick) {
   struct Config {
     kernels::Shape3 tile, cluster;
