@@ -141,6 +141,29 @@ def test_mm_runs_the_sku_it_is_given(torch_cuda):
         cuactor.mm(a, w.t(), sku=pingpong.replace("64x128x128", "64x8x64"))
 
 
+@pytest.mark.parametrize("m", [1, 16, 24, 48])
+def test_mm_decode_swapped_and_split_match_fp64(torch_cuda, m):
+    # Decode rows: the plan's choice, always swapped, never swapped, and forced splits, each against fp64,
+    # outputs poisoned first. A build without the swapped or slice kernels says which it lacks.
+    torch = torch_cuda
+    a = torch.randn(m, 8192, device="cuda", dtype=torch.bfloat16)
+    w = torch.randn(1024, 8192, device="cuda", dtype=torch.bfloat16) / 90.0
+    ref = a.double() @ w.double().t()
+    for options in ({}, {"swap_ab": 2}, {"swap_ab": 1}, {"split_k": 4}, {"split_k": 8, "swap_ab": 2},
+                    {"split_k": 2, "swap_ab": 1}):
+        out = torch.full((m, 1024), float("nan"), device="cuda", dtype=torch.bfloat16)
+        try:
+            cuactor.mm(a, w.t(), out=out, **options)
+        except cuactor.errors.UnsupportedError as e:
+            assert "is not compiled into this build's catalog" in str(e), e
+            continue
+        assert rel_err(torch, out, ref) < TOL["bfloat16"], options
+    with pytest.raises(cuactor.errors.InvalidArgumentError, match="swap_ab=3 must be 0"):
+        cuactor.mm(a, w.t(), swap_ab=3)
+    with pytest.raises(cuactor.errors.UnsupportedError, match="split_k=3: .*multiple of"):
+        cuactor.mm(a[:, :8000], w[:, :8000].t(), split_k=3)
+
+
 def test_mm_runs_on_the_current_stream(torch_cuda):
     torch = torch_cuda
     a = torch.randn(256, 256, device="cuda", dtype=torch.bfloat16)
