@@ -254,7 +254,7 @@ namespace detail {
 int split_k_for(const GemmProblem& p, int sm_count, bool swapped) noexcept {
   // For m <= 32 the swapped kernel's 16- or 32-row tiles make as many tiles as 64x64 ones.
   const std::int64_t tiles = output_tiles(p, 64, 64);
-  const int fill = swapped ? 8 : 2;  // the grid fills at most 1/fill of the SMs
+  const int fill = swapped ? 5 : 2;  // the grid fills at most 1/fill of the SMs
   const std::int64_t min_depth = swapped ? kSwappedSplitKMinDepth : kSplitKMinDepth;
   if (tiles == 0 || fill * tiles > sm_count || p.m > kSplitKMaxRows || p.k < min_depth) return 1;
   for (int s = 8; s >= 2; --s)
@@ -284,8 +284,7 @@ std::string split_k_rule(const GemmProblem& p, GpuArch arch, int splits) {
 GemmSku split_k_slice_sku(const GemmProblem& p, bool swap_ab) {
   GemmSku s = dense_sku_for(p);
   if (swap_ab) {
-    s = swapped_sku(p);
-    s.tile.k = kSplitKTileDepth;
+    s = swapped_sku(p, kSplitKTileDepth);
   } else {
     s.arch = GpuArch{9, 0, true};
     s.schedule = GemmSchedule::pingpong;
@@ -338,11 +337,11 @@ GemmOperands swapped_operands(const GemmOperands& o) {
   return s;
 }
 
-GemmSku swapped_sku(const GemmProblem& p) {
+GemmSku swapped_sku(const GemmProblem& p, int depth) {
   GemmSku s = dense_sku_for(swapped_problem(p));
   s.arch = GpuArch{9, 0, true};
   s.schedule = GemmSchedule::pingpong;
-  s.tile = {64, p.m <= 16 ? 16 : 32, kSwapAbTileDepth};
+  s.tile = {64, p.m <= 16 ? 16 : 32, depth};
   s.cluster = {1, 1, 1};
   return s;
 }
@@ -442,7 +441,10 @@ Result<GemmPlan> GemmPlan::make(const GemmProblem& problem, GpuArch device_arch,
   const bool swap_fits = detail::swap_ab_rule(problem, device_arch).empty();
   if (options.swap_ab == 2 || (options.swap_ab == 0 && swap_fits && detail::swap_ab_for(problem, sm_count))) {
     const GemmSku swapped = detail::swapped_sku(problem);
-    if (const CatalogEntry* e = find_in_catalog(swapped)) {
+    // float32 outputs have only the 64-deep kernels (the split slices' twins).
+    const CatalogEntry* e = find_in_catalog(swapped);
+    if (e == nullptr) e = find_in_catalog(detail::swapped_sku(problem, detail::kSplitKTileDepth));
+    if (e != nullptr) {
       kernel = e;
       swap = true;
     } else if (options.swap_ab == 2) {

@@ -28,14 +28,16 @@ inline constexpr std::int64_t kSwappedSplitKMinDepth = 8192;
 
 /// The slices GemmPlan splits `p` into when GemmPlanOptions::split_k is 0: for decode rows (m <= 32)
 /// over a long K (>= 4096) whose grid of 64x64 output tiles (for m <= 32 as many as the swapped
-/// kernel's) fills at most half of `sm_count` SMs, or with `swapped` over K >= 8192 at most an eighth,
+/// kernel's) fills at most half of `sm_count` SMs, or with `swapped` over K >= 8192 at most a fifth,
 /// the most slices (2 to 8) that keep the grid within one wave, each whole tile depths and at least 512
 /// deep; else 1. Measured on an H100 with weights cold in L2, in the same run: against the unsplit
-/// 64x64 plan 1.01-1.72x on 20 such shapes. The swapped 128-deep kernel unsplit against the split:
-/// 0.89x with 16 tiles over K 11264, 1.01x with 20 over 16384, 1.08-1.10x with 16 over 4096 and 24 over
-/// 8960; with 32 tiles or more the unsplit swapped kernel wins. With 48-128 rows or K of 3072 the split
-/// lost 4 times out of 5 (0.86-0.99x). Shape only: whether the problem can be split at all is
-/// split_k_rule's question.
+/// 64x64 plan 1.01-1.72x on 20 such shapes. Against the swapped 128-deep kernel unsplit, a split ran
+/// 1.24-1.27x on 8-16 tiles over K 8192-16384 (three shapes chosen after the rule, and 24x1024x11264,
+/// which gained 1.12x in an earlier run), and on 20 tiles over K 16384 1.12x in one run and 0.99x in
+/// another: few CTAs stream at rates that vary between runs,
+/// which spreading K over the SMs evens out. Over K 4096 the unsplit kernel won (1.10x with 16 tiles);
+/// from 32 tiles it wins. With 48-128 rows or K of 3072 the split lost 4 times out of 5 (0.86-0.99x).
+/// Shape only: whether the problem can be split at all is split_k_rule's question.
 int split_k_for(const GemmProblem& p, int sm_count, bool swapped = false) noexcept;
 
 /// Why `p` cannot be split into `splits` slices on `arch` (the first rule it breaks, naming the value),
@@ -79,7 +81,7 @@ GemmOperands swapped_operands(const GemmOperands& o);
 
 /// The swapped kernel for `p`: pingpong, 64 rows over p's N, 16 columns over p's rows (32 past 16),
 /// kSwapAbTileDepth deep, layouts row,col,col.
-GemmSku swapped_sku(const GemmProblem& p);
+GemmSku swapped_sku(const GemmProblem& p, int depth = kSwapAbTileDepth);
 
 /// D[i, j] = alpha * (P[0, i, j] + ... + P[splits - 1, i, j]) + beta * C[i, j] for an m x n problem:
 /// P holds the float32 partial products of the K slices, `splits` packed m x n row-major matrices;
