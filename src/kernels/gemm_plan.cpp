@@ -251,6 +251,21 @@ cuactor_dense_args make_args(const GemmProblem& p, const GemmOperands& o, const 
 
 namespace detail {
 
+std::string decode_plan_rule(const GemmProblem& p, GpuArch arch, std::string_view what) {
+  if (arch != GpuArch{9, 0, true})
+    return fmt::format("{} kernels are sm_90a kernels; the device is {}", what, arch.name());
+  if (p.a != p.b || (p.a != DType::bf16 && p.a != DType::f16))
+    return fmt::format("{} takes bf16 or f16 A and B, not A={} B={}", what, name(p.a), name(p.b));
+  if (p.c != p.d) return fmt::format("{} writes C and D of one type, not C={} D={}", what, name(p.c), name(p.d));
+  if (p.epilogue != GemmEpilogue::linear_combination)
+    return fmt::format("{} applies the linear combination only, not the epilogue '{}'", what, name(p.epilogue));
+  if (p.batch != 1) return fmt::format("{} takes one GEMM, not batch={}", what, p.batch);
+  if (p.layout_a != MatrixLayout::row || p.layout_b != MatrixLayout::col || p.layout_c != MatrixLayout::row)
+    return fmt::format("{} takes layouts row,col,row (A row-major, B as N x K, D row-major), not {},{},{}", what,
+                       name(p.layout_a), name(p.layout_b), name(p.layout_c));
+  return {};
+}
+
 int split_k_for(const GemmProblem& p, int sm_count, bool swapped) noexcept {
   // For m <= 32 the swapped kernel's 16- or 32-row tiles make as many tiles as 64x64 ones.
   const std::int64_t tiles = output_tiles(p, 64, 64);
@@ -263,18 +278,9 @@ int split_k_for(const GemmProblem& p, int sm_count, bool swapped) noexcept {
 }
 
 std::string split_k_rule(const GemmProblem& p, GpuArch arch, int splits) {
-  if (arch != GpuArch{9, 0, true})
-    return fmt::format("split-K kernels are sm_90a kernels; the device is {}", arch.name());
-  if (p.a != p.b || (p.a != DType::bf16 && p.a != DType::f16))
-    return fmt::format("split-K takes bf16 or f16 A and B, not A={} B={}", name(p.a), name(p.b));
-  if (p.c != p.d || (p.d != DType::bf16 && p.d != DType::f16 && p.d != DType::f32))
-    return fmt::format("split-K writes C and D of one type (bf16, f16 or f32), not C={} D={}", name(p.c), name(p.d));
-  if (p.epilogue != GemmEpilogue::linear_combination)
-    return fmt::format("split-K applies the linear combination only, not the epilogue '{}'", name(p.epilogue));
-  if (p.batch != 1) return fmt::format("split-K takes one GEMM, not batch={}", p.batch);
-  if (p.layout_a != MatrixLayout::row || p.layout_b != MatrixLayout::col || p.layout_c != MatrixLayout::row)
-    return fmt::format("split-K takes layouts row,col,row (A row-major, B as N x K, D row-major), not {},{},{}",
-                       name(p.layout_a), name(p.layout_b), name(p.layout_c));
+  if (std::string broken = decode_plan_rule(p, arch, "split-K"); !broken.empty()) return broken;
+  if (p.d != DType::bf16 && p.d != DType::f16 && p.d != DType::f32)
+    return fmt::format("split-K writes bf16, f16 or f32 C and D, not {}", name(p.d));
   if (p.k % (static_cast<std::int64_t>(splits) * kSplitKTileDepth) != 0)
     return fmt::format("split-K into {} slices needs k={} to be a multiple of {} (slices of whole {}-deep tiles)",
                        splits, p.k, splits * kSplitKTileDepth, kSplitKTileDepth);
@@ -300,18 +306,7 @@ bool swap_ab_for(const GemmProblem& p, int sm_count) noexcept {
 }
 
 std::string swap_ab_rule(const GemmProblem& p, GpuArch arch) {
-  if (arch != GpuArch{9, 0, true})
-    return fmt::format("swap-AB kernels are sm_90a kernels; the device is {}", arch.name());
-  if (p.a != p.b || (p.a != DType::bf16 && p.a != DType::f16))
-    return fmt::format("swap-AB takes bf16 or f16 A and B, not A={} B={}", name(p.a), name(p.b));
-  if (p.c != p.d) return fmt::format("swap-AB writes C and D of one type, not C={} D={}", name(p.c), name(p.d));
-  if (p.epilogue != GemmEpilogue::linear_combination)
-    return fmt::format("swap-AB applies the linear combination only, not the epilogue '{}'", name(p.epilogue));
-  if (p.batch != 1) return fmt::format("swap-AB takes one GEMM, not batch={}", p.batch);
-  if (p.layout_a != MatrixLayout::row || p.layout_b != MatrixLayout::col || p.layout_c != MatrixLayout::row)
-    return fmt::format("swap-AB takes layouts row,col,row (A row-major, B as N x K, D row-major), not {},{},{}",
-                       name(p.layout_a), name(p.layout_b), name(p.layout_c));
-  return {};
+  return decode_plan_rule(p, arch, "swap-AB");
 }
 
 GemmProblem swapped_problem(const GemmProblem& p) {

@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 
 #include "cuactor/core/arch.hpp"
 #include "cuactor/core/dtype.hpp"
@@ -25,6 +26,11 @@ inline constexpr std::int64_t kSplitKMaxRows = 32;
 inline constexpr std::int64_t kSplitKMinDepth = 4096;
 /// A swapped plan's K at least this to be split: its unsplit kernel's longer loads leave less to gain.
 inline constexpr std::int64_t kSwappedSplitKMinDepth = 8192;
+
+/// Why `p` cannot run as a decode plan of kind `what` ("split-K", "swap-AB") on `arch` (the first rule
+/// it breaks, naming the value), or an empty string: sm_90a, bf16 or f16 A and B, C and D of one type,
+/// the preset linear combination, one batch, layouts row,col,row (A row-major, B N x K, D row-major).
+std::string decode_plan_rule(const GemmProblem& p, GpuArch arch, std::string_view what);
 
 /// The slices GemmPlan splits `p` into when GemmPlanOptions::split_k is 0: for decode rows (m <= 32)
 /// over a long K (>= 4096) whose grid of 64x64 output tiles (for m <= 32 as many as the swapped
@@ -41,9 +47,8 @@ inline constexpr std::int64_t kSwappedSplitKMinDepth = 8192;
 int split_k_for(const GemmProblem& p, int sm_count, bool swapped = false) noexcept;
 
 /// Why `p` cannot be split into `splits` slices on `arch` (the first rule it breaks, naming the value),
-/// or an empty string if it can: sm_90a, 16-bit A and B, C and D of one type (bf16, f16 or f32), the
-/// preset linear combination, one batch, A row-major, B N x K ("col"), D row-major, K a multiple of
-/// splits x kSplitKTileDepth.
+/// or an empty string if it can: decode_plan_rule's rules, C and D bf16, f16 or f32, and K a multiple
+/// of splits x kSplitKTileDepth.
 std::string split_k_rule(const GemmProblem& p, GpuArch arch, int splits);
 
 /// The kernel that computes the slices of a split `p`: 64x64x64 pingpong, or with `swap_ab` swapped_sku's
@@ -68,8 +73,8 @@ inline constexpr std::int64_t kSwapAbWideMaxRows = 64;
 /// with 80).
 bool swap_ab_for(const GemmProblem& p, int sm_count) noexcept;
 
-/// Why `p` cannot be computed transposed on `arch`, or an empty string if it can: sm_90a, 16-bit A and
-/// B, C and D of one type, the preset linear combination, one batch, layouts row,col,row.
+/// Why `p` cannot be computed transposed on `arch`, or an empty string if it can: decode_plan_rule's
+/// rules.
 std::string swap_ab_rule(const GemmProblem& p, GpuArch arch);
 
 /// D^T = B^T A^T as the problem the swapped kernel computes: M and N trade places, A' is B's storage

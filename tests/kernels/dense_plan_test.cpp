@@ -352,31 +352,36 @@ TEST(DensePlan, SwapAbForDecodeRowsAndSmallGrids) {
   EXPECT_FALSE(detail::swap_ab_for(bf16_problem(64, 2048, 4096), 48));  // 32 tiles fill more than half of 48 SMs
 }
 
-TEST(DensePlan, SplitKRulesNameTheValue) {
-  EXPECT_EQ(detail::split_k_rule(bf16_problem(16, 2048, 8192), kHopper, 4), "");
-  struct Case {
-    GemmProblem p;
-    GpuArch arch;
-    int slices;
-    std::string rule;
-  };
-  GemmProblem fp8 = fp8_problem(), f32_out = bf16_problem(16, 2048, 8192), tree = f32_out, batched = f32_out,
-              b_row = f32_out, mixed = f32_out;
-  f32_out.c = f32_out.d = DType::f32;
-  EXPECT_EQ(detail::split_k_rule(f32_out, kHopper, 4), "");
+// The rules split-K and swap-AB plans share, each naming the broken value; then each kind's own.
+TEST(DensePlan, DecodePlanRulesNameTheValue) {
+  GemmProblem fp8 = fp8_problem(), tree = bf16_problem(16, 2048, 8192), batched = tree, b_row = tree, mixed = tree;
   tree.epilogue = EpilogueSpec::parse("relu(acc)").value();
   batched.batch = 2;
   b_row.layout_b = MatrixLayout::row;
   mixed.d = DType::f32;
-  for (const Case& c :
-       {Case{bf16_problem(16, 2048, 8192), kAmpere, 2, "sm_90a kernels; the device is sm_80"},
-        Case{fp8, kHopper, 2, "bf16 or f16 A and B, not A=e4m3"}, Case{mixed, kHopper, 2, "C and D of one type"},
-        Case{tree, kHopper, 2, "not the epilogue 'relu(acc)'"}, Case{batched, kHopper, 2, "batch=2"},
-        Case{b_row, kHopper, 2, "not row,row,row"},
-        Case{bf16_problem(16, 2048, 1000), kHopper, 2, "k=1000 to be a multiple of 128"}}) {
-    const std::string rule = detail::split_k_rule(c.p, c.arch, c.slices);
-    EXPECT_NE(rule.find(c.rule), std::string::npos) << rule;
+  for (const std::string what : {"split-K", "swap-AB"}) {
+    EXPECT_EQ(detail::decode_plan_rule(bf16_problem(16, 2048, 8192), kHopper, what), "");
+    for (const auto& [p, arch, rule] :
+         {std::tuple{bf16_problem(16, 2048, 8192), kAmpere, "sm_90a kernels; the device is sm_80"},
+          {fp8, kHopper, "takes bf16 or f16 A and B, not A=e4m3"},
+          {mixed, kHopper, "C and D of one type, not C=bf16 D=f32"},
+          {tree, kHopper, "not the epilogue 'relu(acc)'"},
+          {batched, kHopper, "batch=2"},
+          {b_row, kHopper, "not row,row,row"}}) {
+      const std::string why = detail::decode_plan_rule(p, arch, what);
+      EXPECT_EQ(why.rfind(what, 0), 0u) << why;
+      EXPECT_NE(why.find(rule), std::string::npos) << why;
+    }
   }
+  EXPECT_EQ(detail::swap_ab_rule(b_row, kHopper), detail::decode_plan_rule(b_row, kHopper, "swap-AB"));
+  EXPECT_NE(detail::split_k_rule(b_row, kHopper, 2).find("split-K takes layouts"), std::string::npos);
+  GemmProblem f32_out = bf16_problem(16, 2048, 8192), e4m3_out = f32_out;
+  f32_out.c = f32_out.d = DType::f32;
+  e4m3_out.c = e4m3_out.d = DType::e4m3;
+  EXPECT_EQ(detail::split_k_rule(f32_out, kHopper, 4), "");
+  EXPECT_NE(detail::split_k_rule(e4m3_out, kHopper, 4).find("bf16, f16 or f32 C and D, not e4m3"), std::string::npos);
+  EXPECT_NE(detail::split_k_rule(bf16_problem(16, 2048, 1000), kHopper, 2).find("k=1000 to be a multiple of 128"),
+            std::string::npos);
 }
 
 TEST(DensePlan, SplitKOptionsAreCheckedAndForcedSplitsObeyTheRules) {
@@ -425,21 +430,8 @@ TEST(DensePlan, SplitKOptionsAreCheckedAndForcedSplitsObeyTheRules) {
   EXPECT_EQ(split.split_k(), 4);
 }
 
-// Swap-AB ([K9]): which problems a plan computes as D^T = B^T A^T, and what the swapped kernel sees.
-TEST(DensePlan, SwapAbRulesNameTheValue) {
-  EXPECT_EQ(detail::swap_ab_rule(bf16_problem(16, 2048, 8192), kHopper), "");
-  GemmProblem tree = bf16_problem(16, 2048, 8192), b_row = tree, mixed = tree;
-  tree.epilogue = EpilogueSpec::parse("relu(acc)").value();
-  b_row.layout_b = MatrixLayout::row;
-  mixed.d = DType::f32;
-  for (const auto& [p, arch, rule] : {std::tuple{bf16_problem(16, 2048, 8192), kAmpere, "the device is sm_80"},
-                                      {fp8_problem(), kHopper, "bf16 or f16 A and B"},
-                                      {mixed, kHopper, "C and D of one type"},
-                                      {tree, kHopper, "'relu(acc)'"},
-                                      {b_row, kHopper, "not row,row,row"}}) {
-    const std::string why = detail::swap_ab_rule(p, arch);
-    EXPECT_NE(why.find(rule), std::string::npos) << why;
-  }
+// Swap-AB ([K9]): the option's range, and a forced swap meets the rules and runs its own kernel.
+TEST(DensePlan, SwapAbOptionsAreChecked) {
   GemmPlanOptions o;
   for (int bad : {-1, 3}) {
     o.swap_ab = bad;
