@@ -53,7 +53,7 @@ struct GemmBenchOptions {
 struct GemmCase {
   std::string label;
   GemmProblem problem;
-  bool decode = false;  ///< Also report bandwidth over the weight (B) bytes.
+  bool decode = false;  ///< The decode class (M <= 64): also report bandwidth over the weight (B) bytes.
 };
 
 std::vector<GemmCase> gemm_cases(bool quick) {
@@ -83,8 +83,18 @@ std::vector<GemmCase> gemm_cases(bool quick) {
   cases.push_back(make("bf16 TN llm-up", DType::bf16, DType::bf16, MatrixLayout::col, 4096, 14336, 4096, false));
   cases.push_back(make("bf16 TN llm-dn128", DType::bf16, DType::bf16, MatrixLayout::col, 128, 4096, 14336, false));
   cases.push_back(make("bf16 TN llm-dec", DType::bf16, DType::bf16, MatrixLayout::col, 16, 28672, 8192, true));
-  // Decode on a grid of few tiles (a narrow projection: 32 tiles of 64x64): split-K.
+  // Decode on a grid of few tiles (a narrow projection: 32 tiles of 64x64).
   cases.push_back(make("bf16 TN dec-thin", DType::bf16, DType::bf16, MatrixLayout::col, 16, 2048, 8192, true));
+  // The rest of the decode class, 1 to 64 rows over grids of 16 to 80 weight tiles (its geometric mean
+  // is the class's figure): one token, small batches, a down projection, a grid that splits K.
+  for (const auto& [label, m, n, k] : {std::tuple{"bf16 TN dec-m1", 1, 4096, 4096},
+                                       {"bf16 TN dec-m4", 4, 2816, 4096},
+                                       {"bf16 TN dec-m8", 8, 5120, 5120},
+                                       {"bf16 TN dec-m8n1k", 8, 1024, 4096},
+                                       {"bf16 TN dec-m24", 24, 1024, 11264},
+                                       {"bf16 TN dec-m32", 32, 4096, 14336},
+                                       {"bf16 TN dec-m64", 64, 2048, 8192}})
+    cases.push_back(make(label, DType::bf16, DType::bf16, MatrixLayout::col, m, n, k, true));
   if (!quick)
     cases.push_back(make("bf16 TN llm-70b", DType::bf16, DType::bf16, MatrixLayout::col, 8192, 28672, 8192, false));
   return cases;
@@ -182,6 +192,7 @@ Status run_bench_gemm(const GemmBenchOptions& opt) {
                            "K", "cuactor", "cuBLAS", "ratio", "rel.diff", "plan", "cuactor kernel", "anchor");
   std::cout << fmt::format("{:<17} {:>5} {:>5} {:>5}  {:>9} {:>9} {:>7}\n", "", "", "", "", "TFLOP/s", "TFLOP/s", "");
   int failures = 0;
+  std::vector<double> decode_ratios, other_ratios;  // cuBLAS time / cuactor time, per class
   for (const auto& c : gemm_cases(opt.quick)) {
     if (!opt.only.empty() && c.label.find(opt.only) == std::string::npos) continue;
     auto row = bench_case(c, props, dev->stream, dev->pool, opt, *device, db, gemm_jit.get());
@@ -203,6 +214,17 @@ Status run_bench_gemm(const GemmBenchOptions& opt) {
     std::cout << fmt::format("{:<17} {:>5} {:>5} {:>5}  {:>9.1f} {:>9.1f} {:>6.3f}x  {:>8.1e}  {:<9} {:<40} {}\n",
                              row->label, c.problem.m, c.problem.n, c.problem.k, ours_tf, anchor_tf,
                              row->anchor_ms / row->ours_ms, row->difference, row->source, row->sku, extra);
+    (c.decode ? decode_ratios : other_ratios).push_back(row->anchor_ms / row->ours_ms);
+  }
+  // The targets are geometric means over a class of shapes.
+  for (const auto& [name, ratios] :
+       {std::pair{"decode (M <= 64)", &decode_ratios}, {"the other rows", &other_ratios}}) {
+    if (ratios->empty()) continue;
+    double log_sum = 0;
+    for (double r : *ratios) log_sum += std::log(r);
+    std::cout << fmt::format("{}: {:.3f}x cuBLAS in the geometric mean over {} rows (min {:.3f}x)\n", name,
+                             std::exp(log_sum / static_cast<double>(ratios->size())), ratios->size(),
+                             *std::min_element(ratios->begin(), ratios->end()));
   }
   if (failures > 0) return fail(errc::internal, fmt::format("{} benchmark case(s) failed", failures));
   return ok();
