@@ -298,7 +298,8 @@ Result<kernels::GemmPlan> plan_dense_gemm(const kernels::GemmProblem& problem, c
                                           kernels::GemmPlanOptions options, const TuningDb* db, GemmJit* jit) {
   if (options.sm_count == 0) options.sm_count = device.sm_count;
   const auto tuned =
-      (db != nullptr && !options.sku_override && options.split_k <= 1)  // a forced split is the caller's choice
+      // A forced split or swap is the caller's choice, as an override is.
+      (db != nullptr && !options.sku_override && options.split_k <= 1 && options.swap_ab != 2)
           ? db->find(device, DenseGemmClass::of(problem))
           : std::nullopt;
   const std::function<GemmJit*()> jit_source = [jit] { return jit; };
