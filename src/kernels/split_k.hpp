@@ -67,7 +67,7 @@ inline constexpr std::int64_t kSwapAbWideMaxRows = 64;
 
 /// Whether GemmPlan computes `p` swapped when GemmPlanOptions::swap_ab is 0 (shape only; swap_ab_rule
 /// says whether it can): up to 32 rows, whose swapped tile reads each weight once (H100, weights cold,
-/// same run: 0.99-1.19x the unswapped plan on 19 shapes of 1-32 rows where the split did not decide);
+/// same run: 0.99-1.24x the unswapped plan on 17 shapes of 1-32 rows, 64 deep, where it did not split);
 /// 33-64 rows where the grid of 64x64 tiles fills at most half of `sm_count` SMs: the swapped 64x32
 /// tiles read the weights twice but double the grid (1.15-1.18x with 24-32 tiles, even with 64, 0.86x
 /// with 80).
