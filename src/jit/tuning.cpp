@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <bit>
 #include <functional>
@@ -27,6 +28,8 @@ using nlohmann::json;
 namespace {
 
 constexpr std::size_t kMaxFileBytes = std::size_t{16} << 20;
+/// How a grouped class's key starts (GroupedGemmClass::to_string); dense keys start with a type name.
+constexpr std::string_view kGroupedClassPrefix = "grouped:";
 
 /// The power of two at or above `v` (>= 1): the bucket a size falls into.
 std::int64_t bucket(std::int64_t v) {
@@ -86,9 +89,9 @@ std::string GroupedGemmClass::to_string() const {
   const auto& s = representative;
   // Every preset runs on the same grouped kernels (the plan picks the fp8 scaling itself): one class.
   const std::string epilogue = s.epilogue.is_preset() ? std::string("preset") : s.epilogue.token();
-  return fmt::format("grouped:{},{},{}:{}:{}:g<={}:rows<={}:n<={}:k<={}", name(s.a), name(s.b), name(s.d),
-                     kernels::name(s.layout_b), epilogue, s.group_count_hint, s.rows_per_group_hint, s.n_hint,
-                     s.k_hint);
+  return fmt::format("{}{},{},{}:{}:{}:g<={}:rows<={}:n<={}:k<={}", kGroupedClassPrefix, name(s.a), name(s.b),
+                     name(s.d), kernels::name(s.layout_b), epilogue, s.group_count_hint, s.rows_per_group_hint,
+                     s.n_hint, s.k_hint);
 }
 
 Result<fs::path> TuningDb::default_path() {
@@ -97,9 +100,11 @@ Result<fs::path> TuningDb::default_path() {
   return *root / "tuning.json";
 }
 
-std::optional<TunedGemm> TuningDb::find_key(const TuningDevice& device, const std::string& key) const {
+std::optional<TunedGemm> TuningDb::find_key(const TuningDevice& device, const std::string& key,
+                                            int heuristic_revision) const {
   for (const Entry& e : entries_)
-    if (e.device == device && e.problem_class == key) return e.choice;
+    if (e.device == device && e.problem_class == key)
+      return e.choice.heuristic_revision == heuristic_revision ? std::optional(e.choice) : std::nullopt;
   return std::nullopt;
 }
 
@@ -112,23 +117,33 @@ void TuningDb::record_key(const TuningDevice& device, std::string key, TunedGemm
   entries_.push_back(Entry{device, std::move(key), std::move(choice)});
 }
 
+std::size_t TuningDb::stale_entries() const noexcept {
+  return static_cast<std::size_t>(std::count_if(entries_.begin(), entries_.end(), [](const Entry& e) {
+    const bool grouped = e.problem_class.starts_with(kGroupedClassPrefix);
+    return e.choice.heuristic_revision !=
+           (grouped ? kernels::kGroupedHeuristicRevision : kernels::kDenseHeuristicRevision);
+  }));
+}
+
 bool TuningDb::erase_key(const TuningDevice& device, const std::string& key) {
   return std::erase_if(entries_, [&](const Entry& e) { return e.device == device && e.problem_class == key; }) > 0;
 }
 
 std::optional<TunedGemm> TuningDb::find(const TuningDevice& device, const DenseGemmClass& problem_class) const {
-  return find_key(device, problem_class.to_string());
+  return find_key(device, problem_class.to_string(), kernels::kDenseHeuristicRevision);
 }
 
 void TuningDb::record(const TuningDevice& device, const DenseGemmClass& problem_class, TunedGemm choice) {
+  choice.heuristic_revision = kernels::kDenseHeuristicRevision;
   record_key(device, problem_class.to_string(), std::move(choice));
 }
 
 std::optional<TunedGemm> TuningDb::find(const TuningDevice& device, const GroupedGemmClass& problem_class) const {
-  return find_key(device, problem_class.to_string());
+  return find_key(device, problem_class.to_string(), kernels::kGroupedHeuristicRevision);
 }
 
 void TuningDb::record(const TuningDevice& device, const GroupedGemmClass& problem_class, TunedGemm choice) {
+  choice.heuristic_revision = kernels::kGroupedHeuristicRevision;
   record_key(device, problem_class.to_string(), std::move(choice));
 }
 
@@ -150,7 +165,8 @@ std::string TuningDb::to_json() const {
                        {"raster_order", e.choice.raster_order},
                        {"shape", e.choice.shape},
                        {"tflops", e.choice.tflops},
-                       {"anchor_tflops", e.choice.anchor_tflops}});
+                       {"anchor_tflops", e.choice.anchor_tflops},
+                       {"heuristic_revision", e.choice.heuristic_revision}});
   return json{{"format", "cuactor-tuning"}, {"version", kVersion}, {"entries", std::move(entries)}}.dump(2) + "\n";
 }
 
@@ -191,13 +207,17 @@ Result<TuningDb> TuningDb::parse(const std::string& text) {
     for (const char* f : {"tflops", "anchor_tflops"})
       if (!e.contains(f) || !e[f].is_number()) return bad(f);
     if (!e.contains("shape") || !e["shape"].is_string()) return bad("shape");
+    // Files written before the field existed were measured against revision 1 of both heuristics.
+    if (e.contains("heuristic_revision") && !e["heuristic_revision"].is_number_integer())
+      return bad("heuristic_revision");
     TuningDevice device{d["model"].get<std::string>(), d["sm_count"].get<int>(), d["driver"].get<int>(), *arch};
     TunedGemm choice{*sku,
                      e["max_swizzle"].get<int>(),
                      e["raster_order"].get<int>(),
                      e["shape"].get<std::string>(),
                      e["tflops"].get<double>(),
-                     e["anchor_tflops"].get<double>()};
+                     e["anchor_tflops"].get<double>(),
+                     e.value("heuristic_revision", 1)};
     db.entries_.push_back(Entry{std::move(device), e["class"].get<std::string>(), std::move(choice)});
     ++index;
   }
@@ -225,6 +245,10 @@ TuningDb TuningDb::load(const fs::path& path) {
         fmt::format("'{}': {}; ignored (it is rebuilt by the next tuning run)", path.string(), db.error().message()));
     return {};
   }
+  if (const std::size_t stale = db->stale_entries(); stale > 0)
+    log(LogLevel::warn, fmt::format("'{}': {} tuned choice(s) beat an older plan heuristic than today's; their classes "
+                                    "use today's heuristic until `cuactor tune` measures them again",
+                                    path.string(), stale));
   return std::move(*db);
 }
 

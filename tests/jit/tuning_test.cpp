@@ -349,6 +349,55 @@ TEST(TuningDb, GroupedAndDenseEntriesAreKeptApartAndSavedTogether) {
   EXPECT_EQ(loaded.find(h100(), moe)->shape, "128x200x1536x2048");
 }
 
+// A choice beat the heuristic of its day; once the heuristic changes (kDenseHeuristicRevision), plans
+// pass it over until a tuning run measures its class again. Files from before the field: revision 1.
+TEST(TuningDb, ChoicesMeasuredAgainstAnOlderHeuristicArePassedOverAndCounted) {
+  TempDir dir;
+  const auto dense = DenseGemmClass::of(problem(16, 8192, 8192));
+  const auto moe = GroupedGemmClass::of(grouped(128, 200, 1536, 2048));
+  TunedGemm g = choice(kernels::GemmSchedule::pingpong);
+  g.sku.family = kernels::GemmFamily::grouped;
+  TuningDb today;
+  today.record(h100(), dense, choice());
+  today.record(h100(), moe, g);
+  EXPECT_EQ(today.find(h100(), dense)->heuristic_revision, kernels::kDenseHeuristicRevision);
+  EXPECT_EQ(today.find(h100(), moe)->heuristic_revision, kernels::kGroupedHeuristicRevision);
+  EXPECT_EQ(today.stale_entries(), 0u);
+  // The same entries as an older cuactor wrote them, without the field.
+  std::string old_text = today.to_json();
+  for (std::size_t at; (at = old_text.find("\"heuristic_revision\"")) != std::string::npos;) {
+    const std::size_t line_start = old_text.rfind('\n', at), line_end = old_text.find('\n', at);
+    old_text.erase(line_start, line_end - line_start);
+  }
+  for (const std::string from : {",\n      }", ",\n    }"}) {  // the comma the dropped last field left
+    for (std::size_t at; (at = old_text.find(from)) != std::string::npos;) old_text.erase(at, 1);
+  }
+  CUACTOR_ASSERT_OK_AND_ASSIGN(old, TuningDb::parse(old_text));
+  EXPECT_EQ(old.size(), 2u);
+  static_assert(kernels::kDenseHeuristicRevision > 1, "the dense heuristic changed since the field existed");
+  EXPECT_EQ(old.stale_entries(), 1u);
+  EXPECT_FALSE(old.find(h100(), dense).has_value());
+  ASSERT_TRUE(old.find(h100(), moe).has_value());  // grouped plans still choose as revision 1 did
+  const auto path = dir.path() / "tuning.json";
+  write_text(path, old_text);
+  {
+    Warnings warnings;
+    EXPECT_EQ(TuningDb::load(path).size(), 2u);
+    EXPECT_NE(warnings.all().find("1 tuned choice(s) beat an older plan heuristic"), std::string::npos)
+        << warnings.all();
+  }
+  // Measuring the class again replaces the stale choice.
+  old.record(h100(), dense, choice());
+  EXPECT_TRUE(old.find(h100(), dense).has_value());
+  EXPECT_EQ(old.stale_entries(), 0u);
+  // A malformed revision is named.
+  std::string bad = today.to_json();
+  bad.replace(bad.find("\"heuristic_revision\": ") + 22, 1, "\"two\"");
+  auto r = TuningDb::parse(bad);
+  ASSERT_FALSE(r.has_value());
+  EXPECT_NE(r.error().message().find("heuristic_revision"), std::string::npos) << r.error().message();
+}
+
 TEST(TuningPlan, GroupedPlansConsultTheDatabaseBeforeTheHeuristic) {
   const auto spec = grouped(128, 200, 1536, 2048);
   auto heuristic = plan_grouped_gemm(spec, h100(), nullptr, nullptr);

@@ -13,6 +13,8 @@
 #include "cuactor/jit/gemm.hpp"
 #include "cuactor/jit/tuning.hpp"
 #include "cuactor/kernels/catalog.hpp"
+#include "cuactor/kernels/gemm_plan.hpp"
+#include "cuactor/kernels/grouped_gemm.hpp"
 
 namespace cuactor::cli {
 namespace {
@@ -97,16 +99,20 @@ void print_text(const nlohmann::json& j) {
                              static_cast<double>(e["bytes"].get<std::uint64_t>()) / 1024.0,
                              e["in_catalog"].get<bool>() ? "  (also in the catalog)" : "");
   std::cout << fmt::format(
-      "tuned: {} entr{} in {}\n", j["tuned"].size(), j["tuned"].size() == 1 ? "y" : "ies",
-      j["tuning_db"].is_null() ? std::string("(no cache root)") : j["tuning_db"].get<std::string>());
+      "tuned: {} entr{} in {} (plans use those measured against today's heuristic revision: dense {}, grouped "
+      "{})\n",
+      j["tuned"].size(), j["tuned"].size() == 1 ? "y" : "ies",
+      j["tuning_db"].is_null() ? std::string("(no cache root)") : j["tuning_db"].get<std::string>(),
+      kernels::kDenseHeuristicRevision, kernels::kGroupedHeuristicRevision);
   for (const auto& e : j["tuned"]) {
     const auto& d = e["device"];
     std::cout << fmt::format(
         "  {} | {} SMs | driver {}\n    class {}\n    {} raster {} swizzle {}: {:.1f} TFLOP/s vs "
-        "cuBLAS {:.1f} on {}\n",
+        "cuBLAS {:.1f} on {}; heuristic revision {}\n",
         d["model"].get<std::string>(), d["sm_count"].get<int>(), d["driver"].get<int>(), e["class"].get<std::string>(),
         e["sku"].get<std::string>(), e["raster_order"].get<int>(), e["max_swizzle"].get<int>(),
-        e["tflops"].get<double>(), e["anchor_tflops"].get<double>(), e["shape"].get<std::string>());
+        e["tflops"].get<double>(), e["anchor_tflops"].get<double>(), e["shape"].get<std::string>(),
+        e["heuristic_revision"].get<int>());
   }
 }
 

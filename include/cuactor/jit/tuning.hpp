@@ -70,6 +70,9 @@ struct TunedGemm {
   std::string shape;         ///< The shape that was timed, "MxNxK".
   double tflops = 0;         ///< The winner's median TFLOP/s on that shape.
   double anchor_tflops = 0;  ///< The anchor's (cuBLAS) in the same run.
+  /// The heuristic revision the choice beat (kernels::kDenseHeuristicRevision or
+  /// kGroupedHeuristicRevision); TuningDb::record stamps today's.
+  int heuristic_revision = 0;
 };
 
 /// Tuned choices by (device, problem class). Not thread-safe; plans read a loaded copy.
@@ -80,18 +83,21 @@ class TuningDb {
 
   /// Loads `path`. A missing file is an empty database. A file that cannot be read, is over 16 MiB,
   /// is not JSON of this format, or has another version is ignored with a warning (through the log
-  /// sink) and gives an empty database, which the next save() replaces.
+  /// sink) and gives an empty database, which the next save() replaces. Entries measured against an
+  /// older heuristic are kept (find() passes them over) and counted in one warning.
   static TuningDb load(const std::filesystem::path& path);
   /// cuactor::cache_root() / "tuning.json".
   static Result<std::filesystem::path> default_path();
 
-  /// The choice recorded for `device` and `problem_class`, if any.
+  /// The choice recorded for `device` and `problem_class`, if any and measured against today's
+  /// heuristic (kernels::kDenseHeuristicRevision): an older choice may lose to today's heuristic.
   [[nodiscard]] std::optional<TunedGemm> find(const TuningDevice& device, const DenseGemmClass& problem_class) const;
-  /// Records (or replaces) the choice for `device` and `problem_class`.
+  /// Records (or replaces) the choice for `device` and `problem_class`, stamped with today's revision.
   void record(const TuningDevice& device, const DenseGemmClass& problem_class, TunedGemm choice);
-  /// The grouped choice recorded for `device` and `problem_class`, if any (its scheduling options are 0).
+  /// The grouped choice recorded for `device` and `problem_class`, if any and measured against today's
+  /// heuristic (kernels::kGroupedHeuristicRevision); its scheduling options are 0.
   [[nodiscard]] std::optional<TunedGemm> find(const TuningDevice& device, const GroupedGemmClass& problem_class) const;
-  /// Records (or replaces) the grouped choice for `device` and `problem_class`.
+  /// Records (or replaces) the grouped choice for `device` and `problem_class`, stamped likewise.
   void record(const TuningDevice& device, const GroupedGemmClass& problem_class, TunedGemm choice);
   /// Drops the choice for `device` and `problem_class` (plans fall back to the heuristic); true if there
   /// was one. A sweep that finds the heuristic's own choice fastest erases the class's older entry.
@@ -100,6 +106,8 @@ class TuningDb {
   bool erase(const TuningDevice& device, const GroupedGemmClass& problem_class);
   /// Number of recorded choices.
   [[nodiscard]] std::size_t size() const noexcept { return entries_.size(); }
+  /// Recorded choices measured against an older heuristic than today's (find() passes them over).
+  [[nodiscard]] std::size_t stale_entries() const noexcept;
 
   /// The database as JSON text (what save() writes).
   [[nodiscard]] std::string to_json() const;
@@ -115,7 +123,8 @@ class TuningDb {
     std::string problem_class;
     TunedGemm choice;
   };
-  [[nodiscard]] std::optional<TunedGemm> find_key(const TuningDevice& device, const std::string& key) const;
+  [[nodiscard]] std::optional<TunedGemm> find_key(const TuningDevice& device, const std::string& key,
+                                                  int heuristic_revision) const;
   void record_key(const TuningDevice& device, std::string key, TunedGemm choice);
   bool erase_key(const TuningDevice& device, const std::string& key);
 

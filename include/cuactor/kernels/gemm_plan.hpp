@@ -114,6 +114,11 @@ struct GemmPlanOptions {
   int swap_ab = 0;
 };
 
+/// The revision of GemmPlan::make's choices, raised whenever they change (2: swap-AB decode plans). A
+/// tuned choice beat the heuristic of one revision; against a later one it may lose, so the tuning
+/// database serves it only to plans of the revision it was measured against.
+inline constexpr int kDenseHeuristicRevision = 2;
+
 /// Where a plan's kernel choice came from ([K9]).
 enum class PlanSource {
   heuristic,   ///< The catalog heuristic (tile waves, memory traffic, stream-K for few tiles).

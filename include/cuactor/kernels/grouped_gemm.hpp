@@ -163,6 +163,10 @@ class PreparedGroupedGemm {
   std::unique_ptr<GroupedMetadata> meta_;
 };
 
+/// The revision of GroupedGemmPlan::create's choices, raised whenever they change; see
+/// kDenseHeuristicRevision.
+inline constexpr int kGroupedHeuristicRevision = 1;
+
 /// A host-only, cacheable grouped GEMM plan: the chosen SKU and its compiled instance. Creating it
 /// rejects unsupported dtype x arch x layout combinations with `unsupported`.
 class GroupedGemmPlan {
