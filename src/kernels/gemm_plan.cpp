@@ -266,6 +266,20 @@ std::string decode_plan_rule(const GemmProblem& p, GpuArch arch, std::string_vie
   return {};
 }
 
+namespace {
+
+/// The sm_90a pingpong kernel without a cluster, of `tile`, that computes `p`: the decode plans' kernels.
+GemmSku decode_pingpong_sku(const GemmProblem& p, Shape3 tile) {
+  GemmSku s = dense_sku_for(p);
+  s.arch = GpuArch{9, 0, true};
+  s.schedule = GemmSchedule::pingpong;
+  s.tile = tile;
+  s.cluster = {1, 1, 1};
+  return s;
+}
+
+}  // namespace
+
 int split_k_for(const GemmProblem& p, int sm_count, bool swapped) noexcept {
   // For m <= 32 the swapped kernel's 16- or 32-row tiles make as many tiles as 64x64 ones.
   const std::int64_t tiles = output_tiles(p, 64, 64);
@@ -288,15 +302,7 @@ std::string split_k_rule(const GemmProblem& p, GpuArch arch, int splits) {
 }
 
 GemmSku split_k_slice_sku(const GemmProblem& p, bool swap_ab) {
-  GemmSku s = dense_sku_for(p);
-  if (swap_ab) {
-    s = swapped_sku(p, kSplitKTileDepth);
-  } else {
-    s.arch = GpuArch{9, 0, true};
-    s.schedule = GemmSchedule::pingpong;
-    s.tile = {64, 64, kSplitKTileDepth};
-    s.cluster = {1, 1, 1};
-  }
+  GemmSku s = swap_ab ? swapped_sku(p, kSplitKTileDepth) : decode_pingpong_sku(p, {64, 64, kSplitKTileDepth});
   s.c = s.d = DType::f32;
   return s;
 }
@@ -333,12 +339,12 @@ GemmOperands swapped_operands(const GemmOperands& o) {
 }
 
 GemmSku swapped_sku(const GemmProblem& p, int depth) {
-  GemmSku s = dense_sku_for(swapped_problem(p));
-  s.arch = GpuArch{9, 0, true};
-  s.schedule = GemmSchedule::pingpong;
-  s.tile = {64, p.m <= 16 ? 16 : 32, depth};
-  s.cluster = {1, 1, 1};
-  return s;
+  return decode_pingpong_sku(swapped_problem(p), {64, p.m <= 16 ? 16 : 32, depth});
+}
+
+const CatalogEntry* swapped_kernel(const GemmProblem& p) {
+  if (const CatalogEntry* e = find_in_catalog(swapped_sku(p))) return e;
+  return find_in_catalog(swapped_sku(p, kSplitKTileDepth));  // float32 outputs: the split slices' twins
 }
 
 }  // namespace detail
@@ -433,19 +439,15 @@ Result<GemmPlan> GemmPlan::make(const GemmProblem& problem, GpuArch device_arch,
   // for forced ones).
   const CatalogEntry* kernel = chosen;
   bool swap = false;
-  const bool swap_fits = detail::swap_ab_rule(problem, device_arch).empty();
-  if (options.swap_ab == 2 || (options.swap_ab == 0 && swap_fits && detail::swap_ab_for(problem, sm_count))) {
-    const GemmSku swapped = detail::swapped_sku(problem);
-    // float32 outputs have only the 64-deep kernels (the split slices' twins).
-    const CatalogEntry* e = find_in_catalog(swapped);
-    if (e == nullptr) e = find_in_catalog(detail::swapped_sku(problem, detail::kSplitKTileDepth));
-    if (e != nullptr) {
+  if (options.swap_ab == 2 || (options.swap_ab == 0 && detail::swap_ab_for(problem, sm_count) &&
+                               detail::swap_ab_rule(problem, device_arch).empty())) {
+    if (const CatalogEntry* e = detail::swapped_kernel(problem)) {
       kernel = e;
       swap = true;
     } else if (options.swap_ab == 2) {
       return fail(errc::unsupported,
                   fmt::format("GemmPlan swap_ab=2: its kernel {} is not compiled into this build's catalog",
-                              swapped.to_string()));
+                              detail::swapped_sku(problem).to_string()));
     }
   }
   const bool forced = options.split_k > 1;

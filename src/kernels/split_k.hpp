@@ -15,6 +15,7 @@
 
 #include "cuactor/core/arch.hpp"
 #include "cuactor/core/dtype.hpp"
+#include "cuactor/kernels/catalog.hpp"
 #include "cuactor/kernels/gemm_plan.hpp"
 
 namespace cuactor::kernels::detail {
@@ -87,6 +88,10 @@ GemmOperands swapped_operands(const GemmOperands& o);
 /// The swapped kernel for `p`: pingpong, 64 rows over p's N, 16 columns over p's rows (32 past 16),
 /// kSwapAbTileDepth deep, layouts row,col,col.
 GemmSku swapped_sku(const GemmProblem& p, int depth = kSwapAbTileDepth);
+
+/// The catalog's swapped kernel for `p`: swapped_sku(p), else its 64-deep twin (float32 outputs have
+/// only those, the split slices' kernels); null when the catalog has neither.
+const CatalogEntry* swapped_kernel(const GemmProblem& p);
 
 /// D[i, j] = alpha * (P[0, i, j] + ... + P[splits - 1, i, j]) + beta * C[i, j] for an m x n problem:
 /// P holds the float32 partial products of the K slices, `splits` packed m x n row-major matrices;
