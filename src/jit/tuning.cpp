@@ -31,6 +31,11 @@ constexpr std::size_t kMaxFileBytes = std::size_t{16} << 20;
 /// How a grouped class's key starts (GroupedGemmClass::to_string); dense keys start with a type name.
 constexpr std::string_view kGroupedClassPrefix = "grouped:";
 
+/// Today's heuristic revision for the class `key` names (grouped or dense).
+int heuristic_revision_of(std::string_view key) {
+  return key.starts_with(kGroupedClassPrefix) ? kernels::kGroupedHeuristicRevision : kernels::kDenseHeuristicRevision;
+}
+
 /// The power of two at or above `v` (>= 1): the bucket a size falls into.
 std::int64_t bucket(std::int64_t v) {
   return static_cast<std::int64_t>(std::bit_ceil(static_cast<std::uint64_t>(std::max<std::int64_t>(v, 1))));
@@ -100,15 +105,15 @@ Result<fs::path> TuningDb::default_path() {
   return *root / "tuning.json";
 }
 
-std::optional<TunedGemm> TuningDb::find_key(const TuningDevice& device, const std::string& key,
-                                            int heuristic_revision) const {
+std::optional<TunedGemm> TuningDb::find_key(const TuningDevice& device, const std::string& key) const {
   for (const Entry& e : entries_)
     if (e.device == device && e.problem_class == key)
-      return e.choice.heuristic_revision == heuristic_revision ? std::optional(e.choice) : std::nullopt;
+      return e.choice.heuristic_revision == heuristic_revision_of(key) ? std::optional(e.choice) : std::nullopt;
   return std::nullopt;
 }
 
 void TuningDb::record_key(const TuningDevice& device, std::string key, TunedGemm choice) {
+  choice.heuristic_revision = heuristic_revision_of(key);
   for (Entry& e : entries_)
     if (e.device == device && e.problem_class == key) {
       e.choice = std::move(choice);
@@ -119,9 +124,7 @@ void TuningDb::record_key(const TuningDevice& device, std::string key, TunedGemm
 
 std::size_t TuningDb::stale_entries() const noexcept {
   return static_cast<std::size_t>(std::count_if(entries_.begin(), entries_.end(), [](const Entry& e) {
-    const bool grouped = e.problem_class.starts_with(kGroupedClassPrefix);
-    return e.choice.heuristic_revision !=
-           (grouped ? kernels::kGroupedHeuristicRevision : kernels::kDenseHeuristicRevision);
+    return e.choice.heuristic_revision != heuristic_revision_of(e.problem_class);
   }));
 }
 
@@ -130,20 +133,18 @@ bool TuningDb::erase_key(const TuningDevice& device, const std::string& key) {
 }
 
 std::optional<TunedGemm> TuningDb::find(const TuningDevice& device, const DenseGemmClass& problem_class) const {
-  return find_key(device, problem_class.to_string(), kernels::kDenseHeuristicRevision);
+  return find_key(device, problem_class.to_string());
 }
 
 void TuningDb::record(const TuningDevice& device, const DenseGemmClass& problem_class, TunedGemm choice) {
-  choice.heuristic_revision = kernels::kDenseHeuristicRevision;
   record_key(device, problem_class.to_string(), std::move(choice));
 }
 
 std::optional<TunedGemm> TuningDb::find(const TuningDevice& device, const GroupedGemmClass& problem_class) const {
-  return find_key(device, problem_class.to_string(), kernels::kGroupedHeuristicRevision);
+  return find_key(device, problem_class.to_string());
 }
 
 void TuningDb::record(const TuningDevice& device, const GroupedGemmClass& problem_class, TunedGemm choice) {
-  choice.heuristic_revision = kernels::kGroupedHeuristicRevision;
   record_key(device, problem_class.to_string(), std::move(choice));
 }
 

@@ -123,8 +123,7 @@ class TuningDb {
     std::string problem_class;
     TunedGemm choice;
   };
-  [[nodiscard]] std::optional<TunedGemm> find_key(const TuningDevice& device, const std::string& key,
-                                                  int heuristic_revision) const;
+  [[nodiscard]] std::optional<TunedGemm> find_key(const TuningDevice& device, const std::string& key) const;
   void record_key(const TuningDevice& device, std::string key, TunedGemm choice);
   bool erase_key(const TuningDevice& device, const std::string& key);
 
