@@ -177,18 +177,9 @@ TEST(GroupedValidation, PackedDeviceGroupsDescribeTheMoeLayout) {
 }
 
 TEST(GroupedValidation, DeviceSizedRules) {
-  DeviceSizedGroups g;
-  g.group_count = 4;
-  g.capacity_rows = 1024;
-  g.n = 256;
-  g.k = 128;
-  g.a = at(0x10000);
-  g.lda = 128;
-  g.b = at(0x20000);
-  g.ldb = 128;
-  g.b_group_stride = 256 * 128;
-  g.d = at_mut(0x40000);
-  g.ldd = 256;
+  // The packed layout with neither rows nor offsets yet.
+  DeviceSizedGroups g =
+      packed_device_groups(4, nullptr, 1024, 256, 128, at(0x10000), at(0x20000), at_mut(0x40000), 256);
   const auto* rows = static_cast<const std::int32_t*>(at(0x50000));
   expect_invalid(detail::validate_device_sized(g, hopper_spec(), 0.0f), "give exactly one of rows and offsets");
   g.rows = rows;
