@@ -281,13 +281,22 @@ GemmSku decode_pingpong_sku(const GemmProblem& p, Shape3 tile) {
 }  // namespace
 
 int split_k_for(const GemmProblem& p, int sm_count, bool swapped) noexcept {
-  // For m <= 32 the swapped kernel's 16- or 32-row tiles make as many tiles as 64x64 ones.
-  const std::int64_t tiles = output_tiles(p, 64, 64);
-  const int fill = swapped ? 5 : 2;  // the grid fills at most 1/fill of the SMs
-  const std::int64_t min_depth = swapped ? kSwappedSplitKMinDepth : kSplitKMinDepth;
-  if (tiles == 0 || fill * tiles > sm_count || p.m > kSplitKMaxRows || p.k < min_depth) return 1;
+  const std::int64_t weight_tiles = output_tiles(p, 64, 64);  // for m <= 32 the swapped kernel's tile count too
+  if (weight_tiles == 0) return 1;
+  std::int64_t grid = weight_tiles;
+  std::int64_t min_slice_depth = 512;
+  if (!swapped) {
+    if (2 * weight_tiles > sm_count || p.m > kSplitKMaxRows || p.k < kSplitKMinDepth) return 1;
+  } else {
+    const Shape3 tile = swapped_sku(p).tile;
+    grid = output_tiles(swapped_problem(p), tile.m, tile.n);
+    // Past 32 rows the swapped grid is twice the weight tiles: both limits hold it.
+    if (5 * weight_tiles > sm_count || 4 * grid > sm_count || p.m > kSwappedSplitKMaxRows || p.k < kSplitKMinDepth)
+      return 1;
+    min_slice_depth = 1024;
+  }
   for (int s = 8; s >= 2; --s)
-    if (s * tiles <= sm_count && p.k % (s * kSplitKTileDepth) == 0 && p.k / s >= 512) return s;
+    if (s * grid <= sm_count && p.k % (s * kSplitKTileDepth) == 0 && p.k / s >= min_slice_depth) return s;
   return 1;
 }
 

@@ -8,10 +8,15 @@ namespace cuactor::kernels::detail {
 namespace {
 
 /// One output element per thread, grid-stride; the partial sums are read coalesced, slice by slice.
+/// A programmatic dependent launch: nothing is read before griddepcontrol.wait, which returns once the
+/// slice kernel has completed and its writes are visible (at once after a plain launch).
 template <class T>
 __global__ void split_k_reduce(const float* partials, int splits, std::int64_t m, std::int64_t n, float alpha,
                                float beta, const T* c, std::int64_t ldc, T* d, std::int64_t ldd) {
   const std::int64_t elements = m * n;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
   for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < elements;
        i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
     float acc = 0.0f;
@@ -29,9 +34,17 @@ cudaError_t launch(const float* partials, int splits, std::int64_t m, std::int64
   constexpr int kThreads = 256;
   const std::int64_t needed = (m * n + kThreads - 1) / kThreads;
   const auto grid = static_cast<unsigned>(needed < blocks ? (needed > 0 ? needed : 1) : (blocks > 0 ? blocks : 1));
-  split_k_reduce<<<grid, kThreads, 0, stream>>>(partials, splits, m, n, alpha, beta, static_cast<const T*>(c), ldc,
-                                                static_cast<T*>(d), ldd);
-  return cudaGetLastError();
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(grid);
+  config.blockDim = dim3(kThreads);
+  config.stream = stream;
+  cudaLaunchAttribute programmatic{};
+  programmatic.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  programmatic.val.programmaticStreamSerializationAllowed = 1;
+  config.attrs = &programmatic;
+  config.numAttrs = 1;
+  return cudaLaunchKernelEx(&config, split_k_reduce<T>, partials, splits, m, n, alpha, beta, static_cast<const T*>(c),
+                            ldc, static_cast<T*>(d), ldd);
 }
 
 }  // namespace

@@ -22,28 +22,29 @@ namespace cuactor::kernels::detail {
 
 /// The K depth of the slice kernel's tile: slices are whole multiples of it.
 inline constexpr int kSplitKTileDepth = 64;
-/// The decode class split-K serves on its own (split_k_for): at most this many rows, K at least this.
+/// The decode class split-K serves on its own (split_k_for): unswapped at most this many rows; K at
+/// least this.
 inline constexpr std::int64_t kSplitKMaxRows = 32;
 inline constexpr std::int64_t kSplitKMinDepth = 4096;
-/// A swapped plan's K at least this to be split: its unsplit kernel's longer loads leave less to gain.
-inline constexpr std::int64_t kSwappedSplitKMinDepth = 8192;
+/// A swapped plan splits up to this many rows (its 32-column tiles read the weights twice past 32).
+inline constexpr std::int64_t kSwappedSplitKMaxRows = 64;
 
 /// Why `p` cannot run as a decode plan of kind `what` ("split-K", "swap-AB") on `arch` (the first rule
 /// it breaks, naming the value), or an empty string: sm_90a, bf16 or f16 A and B, C and D of one type,
 /// the preset linear combination, one batch, layouts row,col,row (A row-major, B N x K, D row-major).
 std::string decode_plan_rule(const GemmProblem& p, GpuArch arch, std::string_view what);
 
-/// The slices GemmPlan splits `p` into when GemmPlanOptions::split_k is 0: for decode rows (m <= 32)
-/// over a long K (>= 4096) whose grid of 64x64 output tiles (for m <= 32 as many as the swapped
-/// kernel's) fills at most half of `sm_count` SMs, or with `swapped` over K >= 8192 at most a fifth,
-/// the most slices (2 to 8) that keep the grid within one wave, each whole tile depths and at least 512
-/// deep; else 1. Measured on an H100 with weights cold in L2, in the same run: against the unsplit
-/// 64x64 plan 1.01-1.72x on 20 such shapes. Against the swapped 128-deep kernel unsplit, a split ran
-/// 1.24-1.27x on 8-16 tiles over K 8192-16384 (three shapes chosen after the rule, and 24x1024x11264,
-/// which gained 1.12x in an earlier run), and on 20 tiles over K 16384 1.12x in one run and 0.99x in
-/// another: few CTAs stream at rates that vary between runs,
-/// which spreading K over the SMs evens out. Over K 4096 the unsplit kernel won (1.10x with 16 tiles);
-/// from 32 tiles it wins. With 48-128 rows or K of 3072 the split lost 4 times out of 5 (0.86-0.99x).
+/// The slices GemmPlan splits `p` into when GemmPlanOptions::split_k is 0, over K >= 4096; else 1.
+/// Unswapped: decode rows (m <= 32) whose grid of 64x64 output tiles fills at most half of `sm_count`
+/// SMs, the most slices (2 to 8) that keep the grid within one wave, each whole tile depths and at least
+/// 512 deep. With `swapped`: up to 64 rows where the 64x64 weight tiles fill at most a fifth of the SMs
+/// and the swapped kernel's grid (twice the weight tiles past 32 rows) at most a quarter, slices at
+/// least 1024 deep. Measured with weights cold in L2, in the same run. H100, unswapped: 1.01-1.72x the
+/// unsplit 64x64 plan on 20 shapes. H200, swapped, with the reduction a programmatic dependent launch
+/// (launch_split_k_reduce): 4 slices ran 1.11x the unsplit 128-deep kernel over K 4096 (8 and 56 rows,
+/// 16 weight tiles) and 1.29-1.41x on 40 and 64 rows over K 8192 (12 and 16 weight tiles); on 32 weight
+/// tiles (16 rows) or 24 of them past 32 rows (48 rows, 2 slices) the unsplit kernel won by 1.09-1.15x.
+/// Few CTAs stream at rates that vary between runs, which spreading K over the SMs evens out.
 /// Shape only: whether the problem can be split at all is split_k_rule's question.
 int split_k_for(const GemmProblem& p, int sm_count, bool swapped = false) noexcept;
 
@@ -96,7 +97,11 @@ const CatalogEntry* swapped_kernel(const GemmProblem& p);
 /// D[i, j] = alpha * (P[0, i, j] + ... + P[splits - 1, i, j]) + beta * C[i, j] for an m x n problem:
 /// P holds the float32 partial products of the K slices, `splits` packed m x n row-major matrices;
 /// C and D are row-major with leading dimensions ldc and ldd, of `dtype` (bf16, f16 or f32); C is
-/// read only when beta != 0. The slices are added in order, so the result is deterministic.
+/// read only when beta != 0. The slices are added in order, so the result is deterministic. Launched
+/// as a programmatic dependent of the kernel before it on `stream` (the slices): its blocks start while
+/// the slices' last CTAs finish and wait for all of their writes (griddepcontrol.wait), which hid the
+/// launch gap: 1.057x the plain launch in the geometric mean over 14 split decode plans (H200, same
+/// run). Stream capture records the dependency as a programmatic graph edge.
 cudaError_t launch_split_k_reduce(DType dtype, const float* partials, int splits, std::int64_t m, std::int64_t n,
                                   float alpha, float beta, const void* c, std::int64_t ldc, void* d, std::int64_t ldd,
                                   int blocks, cudaStream_t stream) noexcept;

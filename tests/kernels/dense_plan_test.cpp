@@ -328,13 +328,18 @@ TEST(DensePlan, SplitKSlicesFollowTheGridOf64x64Tiles) {
     EXPECT_EQ(detail::split_k_for(bf16_problem(m, n, k), 132), slices) << m << "x" << n << "x" << k;
   }
   EXPECT_EQ(detail::split_k_for(bf16_problem(16, 2048, 8192), 48), 1);  // 32 tiles fill more than half of 48 SMs
-  // Swapped, the unsplit kernel wins from a fifth of the SMs, or over K under 8192.
-  for (const auto& [m, n, k, slices] : {std::tuple{16, 2048, 8192, 1},  // 32 tiles: more than 132 / 5
+  // Swapped: up to 64 rows, weight tiles at most a fifth of the SMs, the swapped grid at most a quarter
+  // (twice the weight tiles past 32 rows), slices at least 1024 deep.
+  for (const auto& [m, n, k, slices] : {std::tuple{16, 2048, 8192, 1},  // 32 weight tiles: more than 132 / 5
                                         {24, 1024, 11264, 8},           // 16 tiles, 1408-deep slices
                                         {1, 512, 8192, 8},              // 8 tiles, 1024-deep slices
                                         {12, 1280, 16384, 4},           // 20 tiles: 5 and 6 slices are not whole
-                                        {8, 1024, 4096, 1},             // K under 8192
-                                        {33, 1024, 8192, 1}}) {         // more than 32 rows
+                                        {8, 1024, 4096, 4},             // 8 slices would be 512 deep
+                                        {33, 1024, 8192, 4},            // a grid of 2 x 16 tiles
+                                        {64, 768, 4096, 4},             // 2 x 12 tiles: 5 slices are not whole
+                                        {48, 1536, 8192, 1},            // 2 x 24 tiles: more than 132 / 4
+                                        {65, 512, 8192, 1},             // more than 64 rows
+                                        {16, 1024, 3072, 1}}) {         // K under 4096
     EXPECT_EQ(detail::split_k_for(bf16_problem(m, n, k), 132, true), slices) << m << "x" << n << "x" << k;
   }
 }
@@ -485,6 +490,11 @@ TEST(DensePlan, DecodePlansSwapAndSplit) {
     EXPECT_EQ(unsplit.split_k(), 1) << p.m << "x" << p.n;
     EXPECT_EQ(unsplit.sku(), detail::swapped_sku(p));
   }
+  const GemmProblem wide = bf16_problem(64, 1024, 8192);  // 2 x 16 swapped tiles: 4 slices fill 128 SMs
+  CUACTOR_ASSERT_OK_AND_ASSIGN(wide_split, GemmPlan::make(wide, kHopper));
+  EXPECT_TRUE(wide_split.swap_ab());
+  EXPECT_EQ(wide_split.split_k(), 4);
+  EXPECT_EQ(wide_split.sku(), detail::split_k_slice_sku(wide, true));
   CUACTOR_ASSERT_OK_AND_ASSIGN(rows64, GemmPlan::make(bf16_problem(64, 5120, 5120), kHopper));
   EXPECT_FALSE(rows64.swap_ab());
   GemmPlanOptions never;
