@@ -282,20 +282,26 @@ GemmSku decode_pingpong_sku(const GemmProblem& p, Shape3 tile) {
 
 int split_k_for(const GemmProblem& p, int sm_count, bool swapped) noexcept {
   const std::int64_t weight_tiles = output_tiles(p, 64, 64);  // for m <= 32 the swapped kernel's tile count too
-  if (weight_tiles == 0) return 1;
+  if (weight_tiles == 0 || p.m > kSplitKMaxRows || p.k < kSplitKMinDepth) return 1;
   std::int64_t grid = weight_tiles;
   std::int64_t min_slice_depth = 512;
-  if (!swapped) {
-    if (2 * weight_tiles > sm_count || p.m > kSplitKMaxRows || p.k < kSplitKMinDepth) return 1;
+  int min_slices = 2;
+  if (!swapped && p.m <= kSplitKNarrowRows) {
+    if (2 * weight_tiles > sm_count) return 1;
+  } else if (!swapped) {
+    // The float32 partials, written and read back, add at most 1/8 of the weight bytes: per column,
+    // s x 8 m bytes against 2 K.
+    if (4 * weight_tiles > sm_count) return 1;
+    min_slice_depth = 32 * p.m;
+    min_slices = 3;
   } else {
     const Shape3 tile = swapped_sku(p).tile;
     grid = output_tiles(swapped_problem(p), tile.m, tile.n);
     // Past 32 rows the swapped grid is twice the weight tiles: both limits hold it.
-    if (5 * weight_tiles > sm_count || 4 * grid > sm_count || p.m > kSwappedSplitKMaxRows || p.k < kSplitKMinDepth)
-      return 1;
+    if (5 * weight_tiles > sm_count || 4 * grid > sm_count) return 1;
     min_slice_depth = 1024;
   }
-  for (int s = 8; s >= 2; --s)
+  for (int s = 8; s >= min_slices; --s)
     if (s * grid <= sm_count && p.k % (s * kSplitKTileDepth) == 0 && p.k / s >= min_slice_depth) return s;
   return 1;
 }
@@ -460,7 +466,17 @@ Result<GemmPlan> GemmPlan::make(const GemmProblem& problem, GpuArch device_arch,
     }
   }
   const bool forced = options.split_k > 1;
-  const int splits = forced ? options.split_k : options.split_k == 1 ? 1 : detail::split_k_for(problem, sm_count, swap);
+  int splits = forced ? options.split_k : options.split_k == 1 ? 1 : detail::split_k_for(problem, sm_count, swap);
+  // Past 32 rows, where the swapped grid is too large to split, the unswapped split reads the weights
+  // once (split_k_for): it replaces an automatic swap.
+  if (swap && options.swap_ab == 0 && options.split_k == 0 && splits == 1 && problem.m > detail::kSwapAbMaxRows) {
+    const int unswapped = detail::split_k_for(problem, sm_count, false);
+    if (unswapped > 1 && detail::split_k_rule(problem, device_arch, unswapped).empty() &&
+        find_in_catalog(detail::split_k_slice_sku(problem, false)) != nullptr) {
+      swap = false;
+      splits = unswapped;
+    }
+  }
   if (splits > 1) {
     const std::string broken = detail::split_k_rule(problem, device_arch, splits);
     const GemmSku slice = detail::split_k_slice_sku(problem, swap);

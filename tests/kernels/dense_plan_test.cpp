@@ -319,7 +319,13 @@ TEST(DensePlan, SplitKSlicesFollowTheGridOf64x64Tiles) {
                                         {16, 4096, 14336, 2},           // 64 tiles
                                         {1, 1536, 12288, 4},            // 24 tiles: 5 slices are not whole tiles
                                         {32, 512, 4096, 8},             // 8 tiles, 512-deep slices
-                                        {33, 1024, 8192, 1},            // more than 32 rows
+                                        {33, 1024, 8192, 4},            // past 32 rows slices >= 32 m deep
+                                        {60, 1280, 8192, 4},            // 20 tiles
+                                        {44, 1280, 4608, 3},            // 4 slices would be 1152 deep
+                                        {52, 1152, 9216, 4},            // 6 slices: 1536 deep, under 32 x 52
+                                        {64, 2816, 8192, 1},            // 44 tiles: more than 132 / 4
+                                        {64, 2048, 4096, 1},            // 3 slices are not whole, 4 too shallow
+                                        {65, 1024, 8192, 1},            // more than 64 rows
                                         {16, 2048, 3072, 1},            // K under 4096
                                         {16, 8192, 8192, 1},            // 128 tiles fill the SMs
                                         {1, 12288, 4096, 1},            // 192 tiles
@@ -484,7 +490,7 @@ TEST(DensePlan, DecodePlansSwapAndSplit) {
   EXPECT_TRUE(split.swap_ab());
   EXPECT_EQ(split.split_k(), 8);
   EXPECT_EQ(split.sku(), detail::split_k_slice_sku(tiny, true));
-  for (const GemmProblem& p : {narrow, bf16_problem(16, 28672, 8192), bf16_problem(64, 2048, 8192)}) {
+  for (const GemmProblem& p : {narrow, bf16_problem(16, 28672, 8192), bf16_problem(64, 2048, 4096)}) {
     CUACTOR_ASSERT_OK_AND_ASSIGN(unsplit, GemmPlan::make(p, kHopper));
     EXPECT_TRUE(unsplit.swap_ab()) << p.m << "x" << p.n;
     EXPECT_EQ(unsplit.split_k(), 1) << p.m << "x" << p.n;
@@ -495,6 +501,18 @@ TEST(DensePlan, DecodePlansSwapAndSplit) {
   EXPECT_TRUE(wide_split.swap_ab());
   EXPECT_EQ(wide_split.split_k(), 4);
   EXPECT_EQ(wide_split.sku(), detail::split_k_slice_sku(wide, true));
+  // Past 32 rows, where the swapped grid is too large to split, the unswapped split replaces the swap;
+  // unless splits are off.
+  const GemmProblem rows60 = bf16_problem(60, 1280, 8192);  // 20 weight tiles, 40 swapped ones
+  CUACTOR_ASSERT_OK_AND_ASSIGN(unswapped_split, GemmPlan::make(rows60, kHopper));
+  EXPECT_FALSE(unswapped_split.swap_ab());
+  EXPECT_EQ(unswapped_split.split_k(), 4);
+  EXPECT_EQ(unswapped_split.sku(), detail::split_k_slice_sku(rows60, false));
+  GemmPlanOptions no_split;
+  no_split.split_k = 1;
+  CUACTOR_ASSERT_OK_AND_ASSIGN(swapped_whole, GemmPlan::make(rows60, kHopper, no_split));
+  EXPECT_TRUE(swapped_whole.swap_ab());
+  EXPECT_EQ(swapped_whole.split_k(), 1);
   CUACTOR_ASSERT_OK_AND_ASSIGN(rows64, GemmPlan::make(bf16_problem(64, 5120, 5120), kHopper));
   EXPECT_FALSE(rows64.swap_ab());
   GemmPlanOptions never;
