@@ -37,20 +37,21 @@ std::string decode_plan_rule(const GemmProblem& p, GpuArch arch, std::string_vie
 /// 4096 (else 1): the most slices (2 to 8) that keep the grid within one wave, each whole tile depths.
 /// Unswapped (64x64 tiles, each weight read once): up to 32 rows where the tiles fill at most half of
 /// `sm_count` SMs, slices at least 512 deep; 33-64 rows where they fill at most a quarter, at least 3
-/// slices, at least 32 m deep (the float32 partials then add at most 1/8 of the weight bytes). With `swapped`:
-/// where the 64x64 weight tiles fill at most a fifth of the SMs and the swapped kernel's grid (twice
-/// the weight tiles past 32 rows) at most a quarter, slices at least 1024 deep. GemmPlan takes the
-/// unswapped split past 32 rows where the swapped one does not apply. Measured with weights cold in L2,
-/// in the same run. H100, unswapped, up to 32 rows: 1.01-1.72x the unsplit 64x64 plan on 20 shapes.
-/// H200, with the reduction a programmatic dependent launch (launch_split_k_reduce): swapped, 4 slices
-/// ran 1.11x the unsplit 128-deep kernel over K 4096 (8 and 56 rows, 16 weight tiles) and 1.29-1.41x
-/// on 40 and 64 rows over K 8192 (12 and 16 weight tiles), while on 32 weight tiles (16 rows) the
-/// unsplit kernel won by 1.09x; past 32 rows on 18-32 weight tiles, which the swapped split leaves
-/// alone, 4 unswapped slices ran 1.03-1.18x the unsplit swapped kernel (1.13x in the geometric mean
-/// over 10 shapes); 6 slices lost to 4 by 1.08-1.14x at 1024 and 768 deep (36 and 44 rows) and won
-/// by 1.06x at 1536 deep (52 rows); 2 slices lost on 7 of the 10. Few CTAs stream at rates that vary
-/// between runs, which spreading K over the SMs evens out. Shape only: whether the problem can be
-/// split at all is split_k_rule's question.
+/// slices, at least 32 m deep (the float32 partials then add at most 1/8 of the weight bytes). With
+/// `swapped`: where the 64x64 weight tiles fill at most a fifth of the SMs and the swapped kernel's
+/// grid (twice the weight tiles past 32 rows) at most a quarter, slices at least 1024 deep. GemmPlan
+/// takes the unswapped split past 32 rows where the swapped one does not apply. Measured with weights
+/// cold in L2, in the same run. H100, unswapped, up to 32 rows: 1.01-1.72x the unsplit 64x64 plan on 20
+/// shapes. H200, with the reduction a programmatic dependent launch (launch_split_k_reduce): swapped, 4
+/// slices ran 1.10x the unsplit 128-deep kernel over K 4096 (8 and 56 rows, 16 weight tiles) and
+/// 1.29-1.40x on 40 and 64 rows over K 8192 (12 and 16 weight tiles), while on 32 weight tiles (16
+/// rows) the unsplit kernel won by 1.09x; past 32 rows on 18-32 weight tiles, which the swapped split
+/// leaves alone, 4 unswapped slices ran 1.03-1.23x the unsplit swapped kernel (1.13x in the geometric
+/// mean over 10 shapes); 6 slices lost to 4 by 1.08-1.14x at 1024 and 768 deep (36 and 44 rows) and won
+/// by 1.06x at 1536 deep (52 rows); 2 slices lost on 7 of the 10. On 10 other such shapes this rule ran
+/// 1.09x the unsplit swapped plan in the geometric mean (0.92x at worst, 3 slices). Few CTAs stream at
+/// rates that vary between runs, which spreading K over the SMs evens out. Shape only: whether the
+/// problem can be split at all is split_k_rule's question.
 int split_k_for(const GemmProblem& p, int sm_count, bool swapped = false) noexcept;
 
 /// Why `p` cannot be split into `splits` slices on `arch` (the first rule it breaks, naming the value),
