@@ -4,7 +4,7 @@ same GEMM followed by separate elementwise kernels, and vs PyTorch, in one proce
 
 Per shape (M x N x K, bf16, weights N x K as torch.nn.Linear stores them) and tree:
   * fused:    cuactor.mm(x, w.t(), epilogue=TREE, ...)             one kernel
-  * plain:    cuactor.mm(x, w.t()) alone: the GEMM without the tree, what the fusion costs over
+  * plain:    cuactor.mm(x, w.t()) alone: the GEMM without the tree (the fusion's cost is fused / plain)
   * unfused:  cuactor.mm(x, w.t()) then the tree's elementwise ops in torch (separate kernels)
   * torch:    the PyTorch formulation (F.linear with bias -> cuBLAS, then the activation)
 Results are compared with torch's (relative Frobenius error), then timed with CUDA events, interleaved,
@@ -27,7 +27,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 from conv_torch import rel_err, time_interleaved  # noqa: E402 (the sibling benchmark's helpers)
 from grouped_mm_torch import find_build, import_cuactor  # noqa: E402
 
-# (M, N, K): LLM projections (prefill and decode) and a square GEMM.
+# (M, N, K): LLM projections (prefill and decode), a square GEMM, and outputs large against the work (K <= 2048).
 SHAPES = [(4096, 4096, 4096), (8192, 14336, 4096), (2048, 28672, 8192), (16, 14336, 4096), (128, 4096, 14336),
           (8192, 8192, 1024), (16384, 4096, 2048), (8192, 14336, 2048), (4096, 28672, 1024)]
 TREES = ["silu(add(acc,colbias))", "gelu(add(acc,colbias))", "relu(fma(acc,rowscale,colbias))"]
@@ -114,8 +114,8 @@ def main():
     parser.add_argument("--reps", type=int, default=30)
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--sleep-cycles", type=int, default=2_000_000)
-    parser.add_argument("--shapes", type=parse_shapes, default=SHAPES, help="MxNxK,... (default: the list above)")
-    parser.add_argument("--trees", type=lambda t: [x for x in t.split(";") if x], default=TREES,
+    parser.add_argument("--shapes", type=parse_shapes, default=SHAPES, help="MxNxK,... (default: " + ",".join("x".join(map(str, sh)) for sh in SHAPES) + ")")
+    parser.add_argument("--trees", type=lambda t: [x.strip() for x in t.split(";") if x.strip()], default=TREES,
                         help="trees separated by ';' (default: " + "; ".join(TREES) + ")")
     args = parser.parse_args()
     try:
@@ -150,8 +150,9 @@ def main():
                          f"{r['speedup_vs_torch']:>8.2f} {r['rel_err']:>8.1e}")
             print(lines[-1], flush=True)
         torch.cuda.empty_cache()
-    lines += class_summary(rows)
-    print("\n".join(class_summary(rows)), flush=True)
+    summary = class_summary(rows)
+    lines += summary
+    print("\n".join(summary), flush=True)
     if args.out:
         out_dir = pathlib.Path(args.out)
         out_dir.mkdir(parents=True, exist_ok=True)

@@ -467,12 +467,13 @@ Result<GemmPlan> GemmPlan::make(const GemmProblem& problem, GpuArch device_arch,
   }
   const bool forced = options.split_k > 1;
   int splits = forced ? options.split_k : options.split_k == 1 ? 1 : detail::split_k_for(problem, sm_count, swap);
-  // Past 32 rows, where the swapped grid is too large to split, the unswapped split reads the weights
-  // once (split_k_for): it replaces an automatic swap.
+  // Past 32 rows, where the swapped split does not apply, the unswapped split reads the weights once
+  // (split_k_for): it replaces an automatic swap.
   if (swap && options.swap_ab == 0 && options.split_k == 0 && splits == 1 && problem.m > detail::kSwapAbMaxRows) {
     const int unswapped = detail::split_k_for(problem, sm_count, false);
     if (unswapped > 1 && detail::split_k_rule(problem, device_arch, unswapped).empty() &&
         find_in_catalog(detail::split_k_slice_sku(problem, false)) != nullptr) {
+      kernel = chosen;
       swap = false;
       splits = unswapped;
     }

@@ -34,6 +34,21 @@ cudaError_t launch(const float* partials, int splits, std::int64_t m, std::int64
   constexpr int kThreads = 256;
   const std::int64_t needed = (m * n + kThreads - 1) / kThreads;
   const auto grid = static_cast<unsigned>(needed < blocks ? (needed > 0 ? needed : 1) : (blocks > 0 ? blocks : 1));
+  // The wait exists in sm_90 code only: code of an older architecture JIT-compiled for the device
+  // launches plainly. Looked up once per element type (split plans run on sm_90a devices only).
+  static const bool programmatic_launch = [] {
+    cudaFuncAttributes attributes{};
+    if (cudaFuncGetAttributes(&attributes, split_k_reduce<T>) != cudaSuccess) {
+      (void)cudaGetLastError();
+      return false;
+    }
+    return attributes.binaryVersion >= 90;
+  }();
+  if (!programmatic_launch) {
+    split_k_reduce<<<grid, kThreads, 0, stream>>>(partials, splits, m, n, alpha, beta, static_cast<const T*>(c), ldc,
+                                                  static_cast<T*>(d), ldd);
+    return cudaGetLastError();
+  }
   cudaLaunchConfig_t config{};
   config.gridDim = dim3(grid);
   config.blockDim = dim3(kThreads);
@@ -43,8 +58,10 @@ cudaError_t launch(const float* partials, int splits, std::int64_t m, std::int64
   programmatic.val.programmaticStreamSerializationAllowed = 1;
   config.attrs = &programmatic;
   config.numAttrs = 1;
-  return cudaLaunchKernelEx(&config, split_k_reduce<T>, partials, splits, m, n, alpha, beta, static_cast<const T*>(c),
-                            ldc, static_cast<T*>(d), ldd);
+  const cudaError_t launched = cudaLaunchKernelEx(&config, split_k_reduce<T>, partials, splits, m, n, alpha, beta,
+                                                  static_cast<const T*>(c), ldc, static_cast<T*>(d), ldd);
+  if (launched != cudaSuccess) (void)cudaGetLastError();  // reported here, not again by a later launch
+  return launched;
 }
 
 }  // namespace

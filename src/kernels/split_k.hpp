@@ -48,10 +48,11 @@ std::string decode_plan_rule(const GemmProblem& p, GpuArch arch, std::string_vie
 /// rows) the unsplit kernel won by 1.09x; past 32 rows on 18-32 weight tiles, which the swapped split
 /// leaves alone, 4 unswapped slices ran 1.03-1.23x the unsplit swapped kernel (1.13x in the geometric
 /// mean over 10 shapes); 6 slices lost to 4 by 1.08-1.14x at 1024 and 768 deep (36 and 44 rows) and won
-/// by 1.06x at 1536 deep (52 rows); 2 slices lost on 7 of the 10. On 10 other such shapes this rule ran
-/// 1.09x the unsplit swapped plan in the geometric mean (0.92x at worst, 3 slices). Few CTAs stream at
-/// rates that vary between runs, which spreading K over the SMs evens out. Shape only: whether the
-/// problem can be split at all is split_k_rule's question.
+/// by 1.06x at 1536 deep (52 rows), which the bound on the partials' bytes forbids there; 2 slices lost
+/// on 7 of the 10. On 10 other such shapes this rule ran 1.09x the unsplit swapped plan in the
+/// geometric mean (0.92x at worst, 3 slices). Few CTAs stream at rates that vary between runs, which
+/// spreading K over the SMs evens out. Shape only: whether the problem can be split at all is
+/// split_k_rule's question.
 int split_k_for(const GemmProblem& p, int sm_count, bool swapped = false) noexcept;
 
 /// Why `p` cannot be split into `splits` slices on `arch` (the first rule it breaks, naming the value),
@@ -100,14 +101,17 @@ GemmSku swapped_sku(const GemmProblem& p, int depth = kSwapAbTileDepth);
 /// only those, the split slices' kernels); null when the catalog has neither.
 const CatalogEntry* swapped_kernel(const GemmProblem& p);
 
-/// D[i, j] = alpha * (P[0, i, j] + ... + P[splits - 1, i, j]) + beta * C[i, j] for an m x n problem:
-/// P holds the float32 partial products of the K slices, `splits` packed m x n row-major matrices;
-/// C and D are row-major with leading dimensions ldc and ldd, of `dtype` (bf16, f16 or f32); C is
-/// read only when beta != 0. The slices are added in order, so the result is deterministic. Launched
-/// as a programmatic dependent of the kernel before it on `stream` (the slices): its blocks start while
-/// the slices' last CTAs finish and wait for all of their writes (griddepcontrol.wait), which hid the
-/// launch gap: 1.057x the plain launch in the geometric mean over 14 split decode plans (H200, same
-/// run). Stream capture records the dependency as a programmatic graph edge.
+/// D[i, j] = alpha * (P[0, i, j] + ... + P[splits - 1, i, j]) + beta * C[i, j] for an m x n problem: P
+/// holds the float32 partial products of the K slices, `splits` packed m x n row-major matrices; C and
+/// D are row-major with leading dimensions ldc and ldd, of `dtype` (bf16, f16 or f32); C is read only
+/// when beta != 0. The slices are added in order, so the result is deterministic. Launched as a
+/// programmatic dependent of the kernel before it on `stream` (the slices, which trigger no early
+/// launch): its launch is prepared while the slices run, its blocks start as the last slice CTA exits,
+/// before the slice grid's completion is signalled, and wait for the slices' writes
+/// (griddepcontrol.wait). That hid the launch gap: 1.057x the plain launch in the geometric mean over
+/// 14 split decode plans (H200, same run). Stream capture records the dependency as a programmatic
+/// graph edge. Where the reduction's code for the device has no wait (code for an older architecture
+/// JIT-compiled for it), it launches plainly.
 cudaError_t launch_split_k_reduce(DType dtype, const float* partials, int splits, std::int64_t m, std::int64_t n,
                                   float alpha, float beta, const void* c, std::int64_t ldc, void* d, std::int64_t ldd,
                                   int blocks, cudaStream_t stream) noexcept;

@@ -107,11 +107,10 @@ struct GemmPlanOptions {
   /// its workspace, then a reduction that adds them in order (deterministic) and applies alpha, beta, C.
   int split_k = 0;
   /// Swap-AB: 0 = the plan decides (16-bit decode problems of up to 32 rows, and up to 64 on grids of
-  /// few tiles where it does not split them unswapped), 1 = never, 2 = always (`unsupported` naming
-  /// the rule where the problem cannot). A
-  /// swapped plan computes D^T = B^T A^T: its kernel's 64-row tile runs over the problem's N and a 16-
-  /// or 32-column tile over its few rows, so that shared memory holds weights rather than the padding
-  /// of a 64-row tile of A. Combines with split_k.
+  /// few tiles where it does not split them unswapped), 1 = never, 2 = always (`unsupported` naming the
+  /// rule where the problem cannot). A swapped plan computes D^T = B^T A^T: its kernel's 64-row tile
+  /// runs over the problem's N and a 16- or 32-column tile over its few rows, so that shared memory
+  /// holds weights rather than the padding of a 64-row tile of A. Combines with split_k.
   int swap_ab = 0;
 };
 
