@@ -466,29 +466,28 @@ Result<GemmPlan> GemmPlan::make(const GemmProblem& problem, GpuArch device_arch,
     }
   }
   const bool forced = options.split_k > 1;
-  int splits = forced ? options.split_k : options.split_k == 1 ? 1 : detail::split_k_for(problem, sm_count, swap);
+  const int splits = forced ? options.split_k : options.split_k == 1 ? 1 : detail::split_k_for(problem, sm_count, swap);
+  // The catalog's slice kernel for `count` slices, swapped or not; null where the problem breaks a
+  // split rule or the catalog lacks the kernel.
+  const auto slice_entry = [&](int count, bool swapped) -> const CatalogEntry* {
+    if (!detail::split_k_rule(problem, device_arch, count).empty()) return nullptr;
+    return find_in_catalog(detail::split_k_slice_sku(problem, swapped));
+  };
+  if (splits > 1) {
+    if (const CatalogEntry* e = slice_entry(splits, swap))
+      return finish(problem, device_arch, e->sku, *e->instance, nullptr, PlanSource::heuristic, options, splits, swap);
+    if (forced)  // its rules were checked above
+      return fail(errc::unsupported,
+                  fmt::format("GemmPlan split_k={}: its slice kernel {} is not compiled into this build's catalog",
+                              splits, detail::split_k_slice_sku(problem, swap).to_string()));
+  }
   // Past 32 rows, where the swapped split does not apply, the unswapped split reads the weights once
   // (split_k_for): it replaces an automatic swap.
   if (swap && options.swap_ab == 0 && options.split_k == 0 && splits == 1 && problem.m > detail::kSwapAbMaxRows) {
     const int unswapped = detail::split_k_for(problem, sm_count, false);
-    if (unswapped > 1 && detail::split_k_rule(problem, device_arch, unswapped).empty() &&
-        find_in_catalog(detail::split_k_slice_sku(problem, false)) != nullptr) {
-      kernel = chosen;
-      swap = false;
-      splits = unswapped;
-    }
-  }
-  if (splits > 1) {
-    const std::string broken = detail::split_k_rule(problem, device_arch, splits);
-    const GemmSku slice = detail::split_k_slice_sku(problem, swap);
-    const CatalogEntry* slice_entry = broken.empty() ? find_in_catalog(slice) : nullptr;
-    if (slice_entry != nullptr)
-      return finish(problem, device_arch, slice_entry->sku, *slice_entry->instance, nullptr, PlanSource::heuristic,
-                    options, splits, swap);
-    if (forced)  // its rules were checked above
-      return fail(errc::unsupported,
-                  fmt::format("GemmPlan split_k={}: its slice kernel {} is not compiled into this build's catalog",
-                              splits, slice.to_string()));
+    if (const CatalogEntry* e = unswapped > 1 ? slice_entry(unswapped, false) : nullptr)
+      return finish(problem, device_arch, e->sku, *e->instance, nullptr, PlanSource::heuristic, options, unswapped,
+                    false);
   }
   if (kernel == nullptr)  // neither the heuristic's candidates nor a decode kernel computes it
     return fail(errc::unsupported,
