@@ -19,8 +19,8 @@ Usage: bench/epilogue_torch.py [--out DIR] [--cuactor PATH] [--reps N] [--warmup
 """
 import argparse
 import json
-import math
 import pathlib
+import statistics
 import sys
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
@@ -85,13 +85,13 @@ def class_summary(rows):
     bound = [r for r in rows if r["m"] >= 2048 and r["k"] >= 4096]
     if bound:
         worst = max(bound, key=lambda r: r["cost_over_plain"])
-        mean = sum(r["cost_over_plain"] for r in bound) / len(bound)
+        mean = statistics.fmean(r["cost_over_plain"] for r in bound)
         lines.append(f"compute-bound (M >= 2048, K >= 4096): the fused epilogue costs {mean * 100:+.1f}% over the plain "
                      f"GEMM on average, at most {worst['cost_over_plain'] * 100:+.1f}% "
                      f"({worst['m']}x{worst['n']}x{worst['k']} {worst['tree']}), {len(bound)} rows")
     wide = [r for r in rows if r["m"] >= 2048 and r["k"] <= 2048]
     if wide:
-        geo = math.exp(sum(math.log(r["speedup_vs_unfused"]) for r in wide) / len(wide))
+        geo = statistics.geometric_mean(r["speedup_vs_unfused"] for r in wide)
         lines.append(f"large output (M >= 2048, K <= 2048): fused {geo:.2f}x the unfused pair in the geometric mean, "
                      f"min {min(r['speedup_vs_unfused'] for r in wide):.2f}x, {len(wide)} rows")
     return lines

@@ -213,7 +213,7 @@ def main():
     for key in ("inter_ratio", "ratio"):
         ratios = [r[key] for r in results]
         lines.append(f"geometric mean ({'interleaved' if key == 'inter_ratio' else 'stacked'}): "
-                     f"{math.exp(sum(math.log(x) for x in ratios) / len(ratios)):.3f}")
+                     f"{statistics.geometric_mean(ratios):.3f}")
         print(lines[-1], flush=True)
     for r in results if args.timeline else []:
         for label, kernels in r["timeline"].items():
