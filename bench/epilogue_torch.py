@@ -20,6 +20,7 @@ Usage: bench/epilogue_torch.py [--out DIR] [--cuactor PATH] [--reps N] [--warmup
 import argparse
 import json
 import pathlib
+import re
 import statistics
 import sys
 
@@ -97,14 +98,33 @@ def class_summary(rows):
     return lines
 
 
+MAX_DIM = 1 << 20  # a larger dimension is a typo, not a layer
+
+
 def parse_shapes(text):
     shapes = []
     for item in text.split(","):
         dims = item.strip().lower().split("x")
-        if len(dims) != 3 or not all(d.isdigit() and int(d) > 0 for d in dims):
-            raise argparse.ArgumentTypeError(f"--shapes: '{item}' is not MxNxK with positive integers")
+        if len(dims) != 3 or not all(d.isdigit() and 0 < int(d) <= MAX_DIM for d in dims):
+            raise argparse.ArgumentTypeError(f"--shapes: '{item}' is not MxNxK with integers from 1 to {MAX_DIM}")
         shapes.append(tuple(int(d) for d in dims))
     return shapes
+
+
+# The trees bench() builds a PyTorch reference for: an activation of the biased, optionally row-scaled, product.
+TREE_FORM = re.compile(r"(silu|gelu|relu)\((add\(acc,colbias\)|fma\(acc,rowscale,colbias\))\)")
+
+
+def parse_trees(text):
+    trees = [t.strip() for t in text.split(";") if t.strip()]
+    if not trees:
+        raise argparse.ArgumentTypeError(f"--trees: '{text}' names no tree")
+    for tree in trees:
+        if not TREE_FORM.fullmatch(tree):
+            raise argparse.ArgumentTypeError(
+                f"--trees: '{tree}' has no PyTorch reference here; give silu|gelu|relu of add(acc,colbias) or "
+                "fma(acc,rowscale,colbias)")
+    return trees
 
 
 def main():
@@ -114,8 +134,9 @@ def main():
     parser.add_argument("--reps", type=int, default=30)
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--sleep-cycles", type=int, default=2_000_000)
-    parser.add_argument("--shapes", type=parse_shapes, default=SHAPES, help="MxNxK,... (default: " + ",".join("x".join(map(str, sh)) for sh in SHAPES) + ")")
-    parser.add_argument("--trees", type=lambda t: [x.strip() for x in t.split(";") if x.strip()], default=TREES,
+    parser.add_argument("--shapes", type=parse_shapes, default=SHAPES,
+                        help="MxNxK,... (default: " + ",".join("x".join(map(str, sh)) for sh in SHAPES) + ")")
+    parser.add_argument("--trees", type=parse_trees, default=TREES,
                         help="trees separated by ';' (default: " + "; ".join(TREES) + ")")
     args = parser.parse_args()
     try:

@@ -291,3 +291,22 @@ def test_conv_argument_rules(np):
     with pytest.raises(cuactor.InvalidArgumentError, match="CUDA device memory"):
         cuactor.conv2d(x, w, stride=[2, 1], padding=(2, 1), dilation=(2, 1), out=np.zeros((2, 5, 7, 32), np.float16),
                        stream=0)
+
+
+@pytest.mark.parametrize("args, named", [
+    (["--shapes", "8x8"], "'8x8' is not MxNxK"),
+    (["--shapes", ""], "'' is not MxNxK"),
+    (["--shapes", "0x64x64"], "'0x64x64' is not MxNxK"),
+    (["--shapes", "64x-1x64"], "'64x-1x64' is not MxNxK"),
+    (["--shapes", "99999999999999999999x1x1"], "integers from 1 to 1048576"),
+    (["--trees", ";"], "names no tree"),
+    (["--trees", "tanh(acc)"], "'tanh(acc)' has no PyTorch reference"),
+    (["--trees", "silu(add(acc,colbias)); relu(acc)"], "'relu(acc)' has no PyTorch reference"),
+])
+def test_epilogue_bench_rejects_bad_shapes_and_trees(args, named):
+    # The benchmark's own options: a usage error naming the value (argparse's exit 2), before any GPU work.
+    script = os.path.join(os.path.dirname(__file__), "..", "..", "bench", "epilogue_torch.py")
+    proc = subprocess.run([sys.executable, script, *args], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert named in proc.stderr
+    assert "Traceback" not in proc.stderr
