@@ -19,6 +19,7 @@
 #include <cutlass/epilogue/fusion/sm90_visitor_tma_warpspecialized.hpp>
 #include <type_traits>
 
+#include "kernels/activations.cuh"
 #include "kernels/gemm_tags.cuh"
 #include "kernels/instance_abi.h"
 #include "kernels/sm90_swiglu_store.cuh"
@@ -158,6 +159,30 @@ struct Node<tags::colbias, Ctx> : PerColumnVector<typename Ctx::ElementC, Ctx> {
   static auto args(const Operands& o) { return PerColumnVector<typename Ctx::ElementC, Ctx>::make(o.e->col_bias); }
 };
 
+/// An Sm90Compute function of a float or a fragment of floats: `Fn` (activations.cuh) on each value.
+template <class Fn>
+struct Unary {
+  template <class T>
+  struct Op {
+    CUTLASS_DEVICE T operator()(const T& x) const {
+      if constexpr (std::is_same_v<T, float>) {
+        return Fn{}(x);
+      } else {
+        T y;
+        CUTLASS_PRAGMA_UNROLL
+        for (int i = 0; i < static_cast<int>(T::kElements); ++i) y[i] = Fn{}(x[i]);
+        return y;
+      }
+    }
+  };
+};
+struct SiluFn {
+  CUTLASS_DEVICE float operator()(float x) const { return fast_silu(x); }
+};
+struct SigmoidFn {
+  CUTLASS_DEVICE float operator()(float x) const { return fast_sigmoid(x); }
+};
+
 /// An elementwise f32 function of the children's values.
 template <template <class> class Fn, class Ctx, class... Children>
 struct Compute {
@@ -177,9 +202,9 @@ struct Node<tags::gelu<X>, Ctx> : Compute<cutlass::epilogue::thread::GELU, Ctx, 
 template <class X, class Ctx>
 struct Node<tags::gelutanh<X>, Ctx> : Compute<cutlass::epilogue::thread::GELU_taylor, Ctx, X> {};
 template <class X, class Ctx>
-struct Node<tags::silu<X>, Ctx> : Compute<cutlass::epilogue::thread::SiLu, Ctx, X> {};
+struct Node<tags::silu<X>, Ctx> : Compute<Unary<SiluFn>::template Op, Ctx, X> {};
 template <class X, class Ctx>
-struct Node<tags::sigmoid<X>, Ctx> : Compute<cutlass::epilogue::thread::Sigmoid, Ctx, X> {};
+struct Node<tags::sigmoid<X>, Ctx> : Compute<Unary<SigmoidFn>::template Op, Ctx, X> {};
 template <class X, class Ctx>
 struct Node<tags::clamp<X>, Ctx> {
   using type = fusion::Sm90EVT<fusion::Sm90Compute<cutlass::epilogue::thread::Clamp, float, float, kRound>,

@@ -18,7 +18,7 @@
 #include <cute/tensor.hpp>
 #include <cutlass/epilogue/fusion/sm90_visitor_tma_warpspecialized.hpp>
 
-#include "kernels/swiglu_math.cuh"
+#include "kernels/activations.cuh"
 
 namespace cuactor::kernels::sm90::evt {
 

@@ -2,8 +2,8 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include "kernels/activations.cuh"
 #include "kernels/moe_launch.hpp"
-#include "kernels/swiglu_math.cuh"
 
 namespace cuactor::kernels::detail {
 namespace {

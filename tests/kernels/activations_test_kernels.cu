@@ -1,0 +1,24 @@
+/// @file
+/// Device side of activations_gpu_test.cpp: the activations of kernels/activations.cuh on an array.
+#include "kernels/activations.cuh"
+#include "kernels/activations_test_kernels.hpp"
+
+namespace cuactor::kernels::test_support {
+namespace {
+
+__global__ void evaluate(const float* x, std::size_t n, float* silu, float* sigmoid) {
+  for (std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<std::size_t>(gridDim.x) * blockDim.x) {
+    silu[i] = fast_silu(x[i]);
+    sigmoid[i] = fast_sigmoid(x[i]);
+  }
+}
+
+}  // namespace
+
+cudaError_t evaluate_activations(const float* x, std::size_t n, float* silu, float* sigmoid, cudaStream_t s) {
+  evaluate<<<256, 256, 0, s>>>(x, n, silu, sigmoid);
+  return cudaGetLastError();
+}
+
+}  // namespace cuactor::kernels::test_support
