@@ -42,15 +42,32 @@ std::int64_t output_tiles(const GemmProblem& p, std::int64_t tile_m, std::int64_
 }
 
 /// Relative cost of a data-parallel kernel for the problem: full waves of output tiles times tile
-/// area, with small (pingpong) tiles penalised for their lower per-tile efficiency; lower is better.
+/// area; lower is better. Tiles whose consumer warpgroup holds fewer than 128x128 accumulators (the
+/// cooperative kernels split the CTA tile between two warpgroups) pay for their lower per-tile
+/// efficiency. Pingpong kernels of full-size warpgroup tiles run one warpgroup's epilogue under the
+/// other's mainloop, which hides epilogue trees' arithmetic: on an H200 (bf16 and f16, 30 shapes of 384
+/// to 12288 rows, cuBLAS in the same run) pingpong 128x128 ran 0.956x cuBLAS in the geometric mean
+/// against 0.926x for cooperative 128x256, and up to 1.3x cooperative on small grids, so it wins ties.
+/// Over long reductions (K > 8192) and on the largest problems (M*N*K >= 1.5e12) it fell to 0.79-0.95x
+/// cuBLAS on 4 of 22 shapes while cooperative held 0.99-1.02x: there the cooperative tile, which moves
+/// fewer bytes per flop, wins ties instead (this rule: 1.000x cuBLAS over 12 large shapes, 6 of them new
+/// to it, against 0.987x for cooperative alone).
 /// Measured on an H100 (`cuactor tune gemm`), this order holds for decode too: 64x128 pingpong tiles
 /// on half the SMs beat stream-K spreading K over all of them (40.7 vs 32.1 TFLOP/s at 16x8192x8192),
 /// so stream-K kernels are left to the tuning database and explicit overrides.
 double estimated_cost(const GemmSku& s, const GemmProblem& p, int sm_count) {
   const auto tiles = output_tiles(p, s.tile.m, s.tile.n);
   const auto waves = ceil_div(tiles, sm_count);
-  const double small_tile_penalty = s.tile.m * s.tile.n < 128 * 256 ? 1.15 : 1.0;
-  return static_cast<double>(waves) * s.tile.m * s.tile.n * small_tile_penalty;
+  const bool cooperative =
+      s.schedule == GemmSchedule::cooperative || s.schedule == GemmSchedule::cooperative_fp8_fast_accum;
+  const int warpgroup_tile = (cooperative ? s.tile.m / 2 : s.tile.m) * s.tile.n;
+  const double small_tile_penalty = warpgroup_tile < 128 * 128 ? 1.15 : 1.0;
+  const bool full_pingpong = s.schedule == GemmSchedule::pingpong && warpgroup_tile >= 128 * 128;
+  const double work =
+      static_cast<double>(p.m) * static_cast<double>(p.n) * static_cast<double>(p.k) * static_cast<double>(p.batch);
+  const bool long_or_largest = p.k > 8192 || work >= 1.5e12;
+  const double schedule_factor = !full_pingpong ? 1.0 : long_or_largest ? 1.05 : 0.95;
+  return static_cast<double>(waves) * s.tile.m * s.tile.n * small_tile_penalty * schedule_factor;
 }
 
 /// Whether the grid of 64x128 output tiles fills at most half the SMs: small-M problems whose few
@@ -518,13 +535,14 @@ Result<GemmSku> GemmPlan::sku_for(const GemmProblem& problem, GpuArch device_arc
     Shape3 tile;
     Shape3 cluster;
   };
-  // The catalog's configurations per input width: large cooperative tiles with a 2-CTA cluster, and
-  // 64-row pingpong tiles for small M.
+  // The catalog's configurations per input width: large cooperative and pingpong tiles with a 2-CTA
+  // cluster (16-bit), and 64-row pingpong tiles for small M.
   const int small_k = small_m_tile_k(problem, sm_count_of(options));
   std::vector<Config> configs =
       fp8 ? std::vector<Config>{{GemmSchedule::cooperative_fp8_fast_accum, {256, 128, 128}, {1, 2, 1}},
                                 {GemmSchedule::pingpong_fp8_fast_accum, {64, 128, small_k}, {1, 1, 1}}}
           : std::vector<Config>{{GemmSchedule::cooperative, {128, 256, 64}, {2, 1, 1}},
+                                {GemmSchedule::pingpong, {128, 128, 64}, {2, 1, 1}},
                                 {GemmSchedule::pingpong, {64, 128, small_k}, {1, 1, 1}}};
   if (!fp8 && few_small_m_tiles(problem, sm_count_of(options)))
     configs.push_back({GemmSchedule::pingpong, {64, 64, small_k}, {1, 1, 1}});

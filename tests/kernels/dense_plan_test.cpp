@@ -122,7 +122,15 @@ TEST(DensePlan, HeuristicPicksTileByShapeAndArch) {
   if (!in_catalog(large, kHopper)) GTEST_SKIP() << "no sm_90a bf16 kernels in this build";
   CUACTOR_SKIP_IF_PARTIAL_CATALOG();
   CUACTOR_ASSERT_OK_AND_ASSIGN(big, GemmPlan::make(large, kHopper));
-  EXPECT_EQ(big.sku().schedule, GemmSchedule::cooperative) << big.sku().to_string();
+  // Large 16-bit problems: pingpong 128x128 (each warpgroup's epilogue under the other's mainloop),
+  // ahead of cooperative 128x256 on an H200 (estimated_cost).
+  EXPECT_EQ(big.sku().schedule, GemmSchedule::pingpong) << big.sku().to_string();
+  EXPECT_EQ(big.sku().tile, (Shape3{128, 128, 64})) << big.sku().to_string();
+  // Long reductions (K > 8192) and the largest problems (M*N*K >= 1.5e12): cooperative 128x256, which
+  // moves fewer bytes per flop.
+  CUACTOR_ASSERT_OK_AND_ASSIGN(huge, GemmPlan::make(bf16_problem(8192, 28672, 8192), kHopper));
+  EXPECT_EQ(huge.sku().schedule, GemmSchedule::cooperative) << huge.sku().to_string();
+  EXPECT_EQ(huge.sku().tile, (Shape3{128, 256, 64})) << huge.sku().to_string();
   EXPECT_TRUE(big.sku().arch.arch_specific);
   EXPECT_EQ(big.source(), PlanSource::heuristic);
   // Decode-like shapes: the small pingpong tile (measured on an H100 ahead of stream-K and of the large

@@ -166,7 +166,10 @@ TEST(EpiloguePlan, SkuForCarriesTheTreeAndPicksATile) {
   auto big = GemmPlan::sku_for(prefill, kHopper);
   ASSERT_TRUE(big.has_value()) << big.error().message();
   EXPECT_EQ(big->epilogue.token(), "silu(add(acc,colbias))");
-  EXPECT_EQ(big->schedule, GemmSchedule::cooperative);
+  // Pingpong 128x128: one warpgroup's epilogue under the other's mainloop.
+  EXPECT_EQ(big->schedule, GemmSchedule::pingpong);
+  EXPECT_EQ(big->tile, (Shape3{128, 128, 64}));
+  EXPECT_EQ(big->cluster, (Shape3{2, 1, 1}));
   GemmProblem decode = tree_problem("silu(add(acc,colbias))");
   decode.m = 16;
   decode.n = 1024;

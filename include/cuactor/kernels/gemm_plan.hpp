@@ -115,10 +115,11 @@ struct GemmPlanOptions {
 };
 
 /// The revision of GemmPlan::make's choices, raised whenever they change (2: swap-AB decode plans; 3:
-/// decode splits of up to 64 rows, the reduction a programmatic dependent launch). A tuned choice beat
+/// decode splits of up to 64 rows, the reduction a programmatic dependent launch; 4: pingpong 128x128
+/// tiles for large 16-bit problems). A tuned choice beat
 /// the heuristic of one revision; against a later one it may lose, so the tuning database serves it
 /// only to plans of the revision it was measured against.
-inline constexpr int kDenseHeuristicRevision = 3;
+inline constexpr int kDenseHeuristicRevision = 4;
 
 /// Where a plan's kernel choice came from ([K9]).
 enum class PlanSource {
