@@ -178,6 +178,39 @@ TEST(EpiloguePlan, SkuForCarriesTheTreeAndPicksATile) {
   EXPECT_EQ(small->schedule, GemmSchedule::pingpong);
 }
 
+// Heuristic plans of 128-row sm_90a tiles group tiles by 8 along N (L2 reuse within a wave); callers'
+// settings, tuned plans and the other tiles keep theirs.
+TEST(DensePlanRasterisation, LargeTilesSwizzleAlongNUnlessSet) {
+  const GemmProblem p = tree_problem("relu(acc)");
+  GemmProblem plain_problem = p;
+  plain_problem.epilogue = GemmEpilogue::linear_combination;
+  GemmSku large = dense_sku_for(plain_problem);
+  large.schedule = GemmSchedule::pingpong;
+  large.tile = {128, 128, 64};
+  large.cluster = {2, 1, 1};
+  GemmSku small = large;
+  small.tile = {64, 128, 64};
+  small.cluster = {1, 1, 1};
+  GemmPlanOptions caller;
+  caller.max_swizzle = 2;
+  struct Case {
+    GemmSku sku;
+    PlanSource source;
+    GemmPlanOptions options;
+    int swizzle, raster;
+  };
+  for (const Case& c :
+       {Case{large, PlanSource::heuristic, {}, 8, 2}, Case{large, PlanSource::tuned, {}, 0, 0},
+        Case{large, PlanSource::heuristic, caller, 2, 0}, Case{small, PlanSource::heuristic, {}, 0, 0}}) {
+    auto plan = GemmPlan::with_instance(plain_problem, kHopper, c.sku, fake_instance(), nullptr, c.source, c.options);
+    ASSERT_TRUE(plan.has_value()) << plan.error().message();
+    FakeKernel::last = {};
+    ASSERT_TRUE(plan->run(operands(), nullptr, 0, nullptr).has_value()) << c.sku.to_string();
+    EXPECT_EQ(FakeKernel::last.max_swizzle, c.swizzle) << c.sku.to_string() << " " << name(c.source);
+    EXPECT_EQ(FakeKernel::last.raster_order, c.raster) << c.sku.to_string() << " " << name(c.source);
+  }
+}
+
 TEST(EpiloguePlan, RejectsTreesOffHopperAndFp8Biases) {
   expect_error(GemmPlan::make(tree_problem("relu(acc)"), kAmpere), errc::unsupported, "needs an sm_90a device");
   expect_error(GemmPlan::sku_for(tree_problem("relu(acc)"), kAmpere), errc::unsupported, "'relu(acc)'");

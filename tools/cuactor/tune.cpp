@@ -209,8 +209,9 @@ Status run_tune_gemm(const TuneOptions& o) {
       std::cout << "  no candidate ran correctly: nothing recorded for this class\n";
       continue;
     }
-    // The winner's raster order and swizzle (run-time options of the same kernel).
-    for (auto [raster, swizzle] : {std::pair{1, 0}, {2, 0}, {0, 2}, {0, 4}, {0, 8}}) {
+    // The winner's raster order and swizzle (run-time options of the same kernel; {2, 8} is what
+    // heuristic plans of 128-row tiles take).
+    for (auto [raster, swizzle] : {std::pair{1, 0}, {2, 0}, {0, 2}, {0, 4}, {0, 8}, {2, 8}}) {
       kernels::GemmPlanOptions variant = base;
       variant.raster_order = raster;
       variant.max_swizzle = swizzle;

@@ -97,8 +97,9 @@ struct GemmPlanOptions {
   int sm_count = 0;
   /// Ordinal of the device the plan's kernels run on.
   int device = 0;
-  /// sm_90a tile rasterisation: swizzle width (1, 2, 4 or 8; 0 = CUTLASS's default) and order
-  /// (0 = heuristic, 1 = along M, 2 = along N). Ignored by sm_80 kernels.
+  /// sm_90a tile rasterisation: swizzle width (1, 2, 4 or 8; 0 = the plan's default) and order
+  /// (0 = heuristic, 1 = along M, 2 = along N). Ignored by sm_80 kernels. With both 0, heuristic plans
+  /// of 128-row tiles take swizzle 8 along N, and the others CUTLASS's defaults (swizzle 1, its order).
   int max_swizzle = 0;
   int raster_order = 0;
   /// Split-K: 0 = the plan decides (16-bit decode problems whose grid of 64x64 tiles leaves most SMs
