@@ -7,9 +7,11 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <string_view>
+#include <utility>
 
 #include "cuactor/core/dtype.hpp"
 #include "cuactor/core/expected.hpp"
@@ -20,15 +22,30 @@ namespace cuactor::kernels::detail {
 /// The SM count plans assume when none is given: the H100/H200 SXM count.
 inline constexpr int kDefaultSmCount = 132;
 
+/// a / b rounded up (tiles covering an extent); b > 0.
+inline std::int64_t ceil_div(std::int64_t a, std::int64_t b) noexcept {
+  return (a + b - 1) / b;
+}
+
+/// The widest sm_90a tile swizzle (8, 4 or 2; else 1) that pads the grid of `sku`'s tiles over `p` by
+/// at most 3%. CUTLASS rounds the grid up to swizzle x cluster tiles in both modes and runs the padding
+/// tiles' mainloops on zero-filled loads, so a swizzle of 8 in 2x1 clusters would double the work of a
+/// 1000-row problem; its own floor (at least 6, 3 or 2 tiles in the smaller mode) applies too.
+inline int grid_swizzle(const GemmProblem& p, const GemmSku& sku) noexcept {
+  const std::int64_t blocks_m = ceil_div(p.m, sku.tile.m), blocks_n = ceil_div(p.n, sku.tile.n);
+  const auto padded = [&](std::int64_t swizzle) {
+    const auto round_up = [](std::int64_t v, std::int64_t to) { return ceil_div(v, to) * to; };
+    return round_up(blocks_m, swizzle * sku.cluster.m) * round_up(blocks_n, swizzle * sku.cluster.n);
+  };
+  for (const auto& [swizzle, min_blocks] : {std::pair{8, 6}, {4, 3}, {2, 2}})
+    if (std::min(blocks_m, blocks_n) >= min_blocks && 100 * padded(swizzle) <= 103 * padded(1)) return swizzle;
+  return 1;
+}
+
 /// Elements per 16 bytes: the alignment TMA and cp.async need of pointers, strides and the
 /// contiguous extent (GEMM rows, convolution channels).
 inline std::int64_t alignment_elements(DType t) {
   return 128 / size_bits(t);
-}
-
-/// a / b rounded up (tiles covering an extent); b > 0.
-inline std::int64_t ceil_div(std::int64_t a, std::int64_t b) noexcept {
-  return (a + b - 1) / b;
 }
 
 /// `v` rounded up to a multiple of `a` (workspace layouts).

@@ -21,6 +21,7 @@ using detail::alignment_elements;
 using detail::bytes_overlap;
 using detail::ceil_div;
 using detail::extents;
+using detail::grid_swizzle;
 using detail::kDefaultSmCount;
 using detail::ld_or_packed;
 using detail::span_bytes;
@@ -597,14 +598,16 @@ GemmPlan GemmPlan::finish(const GemmProblem& problem, GpuArch arch, const GemmSk
                           const GemmPlanOptions& options, int split_k, bool swap_ab) {
   GemmPlanOptions resolved = options;
   resolved.sm_count = sm_count_of(options);
-  // The heuristic's large sm_90a tiles take tiles in groups of 8 along N, so that a wave's CTAs share
-  // rows of A and columns of B in L2. H200, cuactor bench gemm, cuBLAS in each run: 4096^3 0.93 -> 0.97x,
-  // 8192^3 1.05 -> 1.07x, 4096x14336x4096 1.01-1.05 -> 1.12x, 8192x28672x8192 0.97-0.99 -> 1.00x (swizzle 8
-  // with CUTLASS's heuristic order lost 4% on the second-to-last). Callers' and tuned settings stand.
+  // The heuristic's 16-bit 128-row tiles take tiles in swizzled groups along N, so that a wave's CTAs
+  // share rows of A and columns of B in L2 (H200: 0.93 -> 0.97x cuBLAS at 4096^3, 0.97 -> 1.00x at
+  // 8192x28672x8192; CUTLASS's order lost up to 8% with swizzle 8). Callers' and tuned settings stand.
   if (source == PlanSource::heuristic && options.max_swizzle == 0 && options.raster_order == 0 && split_k <= 1 &&
-      !swap_ab && sku.arch == GpuArch{9, 0, true} && sku.tile.m >= 128) {
-    resolved.max_swizzle = 8;
-    resolved.raster_order = 2;
+      !swap_ab && sku.arch == GpuArch{9, 0, true} && sku.tile.m >= 128 &&
+      (sku.a == DType::bf16 || sku.a == DType::f16) && sku.d == sku.a) {
+    if (const int swizzle = grid_swizzle(problem, sku); swizzle > 1) {
+      resolved.max_swizzle = swizzle;
+      resolved.raster_order = 2;  // along N
+    }
   }
   const GemmProblem kernel_problem = swap_ab ? detail::swapped_problem(problem) : problem;
   const auto args = make_args(kernel_problem, GemmOperands{}, resolved);

@@ -6,10 +6,10 @@
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <limits>
-#include <string>
 #include <vector>
 
 #include "kernels/activations_test_kernels.hpp"
@@ -27,7 +27,7 @@ double sigmoid(double x) {
   return 1.0 / (1.0 + std::exp(-x));
 }
 
-/// Device buffers of the inputs and the three outputs.
+/// Device buffers of the inputs and the two outputs.
 struct Buffers {
   float* x = nullptr;
   float* out[2] = {};

@@ -178,13 +178,18 @@ TEST(EpiloguePlan, SkuForCarriesTheTreeAndPicksATile) {
   EXPECT_EQ(small->schedule, GemmSchedule::pingpong);
 }
 
-// Heuristic plans of 128-row sm_90a tiles group tiles by 8 along N (L2 reuse within a wave); callers'
-// settings, tuned plans and the other tiles keep theirs.
+// The heuristic's 16-bit plans of 128-row sm_90a tiles group tiles along N by the widest swizzle that
+// pads their grid by at most 3% (CUTLASS runs the padding tiles); callers' settings, tuned plans and
+// the other tiles keep theirs.
 TEST(DensePlanRasterisation, LargeTilesSwizzleAlongNUnlessSet) {
-  const GemmProblem p = tree_problem("relu(acc)");
-  GemmProblem plain_problem = p;
-  plain_problem.epilogue = GemmEpilogue::linear_combination;
-  GemmSku large = dense_sku_for(plain_problem);
+  const auto problem = [](std::int64_t m, std::int64_t n) {
+    GemmProblem p;
+    p.m = m;
+    p.n = n;
+    p.k = 512;
+    return p;
+  };
+  GemmSku large = dense_sku_for(problem(1, 1));
   large.schedule = GemmSchedule::pingpong;
   large.tile = {128, 128, 64};
   large.cluster = {2, 1, 1};
@@ -194,20 +199,33 @@ TEST(DensePlanRasterisation, LargeTilesSwizzleAlongNUnlessSet) {
   GemmPlanOptions caller;
   caller.max_swizzle = 2;
   struct Case {
+    GemmProblem p;
     GemmSku sku;
     PlanSource source;
     GemmPlanOptions options;
     int swizzle, raster;
   };
-  for (const Case& c :
-       {Case{large, PlanSource::heuristic, {}, 8, 2}, Case{large, PlanSource::tuned, {}, 0, 0},
-        Case{large, PlanSource::heuristic, caller, 2, 0}, Case{small, PlanSource::heuristic, {}, 0, 0}}) {
-    auto plan = GemmPlan::with_instance(plain_problem, kHopper, c.sku, fake_instance(), nullptr, c.source, c.options);
+  for (const Case& c : {
+           Case{problem(4096, 4096), large, PlanSource::heuristic, {}, 8, 2},  // 32 x 32 tiles: no padding
+           Case{problem(1000, 3000), large, PlanSource::heuristic, {}, 4, 2},  // 8 x 24: 8 would pad M to 16
+           Case{problem(2048, 2056), large, PlanSource::heuristic, {}, 0, 0},  // 16 x 17: even 2 pads 6%
+           Case{problem(4096, 4096), large, PlanSource::tuned, {}, 0, 0},
+           Case{problem(4096, 4096), large, PlanSource::heuristic, caller, 2, 0},
+           Case{problem(4096, 4096), small, PlanSource::heuristic, {}, 0, 0},
+       }) {
+    auto plan = GemmPlan::with_instance(c.p, kHopper, c.sku, fake_instance(), nullptr, c.source, c.options);
     ASSERT_TRUE(plan.has_value()) << plan.error().message();
+    GemmOperands o;
+    o.a = fake();
+    o.b = fake(0x1000000);
+    o.d = fake_mut(0x10000000);
     FakeKernel::last = {};
-    ASSERT_TRUE(plan->run(operands(), nullptr, 0, nullptr).has_value()) << c.sku.to_string();
-    EXPECT_EQ(FakeKernel::last.max_swizzle, c.swizzle) << c.sku.to_string() << " " << name(c.source);
-    EXPECT_EQ(FakeKernel::last.raster_order, c.raster) << c.sku.to_string() << " " << name(c.source);
+    ASSERT_TRUE(plan->run(o, nullptr, 0, nullptr).has_value()) << c.sku.to_string();
+    const std::string what = std::to_string(c.p.m) + "x" + std::to_string(c.p.n) + " " + c.sku.to_string() + " " +
+                             std::string(name(c.source));
+    EXPECT_EQ(FakeKernel::last.max_swizzle, c.swizzle) << what;
+    EXPECT_EQ(FakeKernel::last.raster_order, c.raster) << what;
+    EXPECT_EQ(plan->max_swizzle(), c.swizzle) << what;
   }
 }
 

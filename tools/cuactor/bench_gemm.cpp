@@ -43,7 +43,7 @@ struct GemmBenchOptions {
   int rounds = 3;   ///< Interleaved rounds (cuactor, cuBLAS, cuactor, ...).
   int warmup = 10;  ///< Untimed launches per side first.
   bool quick = false;
-  int max_swizzle = 0;   ///< sm_90a tile swizzle (0 = CUTLASS default).
+  int max_swizzle = 0;   ///< sm_90a tile swizzle (0 with raster 0: the plan's default).
   int raster_order = 0;  ///< sm_90a raster order (0 heuristic, 1 along M, 2 along N).
   std::string only;      ///< Run only cases whose label contains this text.
   std::string db;        ///< Tuning database file (empty: the default under the cache root).
@@ -181,9 +181,13 @@ Status run_bench_gemm(const GemmBenchOptions& opt) {
   if (!copy_traffic) return fail(copy_traffic.error());
   std::cout << fmt::format(
       "cuactor bench gemm: {} ({}, {} SMs, L2 {} MiB); median of {}x{} event-timed launches per side "
-      "after {} warm-up, interleaved; swizzle {} raster {}; tuning database {}\n",
+      "after {} warm-up, interleaved; {}; tuning database {}\n",
       props.name, props.arch.name(), props.multiprocessors, props.l2_cache_bytes >> 20, opt.rounds, opt.reps,
-      opt.warmup, opt.max_swizzle, opt.raster_order, db_text);
+      opt.warmup,
+      opt.max_swizzle == 0 && opt.raster_order == 0
+          ? std::string("swizzle and raster order: the plans' defaults")
+          : fmt::format("swizzle {} raster {}", opt.max_swizzle, opt.raster_order),
+      db_text);
   std::cout << fmt::format(
       "device-to-device copy of 1 GiB moves {:.0f} GB/s (reads + writes; decode rows report their weight "
       "reads against it)\n",

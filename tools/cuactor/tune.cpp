@@ -175,7 +175,7 @@ Status run_tune_gemm(const TuneOptions& o) {
     const auto measure = [&](const kernels::GemmPlan& plan, const std::string& label) -> std::optional<Measured> {
       auto t = (*timer)->time(plan, session.pool, o.warmup, o.rounds, o.reps);
       if (!accepted(label, t, tflops, o.tolerance)) return std::nullopt;
-      return Measured{plan.sku(), 0, 0, t->ours_ms, t->anchor_ms, t->difference};
+      return Measured{plan.sku(), plan.max_swizzle(), plan.raster_order(), t->ours_ms, t->anchor_ms, t->difference};
     };
     const std::optional<Measured> heuristic =
         measure_heuristic(kernels::GemmPlan::make(p, session.props.arch, base), measure);

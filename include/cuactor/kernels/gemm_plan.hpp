@@ -98,8 +98,10 @@ struct GemmPlanOptions {
   /// Ordinal of the device the plan's kernels run on.
   int device = 0;
   /// sm_90a tile rasterisation: swizzle width (1, 2, 4 or 8; 0 = the plan's default) and order
-  /// (0 = heuristic, 1 = along M, 2 = along N). Ignored by sm_80 kernels. With both 0, heuristic plans
-  /// of 128-row tiles take swizzle 8 along N, and the others CUTLASS's defaults (swizzle 1, its order).
+  /// (0 = heuristic, 1 = along M, 2 = along N). Ignored by sm_80 kernels. With both 0, the heuristic's
+  /// 16-bit plans of 128-row tiles group tiles by the widest swizzle that pads their grid by at most 3%
+  /// (8, 4 or 2), along N; other plans, an overriding SKU included, take CUTLASS's defaults (swizzle 1,
+  /// its order).
   int max_swizzle = 0;
   int raster_order = 0;
   /// Split-K: 0 = the plan decides (16-bit decode problems whose grid of 64x64 tiles leaves most SMs
@@ -117,7 +119,7 @@ struct GemmPlanOptions {
 
 /// The revision of GemmPlan::make's choices, raised whenever they change (2: swap-AB decode plans; 3:
 /// decode splits of up to 64 rows, the reduction a programmatic dependent launch; 4: pingpong 128x128
-/// tiles for large 16-bit problems). A tuned choice beat
+/// tiles for large 16-bit problems, swizzled along N). A tuned choice beat
 /// the heuristic of one revision; against a later one it may lose, so the tuning database serves it
 /// only to plans of the revision it was measured against.
 inline constexpr int kDenseHeuristicRevision = 4;
@@ -164,6 +166,10 @@ class GemmPlan {
   [[nodiscard]] int split_k() const noexcept { return launch_.split_k; }
   /// Whether the plan's kernel computes D^T = B^T A^T; see GemmPlanOptions::swap_ab.
   [[nodiscard]] bool swap_ab() const noexcept { return launch_.swap_ab; }
+  /// The tile swizzle and raster order the kernel runs with: the options', or the plan's default where
+  /// both were 0 (see GemmPlanOptions::max_swizzle).
+  [[nodiscard]] int max_swizzle() const noexcept { return options_.max_swizzle; }
+  [[nodiscard]] int raster_order() const noexcept { return options_.raster_order; }
 
   /// Architecture of the device the plan targets.
   [[nodiscard]] GpuArch device_arch() const noexcept { return device_arch_; }
