@@ -46,13 +46,10 @@ std::int64_t output_tiles(const GemmProblem& p, std::int64_t tile_m, std::int64_
 /// area; lower is better. Tiles whose consumer warpgroup holds fewer than 128x128 accumulators (the
 /// cooperative kernels split the CTA tile between two warpgroups) pay for their lower per-tile
 /// efficiency. Pingpong kernels of full-size warpgroup tiles run one warpgroup's epilogue under the
-/// other's mainloop, which hides epilogue trees' arithmetic: on an H200 (bf16 and f16, 30 shapes of 384
-/// to 12288 rows, cuBLAS in the same run) pingpong 128x128 ran 0.956x cuBLAS in the geometric mean
-/// against 0.926x for cooperative 128x256, and up to 1.3x cooperative on small grids, so it wins ties.
-/// Over long reductions (K > 8192) and on the largest problems (M*N*K >= 1.5e12) it fell to 0.79-0.95x
-/// cuBLAS on 4 of 22 shapes while cooperative held 0.99-1.02x: there the cooperative tile, which moves
-/// fewer bytes per flop, wins ties instead (this rule: 1.000x cuBLAS over 12 large shapes, 6 of them new
-/// to it, against 0.987x for cooperative alone).
+/// other's mainloop, which also hides epilogue trees' arithmetic, so they win ties (H200: 0.956x cuBLAS
+/// against 0.926x for cooperative 128x256 over 30 shapes); over long reductions (K > 8192) and on the
+/// largest problems (M*N*K >= 1.5e12) the cooperative tile, which moves fewer bytes per flop, wins them
+/// instead (pingpong fell to 0.79-0.95x there, cooperative held 0.99-1.02x).
 /// Measured on an H100 (`cuactor tune gemm`), this order holds for decode too: 64x128 pingpong tiles
 /// on half the SMs beat stream-K spreading K over all of them (40.7 vs 32.1 TFLOP/s at 16x8192x8192),
 /// so stream-K kernels are left to the tuning database and explicit overrides.
@@ -599,8 +596,8 @@ GemmPlan GemmPlan::finish(const GemmProblem& problem, GpuArch arch, const GemmSk
   GemmPlanOptions resolved = options;
   resolved.sm_count = sm_count_of(options);
   // The heuristic's 16-bit 128-row tiles take tiles in swizzled groups along N, so that a wave's CTAs
-  // share rows of A and columns of B in L2 (H200: 0.93 -> 0.97x cuBLAS at 4096^3, 0.97 -> 1.00x at
-  // 8192x28672x8192; CUTLASS's order lost up to 8% with swizzle 8). Callers' and tuned settings stand.
+  // share rows of A and columns of B in L2 (H200: 0.93 -> 0.97x cuBLAS at 4096^3; along N because
+  // CUTLASS's order lost up to 8% with the same swizzle). Callers' and tuned settings stand.
   if (source == PlanSource::heuristic && options.max_swizzle == 0 && options.raster_order == 0 && split_k <= 1 &&
       !swap_ab && sku.arch == GpuArch{9, 0, true} && sku.tile.m >= 128 &&
       (sku.a == DType::bf16 || sku.a == DType::f16) && sku.d == sku.a) {
