@@ -3,7 +3,6 @@
 /// sigmoid nodes, the SwiGLU gate) element by element against fp64, over [-40, 40] in steps
 /// of 2^-10 and the values where their hardware exponent and reciprocal could break: 0, subnormals,
 /// the exponent's overflow and underflow, infinities and NaN.
-#include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -12,6 +11,8 @@
 #include <limits>
 #include <vector>
 
+#include "cuactor/gpu/memory.hpp"
+#include "cuactor/gpu/stream.hpp"
 #include "kernels/activations_test_kernels.hpp"
 #include "support/gpu_test.hpp"
 
@@ -27,16 +28,6 @@ double sigmoid(double x) {
   return 1.0 / (1.0 + std::exp(-x));
 }
 
-/// Device buffers of the inputs and the two outputs.
-struct Buffers {
-  float* x = nullptr;
-  float* out[2] = {};
-  ~Buffers() {
-    cudaFree(x);
-    for (float* p : out) cudaFree(p);
-  }
-};
-
 class ActivationsGpuTest : public cuactor::test_support::GpuTest {};
 
 TEST_F(ActivationsGpuTest, MatchFp64ElementByElement) {
@@ -49,17 +40,25 @@ TEST_F(ActivationsGpuTest, MatchFp64ElementByElement) {
                   std::numeric_limits<float>::quiet_NaN()})
     x.push_back(v);
   const std::size_t n = x.size();
-  Buffers b;
-  ASSERT_EQ(cudaMalloc(&b.x, n * sizeof(float)), cudaSuccess);
-  for (float*& p : b.out) ASSERT_EQ(cudaMalloc(&p, n * sizeof(float)), cudaSuccess);
-  ASSERT_EQ(cudaMemcpy(b.x, x.data(), n * sizeof(float), cudaMemcpyHostToDevice), cudaSuccess);
-  for (float* p : b.out) ASSERT_EQ(cudaMemset(p, 0xff, n * sizeof(float)), cudaSuccess);  // NaN poison
-  ASSERT_EQ(test_support::evaluate_activations(b.x, n, b.out[0], b.out[1], nullptr), cudaSuccess);
+  const std::size_t bytes = n * sizeof(float);
+  CUACTOR_ASSERT_OK_AND_ASSIGN(stream, gpu::Stream::create(0));
+  CUACTOR_ASSERT_OK_AND_ASSIGN(pool, gpu::MemPool::device_default(0));
+  CUACTOR_ASSERT_OK_AND_ASSIGN(input, gpu::DeviceBuffer::allocate(pool, bytes, stream.get()));
+  CUACTOR_ASSERT_OK_AND_ASSIGN(silu_out, gpu::DeviceBuffer::allocate(pool, bytes, stream.get()));
+  CUACTOR_ASSERT_OK_AND_ASSIGN(sigmoid_out, gpu::DeviceBuffer::allocate(pool, bytes, stream.get()));
+  CUACTOR_ASSERT_OK(gpu::copy_async(input.data(), x.data(), bytes, stream.get()));
+  const gpu::DeviceBuffer* outs[2] = {&silu_out, &sigmoid_out};
+  for (const gpu::DeviceBuffer* out : outs)
+    CUACTOR_ASSERT_OK(gpu::memset_async(out->data(), 0xff, bytes, stream.get()));  // NaN poison
+  ASSERT_EQ(test_support::evaluate_activations(input.data_as<float>(), n, silu_out.data_as<float>(),
+                                               sigmoid_out.data_as<float>(), stream.get()),
+            cudaSuccess);
   std::vector<float> got[2];
   for (int f = 0; f < 2; ++f) {
     got[f].resize(n);
-    ASSERT_EQ(cudaMemcpy(got[f].data(), b.out[f], n * sizeof(float), cudaMemcpyDeviceToHost), cudaSuccess);
+    CUACTOR_ASSERT_OK(gpu::copy_async(got[f].data(), outs[f]->data(), bytes, stream.get()));
   }
+  CUACTOR_ASSERT_OK(stream.synchronize());
   // The hardware exponent's error grows with its argument (2 + 1.16|x| ulp): 2e-5 relative covers
   // |x| <= 100, far below the 16-bit outputs' rounding; below 1e-30 a result may flush to zero.
   const char* names[2] = {"silu", "sigmoid"};

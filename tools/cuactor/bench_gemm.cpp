@@ -251,9 +251,9 @@ void add_bench_gemm_command(CLI::App& app) {
   cmd->add_option("--rounds", opt->rounds, "Interleaved rounds of both sides");
   cmd->add_option("--warmup", opt->warmup, "Untimed warm-up launches per side");
   cmd->add_flag("--quick", opt->quick, "Only 4096^3 and the decode shapes");
-  cmd->add_option(
-      "--swizzle", opt->max_swizzle,
-      "sm_90a tile swizzle 1, 2, 4, 8 (0 with --raster 0: the plan's default, 8 along N for 128-row tiles)");
+  cmd->add_option("--swizzle", opt->max_swizzle,
+                  "sm_90a tile swizzle 1, 2, 4, 8 (0 with --raster 0: the plan's default, up to 8 along N for 16-bit "
+                  "128-row tiles)");
   cmd->add_option("--raster", opt->raster_order, "sm_90a raster order: 0 heuristic, 1 along M, 2 along N");
   cmd->add_option("--db", opt->db, "Tuning database file (default: <cache root>/tuning.json)");
   cmd->add_option("--only", opt->only, "Run only the cases whose label contains this text (e.g. \"bf16 TN\")");

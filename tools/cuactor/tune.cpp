@@ -210,7 +210,7 @@ Status run_tune_gemm(const TuneOptions& o) {
       continue;
     }
     // The winner's raster order and swizzle (run-time options of the same kernel; {2, 8} is what
-    // heuristic plans of 128-row tiles take).
+    // heuristic 16-bit plans of 128-row tiles take where it pads their grid by at most 3%).
     for (auto [raster, swizzle] : {std::pair{1, 0}, {2, 0}, {0, 2}, {0, 4}, {0, 8}, {2, 8}}) {
       kernels::GemmPlanOptions variant = base;
       variant.raster_order = raster;
