@@ -182,6 +182,9 @@ struct SiluFn {
 struct SigmoidFn {
   CUTLASS_DEVICE float operator()(float x) const { return fast_sigmoid(x); }
 };
+struct GeluFn {
+  CUTLASS_DEVICE float operator()(float x) const { return fast_gelu(x); }
+};
 
 /// An elementwise f32 function of the children's values.
 template <template <class> class Fn, class Ctx, class... Children>
@@ -198,7 +201,7 @@ struct Node<tags::fma<X, Y, Z>, Ctx> : Compute<cutlass::homogeneous_multiply_add
 template <class X, class Ctx>
 struct Node<tags::relu<X>, Ctx> : Compute<cutlass::epilogue::thread::ReLu, Ctx, X> {};
 template <class X, class Ctx>
-struct Node<tags::gelu<X>, Ctx> : Compute<cutlass::epilogue::thread::GELU, Ctx, X> {};
+struct Node<tags::gelu<X>, Ctx> : Compute<Unary<GeluFn>::template Op, Ctx, X> {};
 template <class X, class Ctx>
 struct Node<tags::gelutanh<X>, Ctx> : Compute<cutlass::epilogue::thread::GELU_taylor, Ctx, X> {};
 template <class X, class Ctx>

@@ -1,6 +1,6 @@
 /// @file
-/// The activations every cuactor kernel computes (kernels/activations.cuh: epilogue trees' silu and
-/// sigmoid nodes, the SwiGLU gate) element by element against fp64, over [-40, 40] in steps
+/// The activations every cuactor kernel computes (kernels/activations.cuh: epilogue trees' silu,
+/// sigmoid and gelu nodes, the SwiGLU gate) element by element against fp64, over [-40, 40] in steps
 /// of 2^-10 and the values where their hardware exponent and reciprocal could break: 0, subnormals,
 /// the exponent's overflow and underflow, infinities and NaN.
 #include <gtest/gtest.h>
@@ -27,6 +27,9 @@ double silu(double x) {
 double sigmoid(double x) {
   return 1.0 / (1.0 + std::exp(-x));
 }
+double gelu(double x) {  // erfc keeps the negative tail's digits, which 1 + erf cancels
+  return 0.5 * x * std::erfc(-x / std::sqrt(2.0));
+}
 
 class ActivationsGpuTest : public cuactor::test_support::GpuTest {};
 
@@ -46,24 +49,27 @@ TEST_F(ActivationsGpuTest, MatchFp64ElementByElement) {
   CUACTOR_ASSERT_OK_AND_ASSIGN(input, gpu::DeviceBuffer::allocate(pool, bytes, stream.get()));
   CUACTOR_ASSERT_OK_AND_ASSIGN(silu_out, gpu::DeviceBuffer::allocate(pool, bytes, stream.get()));
   CUACTOR_ASSERT_OK_AND_ASSIGN(sigmoid_out, gpu::DeviceBuffer::allocate(pool, bytes, stream.get()));
+  CUACTOR_ASSERT_OK_AND_ASSIGN(gelu_out, gpu::DeviceBuffer::allocate(pool, bytes, stream.get()));
   CUACTOR_ASSERT_OK(gpu::copy_async(input.data(), x.data(), bytes, stream.get()));
-  const gpu::DeviceBuffer* outs[2] = {&silu_out, &sigmoid_out};
+  constexpr int kFunctions = 3;
+  const gpu::DeviceBuffer* outs[kFunctions] = {&silu_out, &sigmoid_out, &gelu_out};
   for (const gpu::DeviceBuffer* out : outs)
     CUACTOR_ASSERT_OK(gpu::memset_async(out->data(), 0xff, bytes, stream.get()));  // NaN poison
   ASSERT_EQ(test_support::evaluate_activations(input.data_as<float>(), n, silu_out.data_as<float>(),
-                                               sigmoid_out.data_as<float>(), stream.get()),
+                                               sigmoid_out.data_as<float>(), gelu_out.data_as<float>(), stream.get()),
             cudaSuccess);
-  std::vector<float> got[2];
-  for (int f = 0; f < 2; ++f) {
+  std::vector<float> got[kFunctions];
+  for (int f = 0; f < kFunctions; ++f) {
     got[f].resize(n);
     CUACTOR_ASSERT_OK(gpu::copy_async(got[f].data(), outs[f]->data(), bytes, stream.get()));
   }
   CUACTOR_ASSERT_OK(stream.synchronize());
   // The hardware exponent's error grows with its argument (2 + 1.16|x| ulp): 2e-5 relative covers
-  // |x| <= 100, far below the 16-bit outputs' rounding; below 1e-30 a result may flush to zero.
-  const char* names[2] = {"silu", "sigmoid"};
-  double (*refs[2])(double) = {silu, sigmoid};
-  for (int f = 0; f < 2; ++f) {
+  // |x| <= 100, and gelu's fit (<= 1.1e-5), far below the 16-bit outputs' rounding; below 1e-30 a
+  // result may flush to zero.
+  const char* names[kFunctions] = {"silu", "sigmoid", "gelu"};
+  double (*refs[kFunctions])(double) = {silu, sigmoid, gelu};
+  for (int f = 0; f < kFunctions; ++f) {
     int bad = 0;
     double worst = 0;
     for (std::size_t i = 0; i < finite; ++i) {
@@ -77,12 +83,14 @@ TEST_F(ActivationsGpuTest, MatchFp64ElementByElement) {
     EXPECT_EQ(bad, 0) << names[f] << ": worst error / bound " << worst;
   }
   const std::size_t pos_inf = finite, neg_inf = finite + 1, nan = finite + 2;
-  // As their formulas give them in IEEE arithmetic (torch's too): -inf * 0 is NaN.
+  // silu as its formula gives it in IEEE arithmetic (torch's too): -inf * 0 is NaN.
   EXPECT_EQ(got[0][pos_inf], kInf);
   EXPECT_TRUE(std::isnan(got[0][neg_inf]));
   EXPECT_EQ(got[1][pos_inf], 1.0f);
   EXPECT_EQ(got[1][neg_inf], 0.0f);
-  for (int f = 0; f < 2; ++f) EXPECT_TRUE(std::isnan(got[f][nan])) << names[f] << "(NaN)";
+  EXPECT_EQ(got[2][pos_inf], kInf);
+  EXPECT_EQ(got[2][neg_inf], 0.0f) << "gelu(-inf) is gelu's limit, 0";
+  for (int f = 0; f < kFunctions; ++f) EXPECT_TRUE(std::isnan(got[f][nan])) << names[f] << "(NaN)";
 }
 
 }  // namespace

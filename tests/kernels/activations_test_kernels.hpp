@@ -8,8 +8,9 @@
 
 namespace cuactor::kernels::test_support {
 
-/// silu[i] and sigmoid[i] = kernels/activations.cuh's fast_silu and fast_sigmoid of x[i], for i < n
-/// (device arrays), on stream `s`.
-cudaError_t evaluate_activations(const float* x, std::size_t n, float* silu, float* sigmoid, cudaStream_t s);
+/// silu[i], sigmoid[i] and gelu[i] = kernels/activations.cuh's fast_silu, fast_sigmoid and fast_gelu of
+/// x[i], for i < n (device arrays), on stream `s`.
+cudaError_t evaluate_activations(const float* x, std::size_t n, float* silu, float* sigmoid, float* gelu,
+                                 cudaStream_t s);
 
 }  // namespace cuactor::kernels::test_support

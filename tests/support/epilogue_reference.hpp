@@ -69,7 +69,7 @@ inline double eval_epilogue(std::span<const kernels::EpilogueNode> nodes, std::s
     }
     case N::gelu: {
       const double x = next();
-      return 0.5 * x * (1.0 + std::erf(x / std::sqrt(2.0)));
+      return 0.5 * x * std::erfc(-x / std::sqrt(2.0));  // 1 + erf would cancel the negative tail's digits
     }
     case N::gelu_tanh: {
       const double x = next();
