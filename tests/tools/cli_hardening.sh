@@ -182,7 +182,9 @@ case $case in
     run "$cli" tune gemm --shape 16x64x64 --tolerance nan
     expect_failure; expect_in err "tolerance"
     run "$cli" bench gemm --rounds 0
-    expect_failure; expect_in err "rounds=0 >= 1" ;;
+    expect_failure; expect_in err "rounds=0 >= 1"
+    run "$cli" bench grouped --reps 0
+    expect_failure; expect_in err "reps=0 >= 1" ;;
   tune_grouped_bad_input)  # the same for tune grouped: nothing is compiled or timed for bad input
     run "$cli" tune grouped
     expect_failure; expect_in err "nothing to tune"

@@ -1,12 +1,14 @@
 // `cuactor bench grouped`: cuactor's grouped GEMM against a loop of cuBLAS GEMMs and
 // cublasGemmGroupedBatchedEx, measured in the same run on the same data, on mixture-of-experts
-// shapes. CUDA-event timing after warm-up, median of many repetitions.
+// shapes. CUDA-event timing after warm-up; every side (cuactor with group sizes from the host and
+// from the device, the cuBLAS loop, cuBLAS grouped) in the same interleaved rounds; medians.
 #include <cublas_v2.h>
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <iostream>
 #include <numeric>
 #include <optional>
@@ -66,8 +68,9 @@ struct CublasHandle {
 };
 
 struct Options {
-  int reps = 30;
-  int warmup = 5;
+  int reps = 10;   ///< Timed repetitions per side and round.
+  int rounds = 3;  ///< Interleaved rounds (every side in turn).
+  int warmup = 5;  ///< Untimed launches per side first.
   bool json = false;
   bool fp8 = true;
   bool all_skus = false;  ///< Also time every other grouped SKU that computes the row (as "alt" rows).
@@ -179,31 +182,44 @@ class GroupedBench {
     r.flops = 2.0 * static_cast<double>(total_rows) * shape.n * shape.k;
     r.weight_bytes = static_cast<double>(nonempty) * shape.n * shape.k * static_cast<double>(ei);
     r.io_bytes = r.weight_bytes + static_cast<double>(total_rows) * static_cast<double>(shape.k * ei + shape.n * eo);
-    auto ours = time_ms(s, opt_.warmup, opt_.reps, [&] { return prepared->run(s, ws->data(), ws->size()); });
-    if (!ours) return fail(ours.error());
-    r.ours_ms = *ours;
+    // Every side is timed in the same interleaved rounds (time_rounds), so that power and clock drift,
+    // large on an H200, hit all of them alike.
+    std::vector<std::function<Status(int)>> launches;
+    std::vector<double*> medians;  // where each side's median goes
+    launches.push_back([&](int) { return prepared->run(s, ws->data(), ws->size()); });
+    medians.push_back(&r.ours_ms);
     // The same groups sized on the device, as torch._grouped_mm's offs (what cuactor.grouped_mm runs): an
     // argument kernel reads the offsets and builds the metadata before the GEMM, in the same stream.
+    std::optional<kernels::PreparedGroupedGemm> device_sized;
+    std::optional<gpu::DeviceBuffer> dws, offs;
     if (total_rows > 0) {
       std::vector<std::int32_t> offsets;
       std::int32_t end = 0;
       for (int m : shape.rows) offsets.push_back(end += m);
-      auto offs = gpu::DeviceBuffer::allocate(pool_, offsets.size() * sizeof(std::int32_t), s);
-      if (!offs) return fail(offs.error());
+      auto offsets_buffer = gpu::DeviceBuffer::allocate(pool_, offsets.size() * sizeof(std::int32_t), s);
+      if (!offsets_buffer) return fail(offsets_buffer.error());
+      offs = std::move(*offsets_buffer);
       CUACTOR_TRY(gpu::copy_async(offs->data(), offsets.data(), offsets.size() * sizeof(std::int32_t), s));
       CUACTOR_CUDA_TRY(cudaStreamSynchronize(s));  // `offsets` leaves scope
       const kernels::DeviceSizedGroups dg =
           kernels::packed_device_groups(groups, offs->data_as<std::int32_t>(), total_rows, shape.n, shape.k, a->data(),
                                         b->data(), d->data(), shape.n);
-      auto device_sized = plan->prepare(dg, scalars);
-      if (!device_sized) return fail(device_sized.error());
-      auto dws = gpu::DeviceBuffer::allocate(pool_, device_sized->workspace_size(), s);
-      if (!dws) return fail(dws.error());
-      auto dev_ms = time_ms(s, opt_.warmup, opt_.reps, [&] { return device_sized->run(s, dws->data(), dws->size()); });
-      if (!dev_ms) return fail(dev_ms.error());
-      r.ours_device_sized_ms = *dev_ms;
+      auto prepared_on_device = plan->prepare(dg, scalars);
+      if (!prepared_on_device) return fail(prepared_on_device.error());
+      device_sized = std::move(*prepared_on_device);
+      auto device_workspace = gpu::DeviceBuffer::allocate(pool_, device_sized->workspace_size(), s);
+      if (!device_workspace) return fail(device_workspace.error());
+      dws = std::move(*device_workspace);
+      launches.push_back([&](int) { return device_sized->run(s, dws->data(), dws->size()); });
+      medians.push_back(&r.ours_device_sized_ms);
     }
-    if (!with_cublas) return r;
+    const auto timed = [&]() -> Result<Row> {
+      auto ms = time_rounds(s, opt_.warmup, opt_.rounds, opt_.reps, launches);
+      if (!ms) return fail(ms.error());
+      for (std::size_t i = 0; i < medians.size(); ++i) *medians[i] = (*ms)[i];
+      return r;
+    };
+    if (!with_cublas) return timed();
 
     CublasHandle h;
     CUACTOR_CUDA_TRY(cublasCreate(&h.h));
@@ -213,7 +229,7 @@ class GroupedBench {
     CUACTOR_CUDA_TRY(cublasSetWorkspace(h.h, cublas_ws->data(), cublas_ws->size()));
     const float alpha = 1.0f, beta = 0.0f;
     // Row-major D = A B^T with B stored N x K is column-major D^T = B^T(op T) A^T.
-    auto loop = time_ms(s, opt_.warmup, opt_.reps, [&]() -> Status {
+    launches.push_back([&](int) -> Status {
       for (const auto& p : problems) {
         if (p.m == 0) continue;
         CUACTOR_CUDA_TRY(cublasGemmEx(h.h, CUBLAS_OP_T, CUBLAS_OP_N, p.n, p.m, p.k, &alpha, p.b, cuda_data_type(in),
@@ -223,8 +239,7 @@ class GroupedBench {
       }
       return ok();
     });
-    if (!loop) return fail(loop.error());
-    r.loop_ms = *loop;
+    medians.push_back(&r.loop_ms);
 
     // cublasGemmGroupedBatchedEx: one problem per group (group_size 1), pointer arrays on the device.
     std::vector<GroupedProblem> live;
@@ -251,20 +266,23 @@ class GroupedBench {
     CUACTOR_TRY(gpu::copy_async(ptrs->data(), host_ptrs.data(), host_ptrs.size() * sizeof(void*), s));
     CUACTOR_CUDA_TRY(cudaStreamSynchronize(s));
     const auto* dptr = ptrs->data_as<const void*>();
-    auto grouped = time_ms(s, opt_.warmup, opt_.reps, [&]() -> Status {
+    const auto grouped = [&](int) -> Status {
       CUACTOR_CUDA_TRY(cublasGemmGroupedBatchedEx(h.h, ta.data(), tb.data(), ms.data(), ns.data(), ks.data(),
                                                   alphas.data(), dptr, cuda_data_type(in), ldas.data(), dptr + count,
                                                   cuda_data_type(in), ldbs.data(), betas.data(),
                                                   const_cast<void* const*>(dptr + 2 * count), cuda_data_type(out),
                                                   ldds.data(), count, sizes.data(), CUBLAS_COMPUTE_32F));
       return ok();
-    });
+    };
     // cuBLAS has no fp8 path here (needs cuBLASLt): report what it says instead of failing the run.
-    r.grouped_ms = grouped ? *grouped : 0.0;
-    if (!grouped && in != DType::e4m3)
-      std::cerr << "cublasGemmGroupedBatchedEx: " << grouped.error().to_string() << "\n";
+    if (Status probe = grouped(0); probe) {
+      launches.push_back(grouped);
+      medians.push_back(&r.grouped_ms);
+    } else if (in != DType::e4m3) {
+      std::cerr << "cublasGemmGroupedBatchedEx: " << probe.error().to_string() << "\n";
+    }
     CUACTOR_CUDA_TRY(cudaStreamSynchronize(s));
-    return r;
+    return timed();
   }
 
  private:
@@ -297,8 +315,9 @@ Status run_bench(const Options& opt) {
     std::cout << fmt::format("device 0: {} ({}, {} SMs); device-to-device copy bandwidth {:.0f} GB/s\n", props->name,
                              props->arch.name(), props->multiprocessors, *bw);
     std::cout << fmt::format(
-        "median of {} reps after {} warm-up; TFLOP/s = 2*sum(M)*N*K / time; ratio = their time / ours\n", opt.reps,
-        opt.warmup);
+        "median of {}x{} reps per side after {} warm-up, interleaved; TFLOP/s = 2*sum(M)*N*K / time; ratio = their "
+        "time / ours\n",
+        opt.rounds, opt.reps, opt.warmup);
     std::cout << fmt::format("{:<28} {:<5} {:>9} {:>10} {:>8} {:>12} {:>8} {:>10}  {}\n", "shape (groups, rows, N, K)",
                              "dtype", "cuactor", "cuBLAS-loop", "ratio", "cuBLAS-grp", "ratio", "GB/s(%bw)",
                              "plan source: cuactor SKU");
@@ -361,12 +380,18 @@ void add_bench_grouped_command(CLI::App& app) {
   auto* cmd = bench_command(app).add_subcommand(
       "grouped", "Grouped GEMM vs a cuBLAS loop and cublasGemmGroupedBatchedEx (MoE shapes)");
   auto opt = std::make_shared<Options>();
-  cmd->add_option("--reps", opt->reps, "Timed repetitions (median reported)");
+  cmd->add_option("--reps", opt->reps, "Timed repetitions per side and round (median reported)");
+  cmd->add_option("--rounds", opt->rounds, "Interleaved rounds (cuactor, cuactor sized on the device, cuBLAS, ...)");
   cmd->add_option("--warmup", opt->warmup, "Untimed warm-up repetitions");
   cmd->add_flag("--json", opt->json, "Print one JSON array instead of the table (for bench/grouped_mm_torch.py)");
   cmd->add_flag("!--no-fp8", opt->fp8, "Skip the fp8 e4m3 rows");
   cmd->add_flag("--all-skus", opt->all_skus, "Also time every other grouped SKU that fits a row (marked alt)");
   cmd->callback([opt] {
+    if (auto s = check_timing_options(opt->warmup, opt->rounds, opt->reps); !s) {
+      if (opt->json) print_json_error(s.error());
+      std::cerr << "cuactor bench grouped: " << s.error().to_string() << "\n";
+      std::exit(1);
+    }
     if (gpu::device_count() == 0) {
       // --json consumers parse stdout: they get an error object, never a sentence.
       if (opt->json) {

@@ -4,12 +4,15 @@
 
 #include <cublas_api.h>
 #include <cuda_runtime_api.h>
+#include <fmt/format.h>
 
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <numeric>
 #include <random>
+#include <span>
 #include <sstream>
 #include <string>
 #include <string_view>
@@ -113,6 +116,15 @@ inline Result<std::vector<std::string>> shape_texts(std::vector<std::string> giv
   return given;
 }
 
+/// `invalid_argument` naming the value unless warmup >= 0, rounds >= 1 and reps >= 1 (a median of no
+/// samples would report a zero time). Checked before any device is touched.
+inline Status check_timing_options(int warmup, int rounds, int reps) {
+  if (warmup < 0 || rounds < 1 || reps < 1)
+    return fail(errc::invalid_argument,
+                fmt::format("--warmup={} must be >= 0, --rounds={} >= 1 and --reps={} >= 1", warmup, rounds, reps));
+  return ok();
+}
+
 /// Appends `reps` event-timed milliseconds of `launch(i)` to `out`; `counter` numbers the launches
 /// (for rotating inputs) and advances.
 template <class Launch>
@@ -138,20 +150,30 @@ Status time_into(std::vector<double>& out, cudaStream_t stream, int reps, int& c
   return ok();
 }
 
-/// Median milliseconds of `ours(i)` and `anchor(i)` (i numbers the launches): `warmup` untimed launches
-/// of each, then `rounds` interleaved rounds of `reps` event-timed launches per side.
+/// Median milliseconds of each of `launches` (called with the launch number, for rotating inputs):
+/// `warmup` untimed launches of each, then `rounds` rounds in which each runs `reps` event-timed
+/// launches in turn, so that clock and thermal drift (large on a power-bound GPU) hit all of them alike.
+inline Result<std::vector<double>> time_rounds(cudaStream_t stream, int warmup, int rounds, int reps,
+                                               std::span<const std::function<Status(int)>> launches) {
+  int counter = 0;
+  std::vector<std::vector<double>> ms(launches.size());
+  std::vector<double> discard;
+  for (const auto& launch : launches) CUACTOR_TRY(time_into(discard, stream, warmup, counter, launch));
+  for (int r = 0; r < rounds; ++r)
+    for (std::size_t i = 0; i < launches.size(); ++i) CUACTOR_TRY(time_into(ms[i], stream, reps, counter, launches[i]));
+  std::vector<double> medians;
+  for (auto& side : ms) medians.push_back(median(std::move(side)));
+  return medians;
+}
+
+/// time_rounds of `ours(i)` and `anchor(i)`: their medians.
 template <class Ours, class Anchor>
 Result<std::pair<double, double>> time_interleaved(cudaStream_t stream, int warmup, int rounds, int reps, Ours&& ours,
                                                    Anchor&& anchor) {
-  int counter = 0;
-  std::vector<double> ours_ms, anchor_ms, discard;
-  CUACTOR_TRY(time_into(discard, stream, warmup, counter, ours));
-  CUACTOR_TRY(time_into(discard, stream, warmup, counter, anchor));
-  for (int r = 0; r < rounds; ++r) {
-    CUACTOR_TRY(time_into(ours_ms, stream, reps, counter, ours));
-    CUACTOR_TRY(time_into(anchor_ms, stream, reps, counter, anchor));
-  }
-  return std::pair{median(std::move(ours_ms)), median(std::move(anchor_ms))};
+  const std::function<Status(int)> launches[] = {std::forward<Ours>(ours), std::forward<Anchor>(anchor)};
+  auto ms = time_rounds(stream, warmup, rounds, reps, launches);
+  if (!ms) return fail(ms.error());
+  return std::pair{(*ms)[0], (*ms)[1]};
 }
 
 /// Median milliseconds of `reps` event-timed calls of `launch()` after `warmup` untimed ones.

@@ -179,15 +179,6 @@ inline std::string short_sku_name(const kernels::GemmSku& s) {
                      kernels::name(s.schedule));
 }
 
-/// `invalid_argument` naming the value unless warmup >= 0, rounds >= 1 and reps >= 1 (a median of no
-/// samples would report a zero time). Checked before any device is touched.
-inline Status check_timing_options(int warmup, int rounds, int reps) {
-  if (warmup < 0 || rounds < 1 || reps < 1)
-    return fail(errc::invalid_argument,
-                fmt::format("--warmup={} must be >= 0, --rounds={} >= 1 and --reps={} >= 1", warmup, rounds, reps));
-  return ok();
-}
-
 /// One problem's operands (rotated copies, together at least twice the L2, when one set is smaller
 /// than that: neither side is timed on inputs an earlier launch left cached, as a decode layer's
 /// weights are not), random data, and the cuBLAS anchor with
