@@ -180,8 +180,8 @@ def main():
     build = find_build(args.cuactor)
     cuactor = import_cuactor(build)
     binary = args.cuactor or str(build / "tools" / "cuactor")
-    # The C++ side times its sides in 3 interleaved rounds: as many timed launches per side in all.
-    cxx_reps = ["--reps", str(max(1, args.reps // 3)), "--rounds", "3", "--warmup", str(args.warmup)]
+    # The C++ side times its sides in 3 interleaved rounds of ceil(reps / 3) launches each.
+    cxx_reps = ["--reps", str(-(-args.reps // 3)), "--rounds", "3", "--warmup", str(args.warmup)]
     proc = subprocess.run([binary, "bench", "grouped", "--json", *cxx_reps] + (["--all-skus"] if args.all_skus else []),
                           capture_output=True, text=True)
     if proc.returncode != 0:
@@ -191,7 +191,7 @@ def main():
 
     has_grouped_mm = hasattr(torch, "_grouped_mm")
     lines = [f"device: {torch.cuda.get_device_name(0)}; torch {torch.__version__}; cuactor {cuactor.__version__}; "
-             f"median of {args.reps} reps",
+             f"median of {args.reps} reps (C++ columns: 3 interleaved rounds of {-(-args.reps // 3)})",
              "TFLOP/s = 2*sum(M)*N*K / time; ratio = torch time / cuactor (Python) time (>1: cuactor faster); "
              "cuactor from Python and torch run on the same tensors",
              "C++ host / C++ dev: cuactor from C++ with group sizes from the host / read from offs on the device "

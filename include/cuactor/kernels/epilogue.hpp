@@ -44,7 +44,7 @@ enum class EpilogueNode : std::uint8_t {
   mul,        ///< x * y.
   fma,        ///< x * y + z.
   relu,       ///< max(x, 0).
-  gelu,       ///< GELU with the error function, x * Phi(x), within 1.1e-5 relative (gelu(-inf) = 0).
+  gelu,       ///< GELU with the error function, x * Phi(x), within 1.4e-5 relative (gelu(-inf) = 0).
   gelu_tanh,  ///< GELU's tanh approximation.
   silu,       ///< x * sigmoid(x) (SwiGLU's gate, Swish).
   sigmoid,    ///< 1 / (1 + exp(-x)).
