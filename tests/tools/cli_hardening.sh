@@ -184,7 +184,13 @@ case $case in
     run "$cli" bench gemm --rounds 0
     expect_failure; expect_in err "rounds=0 >= 1"
     run "$cli" bench grouped --reps 0
-    expect_failure; expect_in err "reps=0 >= 1" ;;
+    expect_failure; expect_in err "reps=0 >= 1"
+    run "$cli" bench grouped --rounds 0
+    expect_failure; expect_in err "rounds=0 >= 1"
+    run "$cli" bench grouped --rounds x
+    expect_failure; expect_in err "Could not convert: --rounds = x"
+    run "$cli" bench grouped --rounds 99999999999
+    expect_failure; expect_in err "Could not convert: --rounds = 99999999999" ;;
   tune_grouped_bad_input)  # the same for tune grouped: nothing is compiled or timed for bad input
     run "$cli" tune grouped
     expect_failure; expect_in err "nothing to tune"
