@@ -101,6 +101,11 @@ std::vector<GemmSku> candidates(const kernels::GemmProblem& p, bool quick) {
       {{256, 128, 64}, {1, 2, 1}, GemmSchedule::cooperative, true},
       {{256, 128, 64}, {2, 1, 1}, GemmSchedule::cooperative, false},  // B multicast across the M pair
       {{128, 256, 64}, {1, 2, 1}, GemmSchedule::cooperative, false},  // A multicast across the N pair
+      // The heuristic's large 16-bit tile (pingpong 128x128, 2x1) in the other cluster shapes, and wider.
+      {{128, 128, 64}, {1, 1, 1}, GemmSchedule::pingpong, false},
+      {{128, 128, 64}, {1, 2, 1}, GemmSchedule::pingpong, false},
+      {{128, 128, 64}, {2, 2, 1}, GemmSchedule::pingpong, false},
+      {{128, 192, 64}, {2, 1, 1}, GemmSchedule::pingpong, false},  // fewer tile loads per output
       {{64, 128, 128}, {1, 1, 1}, GemmSchedule::pingpong, true},
       {{64, 128, 64}, {1, 1, 1}, GemmSchedule::pingpong, false},
       {{64, 256, 64}, {1, 1, 1}, GemmSchedule::pingpong, false},
