@@ -34,15 +34,17 @@ cudaError_t launch(const float* partials, int splits, std::int64_t m, std::int64
   constexpr int kThreads = 256;
   const std::int64_t needed = (m * n + kThreads - 1) / kThreads;
   const auto grid = static_cast<unsigned>(needed < blocks ? (needed > 0 ? needed : 1) : (blocks > 0 ? blocks : 1));
-  // The wait exists in sm_90 code only: code of an older architecture JIT-compiled for the device
-  // launches plainly. Looked up once per element type (split plans run on sm_90a devices only).
+  // The wait exists in sm_90 code only: code compiled for an older virtual architecture launches
+  // plainly. That is the PTX version, not the binary's: PTX JIT-compiled for the device reports the
+  // device's binary version (a build for the compiler's default sm_75 ran a programmatic reduction
+  // without its wait). Looked up once per element type (split plans run on sm_90a devices only).
   static const bool programmatic_launch = [] {
     cudaFuncAttributes attributes{};
     if (cudaFuncGetAttributes(&attributes, split_k_reduce<T>) != cudaSuccess) {
       (void)cudaGetLastError();
       return false;
     }
-    return attributes.binaryVersion >= 90;
+    return attributes.ptxVersion >= 90;
   }();
   if (!programmatic_launch) {
     split_k_reduce<<<grid, kThreads, 0, stream>>>(partials, splits, m, n, alpha, beta, static_cast<const T*>(c), ldc,
