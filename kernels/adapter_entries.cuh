@@ -78,6 +78,16 @@ bool configure_shared_memory() noexcept {
   }
 }
 
+/// Whether `args` ask for a programmatic dependent launch (dense arguments; other families have no
+/// such field and launch plainly).
+template <class Args>
+bool programmatic_launch(const Args& args) noexcept {
+  if constexpr (requires { args.programmatic_launch; })
+    return args.programmatic_launch != 0;
+  else
+    return false;
+}
+
 template <class Instance, class Args>
 struct AdapterEntries {
   /// ABI entry: CUACTOR_KERNEL_OK if CUTLASS accepts the problem (host only).
@@ -97,7 +107,8 @@ struct AdapterEntries {
 
   /// ABI entry: builds the parameters on the host and enqueues the kernel on `stream` through the
   /// adapter (which launches as GemmUniversalAdapter does: no cluster attribute for cluster-1
-  /// kernels); no allocation, no synchronisation.
+  /// kernels; a programmatic dependent launch where the arguments ask for one); no allocation, no
+  /// synchronisation.
   static int run(const void* p, void* workspace, size_t workspace_bytes, void* stream) {
     if (p == nullptr) return CUACTOR_KERNEL_BAD_ARGS;
     const auto args = Instance::make_arguments(*static_cast<const Args*>(p));
@@ -110,7 +121,9 @@ struct AdapterEntries {
           !configure_shared_memory<Kernel>())
         return CUACTOR_KERNEL_INIT_FAILED;
       auto params = Kernel::to_underlying_arguments(args, workspace);
-      if (Gemm::run(params, s) != cutlass::Status::kSuccess) return CUACTOR_KERNEL_LAUNCH_FAILED;
+      if (Gemm::run(params, s, nullptr, programmatic_launch(*static_cast<const Args*>(p))) !=
+          cutlass::Status::kSuccess)
+        return CUACTOR_KERNEL_LAUNCH_FAILED;
     } else {
       Gemm gemm;
       if (gemm.initialize(args, workspace, s) != cutlass::Status::kSuccess) return CUACTOR_KERNEL_INIT_FAILED;

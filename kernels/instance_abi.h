@@ -16,8 +16,9 @@
 extern "C" {
 #endif
 
-/** Version of this ABI; a loader rejects an instance built against another one. */
-#define CUACTOR_KERNEL_ABI_VERSION 3u
+/** Version of this ABI; a loader rejects an instance built against another one (4: dense
+ *  arguments gain programmatic_launch). */
+#define CUACTOR_KERNEL_ABI_VERSION 4u
 
 /** Status codes returned by the entry points (0 is success). */
 enum cuactor_kernel_status {
@@ -101,6 +102,9 @@ typedef struct cuactor_dense_args {
   int sm_count;                   /**< Its multiprocessor count (0: queried by the instance). */
   int max_swizzle;                /**< sm_90a tile rasterisation swizzle (1, 2, 4, 8; 0: CUTLASS's default 1). */
   int raster_order;               /**< sm_90a raster order: 0 heuristic, 1 along M, 2 along N. */
+  int programmatic_launch;        /**< sm_90a: nonzero launches the kernel as a programmatic dependent of the
+                                       stream's previous kernel (its prologue overlaps that kernel's tail; it
+                                       reads and writes global memory only after griddepcontrol.wait). */
   cuactor_epilogue_args epilogue; /**< Operands of an epilogue tree. */
 } cuactor_dense_args;
 

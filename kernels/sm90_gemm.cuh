@@ -5,6 +5,21 @@
 /// dense_sm90_instance.cu.in are plain SKU tokens.
 #pragma once
 
+// Grid dependency control: each warp role waits for the stream's previous kernel (griddepcontrol.wait)
+// before its first global load, and the consumers release a dependent grid once their last tile's
+// mainloop is done. A plan launched as a programmatic dependent (cuactor_dense_args::programmatic_launch)
+// thus runs its prologue while the previous kernel finishes; launched plainly, both are no-ops.
+// Not for float32 outputs (CUACTOR_DENSE_ELEMENT_D_f32, set by dense_sm90_instance.cu.in): those
+// kernels write a split plan's partial products, and its reduction (split_k.cu, a programmatic
+// dependent) read stale partials when the slices released it early (H200: relative difference 1.4
+// after back-to-back runs on other operands). The likely cause, found afterwards and not yet run: the
+// reduction had been built as compute_75 PTX, without its wait (CMakeLists.txt). Until early-released
+// slices are measured with the rebuilt reduction, they release at exit, as before, and plans launch
+// them plainly.
+#if !defined(CUTLASS_ENABLE_GDC_FOR_SM90) && !defined(CUACTOR_DENSE_ELEMENT_D_f32)
+#define CUTLASS_ENABLE_GDC_FOR_SM90 1
+#endif
+
 #include <cutlass/cutlass.h>
 #include <cutlass/gemm/device/gemm_universal_adapter.h>
 #include <cutlass/kernel_hardware_info.h>

@@ -219,6 +219,7 @@ cuactor_dense_args slice_args(cuactor_dense_args a, int splits, float* partials,
   a.batch_stride_c = a.batch_stride_d = static_cast<std::int64_t>(a.m) * a.n;
   a.alpha = 1.0f;
   a.beta = 0.0f;
+  a.programmatic_launch = 0;  // float32 slices: see make_args
   return a;
 }
 
@@ -259,6 +260,11 @@ cuactor_dense_args make_args(const GemmProblem& p, const GemmOperands& o, const 
   a.sm_count = opts.sm_count;
   a.max_swizzle = opts.max_swizzle;
   a.raster_order = opts.raster_order;
+  // sm_90a kernels wait on the previous grid (sm_80 instances' CUTLASS 2.x adapters ignore the field),
+  // except float32-output ones, built without grid dependency control (sm90_gemm.cuh). Consumers read
+  // epilogue vectors after their first mainloop stage, which the producer loaded after its wait:
+  // check_problem's k >= 1 orders them too.
+  a.programmatic_launch = opts.programmatic_launch && p.d != DType::f32 ? 1 : 0;
   return a;
 }
 
@@ -823,6 +829,7 @@ std::size_t GemmPlanCache::KeyHash::operator()(const Key& k) const noexcept {
                         static_cast<std::size_t>(k.sm_count), static_cast<std::size_t>(k.device),
                         static_cast<std::size_t>(k.max_swizzle * 3 + k.raster_order),
                         static_cast<std::size_t>(k.split_k * 3 + k.swap_ab),
+                        static_cast<std::size_t>(k.programmatic_launch),
                         k.sku_override ? hash_value(*k.sku_override) : std::size_t{0}})
     boost::hash_combine(h, v);
   return h;
@@ -837,6 +844,7 @@ Result<GemmPlan> GemmPlanCache::get(const GemmProblem& problem, GpuArch arch, co
                 options.raster_order,
                 options.split_k,
                 options.swap_ab,
+                options.programmatic_launch,
                 options.sku_override};
   return cache_.get_or_create(
       key, [&] { return planner_ ? planner_(problem, arch, options) : GemmPlan::make(problem, arch, options); });

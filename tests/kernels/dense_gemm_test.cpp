@@ -406,6 +406,137 @@ TEST_F(DenseGemmTest, SplitKIsDeterministicCapturableAndChosenForDecode) {
   EXPECT_LT(err, 8e-3);
 }
 
+TEST_F(DenseGemmTest, ProgrammaticLaunchReadsThePreviousGemmsOutput) {
+  // D1 = A B1, then D2 = D1 B2 launched right after it, as a programmatic dependent (the default): the
+  // second GEMM's CTAs become resident while the first finishes (its last tiles' epilogues, or a split
+  // plan's reduction), and must not read D1 before it is complete. D1 is poisoned (NaN) before every
+  // first GEMM, so a read that runs ahead shows up as NaN or stale values in D2. Once enqueued back to
+  // back, and once captured into a CUDA graph (programmatic edges) and replayed.
+  if (props_.arch != GpuArch{9, 0, true}) GTEST_SKIP() << "programmatic launches are sm_90a's; device is "
+                                                       << props_.arch.name();
+  struct Pair {
+    std::int64_t m, n1, k1, n2;  // D1 = m x n1 (K k1), D2 = m x n2 (K n1)
+  };
+  // 8 tiles over a K of 4096 (epilogues last); a split, swapped decode plan and its reduction.
+  for (const Pair& pair : {Pair{128, 1024, 4096, 256}, Pair{16, 1024, 8192, 512}}) {
+    SCOPED_TRACE(::testing::Message() << "D1 " << pair.m << "x" << pair.n1 << "x" << pair.k1 << ", D2 " << pair.m << "x"
+                                      << pair.n2 << "x" << pair.n1);
+    GemmProblem p1, p2;
+    p1.m = p2.m = pair.m;
+    p1.n = pair.n1;
+    p1.k = pair.k1;
+    p2.n = pair.n2;
+    p2.k = pair.n1;
+    GemmPlanOptions opts;
+    opts.sm_count = props_.multiprocessors;
+    auto plan1 = GemmPlan::make(p1, props_.arch, opts);
+    if (!plan1 && plan1.error() == errc::unsupported) GTEST_SKIP() << plan1.error().to_string();
+    ASSERT_TRUE(plan1.has_value()) << plan1.error().to_string();
+    CUACTOR_ASSERT_OK_AND_ASSIGN(plan2, GemmPlan::make(p2, props_.arch, opts));
+    std::mt19937_64 rng(static_cast<std::uint64_t>(pair.m * 31 + pair.n2));
+    HostMatrix a = random_matrix(p1.a, p1.m, p1.k, MatrixLayout::row, 0, 1, rng, 1.0);
+    // Two first-GEMM weights, taken in turn: a read of the previous run's D1 (or of a split plan's
+    // partial products) is as wrong as a read of the poison.
+    const HostMatrix b1[2] = {random_matrix(p1.b, p1.k, p1.n, MatrixLayout::col, 0, 1, rng, 1.0),
+                              random_matrix(p1.b, p1.k, p1.n, MatrixLayout::col, 0, 1, rng, 1.0)};
+    HostMatrix b2 = random_matrix(p2.b, p2.k, p2.n, MatrixLayout::col, 0, 1, rng, 1.0);
+    // The reference rounds D1 to bf16 as the first GEMM stores it.
+    HostMatrix d1 = random_matrix(p1.d, p1.m, p1.n, MatrixLayout::row, 0, 1, rng, 1.0);
+    HostMatrix d2 = random_matrix(p2.d, p2.m, p2.n, MatrixLayout::row, 0, 1, rng, 1.0);
+    std::vector<std::uint8_t> scratch;
+    std::vector<double> ref[2], ref1[2];
+    for (int w = 0; w < 2; ++w) {
+      ref1[w].resize(d1.values.size());
+      for (std::int64_t i = 0; i < p1.m; ++i)
+        for (std::int64_t j = 0; j < p1.n; ++j) {
+          double acc = 0;
+          for (std::int64_t kk = 0; kk < p1.k; ++kk) acc += a.at(0, i, kk) * b1[w].at(0, kk, j);
+          ref1[w][d1.index(0, i, j)] = acc;
+          d1.values[d1.index(0, i, j)] = store(p1.d, acc, scratch);
+        }
+      ref[w].resize(d2.values.size());
+      for (std::int64_t i = 0; i < p2.m; ++i)
+        for (std::int64_t j = 0; j < p2.n; ++j) {
+          double acc = 0;
+          for (std::int64_t kk = 0; kk < p2.k; ++kk) acc += d1.at(0, i, kk) * b2.at(0, kk, j);
+          ref[w][d2.index(0, i, j)] = acc;
+        }
+    }
+    CUACTOR_ASSERT_OK_AND_ASSIGN(da, upload(a.bytes));
+    CUACTOR_ASSERT_OK_AND_ASSIGN(db1a, upload(b1[0].bytes));
+    CUACTOR_ASSERT_OK_AND_ASSIGN(db1b, upload(b1[1].bytes));
+    CUACTOR_ASSERT_OK_AND_ASSIGN(db2, upload(b2.bytes));
+    CUACTOR_ASSERT_OK_AND_ASSIGN(dd1, gpu::DeviceBuffer::allocate(pool_, d1.bytes.size(), stream_.get()));
+    constexpr int kRuns = 8;  // each writes its own D2
+    std::vector<gpu::DeviceBuffer> dd2;
+    for (int r = 0; r <= kRuns; ++r) {
+      CUACTOR_ASSERT_OK_AND_ASSIGN(buf, gpu::DeviceBuffer::allocate(pool_, d2.bytes.size(), stream_.get()));
+      CUACTOR_ASSERT_OK(gpu::memset_async(buf.data(), 0xff, buf.size(), stream_.get()));
+      dd2.push_back(std::move(buf));
+    }
+    CUACTOR_ASSERT_OK_AND_ASSIGN(ws1, gpu::DeviceBuffer::allocate(pool_, plan1->workspace_size(), stream_.get()));
+    CUACTOR_ASSERT_OK_AND_ASSIGN(ws2, gpu::DeviceBuffer::allocate(pool_, plan2.workspace_size(), stream_.get()));
+    const auto chain = [&](int r) -> Status {
+      CUACTOR_TRY(gpu::memset_async(dd1.data(), 0xff, dd1.size(), stream_.get()));
+      GemmOperands o1;
+      o1.a = da.data();
+      o1.b = r % 2 == 0 ? db1a.data() : db1b.data();
+      o1.d = dd1.data();
+      CUACTOR_TRY(plan1->run(o1, ws1.data(), ws1.size(), stream_.get()));
+      GemmOperands o2;
+      o2.a = dd1.data();
+      o2.b = db2.data();
+      o2.d = dd2[static_cast<std::size_t>(r)].data();
+      return plan2.run(o2, ws2.data(), ws2.size(), stream_.get());
+    };
+    for (int r = 0; r < kRuns; ++r) CUACTOR_ASSERT_OK(chain(r));
+    CUACTOR_ASSERT_OK(stream_.synchronize());
+    cudaGraph_t graph = nullptr;
+    CUACTOR_ASSERT_OK(gpu::check(cudaStreamBeginCapture(stream_.get(), cudaStreamCaptureModeThreadLocal), "capture"));
+    const Status captured = chain(kRuns);
+    CUACTOR_ASSERT_OK(gpu::check(cudaStreamEndCapture(stream_.get(), &graph), "end capture"));
+    CUACTOR_ASSERT_OK(captured);
+    cudaGraphExec_t exec = nullptr;
+    CUACTOR_ASSERT_OK(gpu::check(cudaGraphInstantiate(&exec, graph, 0), "instantiate"));
+    for (int i = 0; i < 3; ++i) CUACTOR_ASSERT_OK(gpu::check(cudaGraphLaunch(exec, stream_.get()), "replay"));
+    CUACTOR_ASSERT_OK(stream_.synchronize());
+    CUACTOR_ASSERT_OK(gpu::check(cudaGraphExecDestroy(exec), "destroy exec"));
+    CUACTOR_ASSERT_OK(gpu::check(cudaGraphDestroy(graph), "destroy graph"));
+    // The first GEMM alone, back to back with nothing between its runs (a split plan's reduction then
+    // precedes the next run's slices), each run into its own poisoned D1.
+    std::vector<gpu::DeviceBuffer> dd1s;
+    for (int r = 0; r < kRuns; ++r) {
+      CUACTOR_ASSERT_OK_AND_ASSIGN(buf, gpu::DeviceBuffer::allocate(pool_, d1.bytes.size(), stream_.get()));
+      CUACTOR_ASSERT_OK(gpu::memset_async(buf.data(), 0xff, buf.size(), stream_.get()));
+      dd1s.push_back(std::move(buf));
+    }
+    for (int r = 0; r < kRuns; ++r) {
+      GemmOperands o1;
+      o1.a = da.data();
+      o1.b = r % 2 == 0 ? db1a.data() : db1b.data();
+      o1.d = dd1s[static_cast<std::size_t>(r)].data();
+      CUACTOR_ASSERT_OK(plan1->run(o1, ws1.data(), ws1.size(), stream_.get()));
+    }
+    for (int r = 0; r < kRuns; ++r) {
+      std::vector<std::uint8_t> got(d1.bytes.size());
+      CUACTOR_ASSERT_OK(gpu::copy_async(got.data(), dd1s[static_cast<std::size_t>(r)].data(), got.size(), stream_.get()));
+      CUACTOR_ASSERT_OK(stream_.synchronize());
+      const double err = relative_error(d1, got, ref1[r % 2]);
+      EXPECT_TRUE(err < 8e-3) << "first GEMM alone, run " << r << ": relative error " << err << " (plan "
+                              << plan1->sku().to_string() << " split " << plan1->split_k() << ")";
+    }
+    for (int r = 0; r <= kRuns; ++r) {
+      std::vector<std::uint8_t> got(d2.bytes.size());
+      CUACTOR_ASSERT_OK(gpu::copy_async(got.data(), dd2[static_cast<std::size_t>(r)].data(), got.size(), stream_.get()));
+      CUACTOR_ASSERT_OK(stream_.synchronize());
+      const double err = relative_error(d2, got, ref[r % 2]);
+      EXPECT_TRUE(err < 8e-3) << (r == kRuns ? "graph replay" : "run " + std::to_string(r)) << ": relative error "
+                              << err << " (plans " << plan1->sku().to_string() << " split " << plan1->split_k()
+                              << ", then " << plan2.sku().to_string() << ")";
+    }
+  }
+}
+
 TEST_F(DenseGemmTest, HeuristicChoosesArchSpecificKernelOnHopper) {
   if (props_.arch.sm() != 90) GTEST_SKIP() << "device is " << props_.arch.name();
   GemmProblem p;

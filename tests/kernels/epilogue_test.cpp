@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <tuple>
 
 #include "cuactor/kernels/gemm_plan.hpp"
 #include "cuactor/kernels/sku.hpp"
@@ -178,6 +179,18 @@ TEST(EpiloguePlan, SkuForCarriesTheTreeAndPicksATile) {
   EXPECT_EQ(small->schedule, GemmSchedule::pingpong);
 }
 
+/// Runs `plan` (made over fake_instance()) on fake operand pointers; the kernel's
+/// arguments land in FakeKernel::last (cleared first, programmatic_launch to -1).
+bool run_fake(const GemmPlan& plan) {
+  GemmOperands o;
+  o.a = fake();
+  o.b = fake(0x1000000);
+  o.d = fake_mut(0x10000000);
+  FakeKernel::last = {};
+  FakeKernel::last.programmatic_launch = -1;
+  return plan.run(o, nullptr, 0, nullptr).has_value();
+}
+
 // The heuristic's 16-bit plans of 128-row sm_90a tiles group tiles along N by the widest swizzle that
 // pads their grid by at most 3% (CUTLASS runs the padding tiles); callers' settings, tuned plans and
 // the other tiles keep theirs.
@@ -215,18 +228,49 @@ TEST(DensePlanRasterisation, LargeTilesSwizzleAlongNUnlessSet) {
        }) {
     auto plan = GemmPlan::with_instance(c.p, kHopper, c.sku, fake_instance(), nullptr, c.source, c.options);
     ASSERT_TRUE(plan.has_value()) << plan.error().message();
-    GemmOperands o;
-    o.a = fake();
-    o.b = fake(0x1000000);
-    o.d = fake_mut(0x10000000);
-    FakeKernel::last = {};
-    ASSERT_TRUE(plan->run(o, nullptr, 0, nullptr).has_value()) << c.sku.to_string();
+    ASSERT_TRUE(run_fake(*plan)) << c.sku.to_string();
     const std::string what = std::to_string(c.p.m) + "x" + std::to_string(c.p.n) + " " + c.sku.to_string() + " " +
                              std::string(name(c.source));
     EXPECT_EQ(FakeKernel::last.max_swizzle, c.swizzle) << what;
     EXPECT_EQ(FakeKernel::last.raster_order, c.raster) << what;
     EXPECT_EQ(plan->max_swizzle(), c.swizzle) << what;
   }
+}
+
+// Plans launch their kernel as a programmatic dependent unless the options say not to or it writes
+// float32 (built without grid dependency control, as a split plan's slices are); the plan cache keeps
+// the two apart.
+TEST(DensePlanLaunch, ProgrammaticUnlessDisabledOrKIsZero) {
+  GemmSku large = dense_sku_for(GemmProblem{});
+  large.schedule = GemmSchedule::pingpong;
+  large.tile = {128, 128, 64};
+  large.cluster = {2, 1, 1};
+  GemmPlanOptions plain;
+  plain.programmatic_launch = false;
+  for (const auto& [options, out, expected] :
+       {std::tuple{GemmPlanOptions{}, DType::bf16, 1}, {plain, DType::bf16, 0}, {GemmPlanOptions{}, DType::f32, 0}}) {
+    GemmProblem p;
+    p.m = p.n = p.k = 256;
+    p.c = p.d = out;
+    GemmSku sku = large;
+    sku.c = sku.d = out;
+    auto plan = GemmPlan::with_instance(p, kHopper, sku, fake_instance(), nullptr, PlanSource::heuristic, options);
+    ASSERT_TRUE(plan.has_value()) << plan.error().message();
+    ASSERT_TRUE(run_fake(*plan));
+    EXPECT_EQ(FakeKernel::last.programmatic_launch, expected)
+        << "programmatic_launch=" << options.programmatic_launch << " D " << name(out);
+  }
+  int made = 0;
+  GemmPlanCache cache(4, [&](const GemmProblem& p, GpuArch arch, const GemmPlanOptions& o) {
+    ++made;
+    return GemmPlan::with_instance(p, arch, large, fake_instance(), nullptr, PlanSource::heuristic, o);
+  });
+  GemmProblem p;
+  p.m = p.n = p.k = 256;
+  ASSERT_TRUE(cache.get(p, kHopper).has_value());
+  ASSERT_TRUE(cache.get(p, kHopper, plain).has_value());
+  ASSERT_TRUE(cache.get(p, kHopper).has_value());
+  EXPECT_EQ(made, 2);
 }
 
 TEST(EpiloguePlan, RejectsTreesOffHopperAndFp8Biases) {

@@ -100,10 +100,15 @@ std::vector<GemmCase> gemm_cases(bool quick) {
   return cases;
 }
 
+/// Decode rows also time chains of this many GEMMs back to back (a decode step's projections).
+constexpr int kDecodeChain = 16;
+
 struct GemmRow {
   std::string label, sku, source, anchor;
   double flops = 0, weight_bytes = 0, ours_ms = 0, anchor_ms = 0, difference = 0;
   int copies = 1;
+  /// Decode rows: milliseconds per GEMM in a chain, with programmatic launches, plain, and the anchor's.
+  double chain_ms = 0, chain_plain_ms = 0, chain_anchor_ms = 0;
 };
 
 Result<GemmRow> bench_case(const GemmCase& c, const gpu::DeviceProperties& props, const gpu::Stream& stream,
@@ -134,6 +139,18 @@ Result<GemmRow> bench_case(const GemmCase& c, const gpu::DeviceProperties& props
   row.anchor_ms = timing->anchor_ms;
   row.difference = timing->difference;
   row.copies = (*timer)->copies();
+  if (c.decode) {
+    // The same plan launched plainly: what the programmatic launches gain between back-to-back GEMMs.
+    po.programmatic_launch = false;
+    auto plain = jit::plan_dense_gemm(p, device, po, &db, gemm_jit);
+    if (!plain) return fail(plain.error());
+    const kernels::GemmPlan* plans[] = {&*plan, &*plain};
+    auto chain = (*timer)->time_chain(plans, pool, kDecodeChain, opt.warmup, opt.rounds, opt.reps);
+    if (!chain) return fail(chain.error());
+    row.chain_ms = (*chain)[0];
+    row.chain_plain_ms = (*chain)[1];
+    row.chain_anchor_ms = (*chain)[2];
+  }
   return row;
 }
 
@@ -197,6 +214,7 @@ Status run_bench_gemm(const GemmBenchOptions& opt) {
   std::cout << fmt::format("{:<17} {:>5} {:>5} {:>5}  {:>9} {:>9} {:>7}\n", "", "", "", "", "TFLOP/s", "TFLOP/s", "");
   int failures = 0;
   std::vector<double> decode_ratios, other_ratios;  // cuBLAS time / cuactor time, per class
+  std::vector<double> chain_ratios, programmatic_gains;  // decode chains: over cuBLAS, over plain launches
   for (const auto& c : gemm_cases(opt.quick)) {
     if (!opt.only.empty() && c.label.find(opt.only) == std::string::npos) continue;
     auto row = bench_case(c, props, dev->stream, dev->pool, opt, *device, db, gemm_jit.get());
@@ -215,21 +233,30 @@ Status run_bench_gemm(const GemmBenchOptions& opt) {
                            100.0 * row->weight_bytes / (row->ours_ms * 1e-3) / *copy_traffic,
                            row->weight_bytes / (row->anchor_ms * 1e-3) / 1e9);
     if (row->copies > 1) extra += fmt::format("; {} rotated operand sets", row->copies);
+    if (row->chain_ms > 0) {
+      extra += fmt::format("; chain of {}: {:.1f} us per GEMM ({:.1f} launched plainly), cuBLAS {:.1f}",
+                           kDecodeChain, row->chain_ms * 1e3, row->chain_plain_ms * 1e3, row->chain_anchor_ms * 1e3);
+      chain_ratios.push_back(row->chain_anchor_ms / row->chain_ms);
+      programmatic_gains.push_back(row->chain_plain_ms / row->chain_ms);
+    }
     std::cout << fmt::format("{:<17} {:>5} {:>5} {:>5}  {:>9.1f} {:>9.1f} {:>6.3f}x  {:>8.1e}  {:<9} {:<40} {}\n",
                              row->label, c.problem.m, c.problem.n, c.problem.k, ours_tf, anchor_tf,
                              row->anchor_ms / row->ours_ms, row->difference, row->source, row->sku, extra);
     (c.decode ? decode_ratios : other_ratios).push_back(row->anchor_ms / row->ours_ms);
   }
   // The targets are geometric means over a class of shapes.
-  for (const auto& [name, ratios] :
-       {std::pair{"decode (M <= 64)", &decode_ratios}, {"the other rows", &other_ratios}}) {
-    if (ratios->empty()) continue;
+  const auto summary = [](const std::string& name, const std::vector<double>& ratios, const char* over) {
+    if (ratios.empty()) return;
     double log_sum = 0;
-    for (double r : *ratios) log_sum += std::log(r);
-    std::cout << fmt::format("{}: {:.3f}x cuBLAS in the geometric mean over {} rows (min {:.3f}x)\n", name,
-                             std::exp(log_sum / static_cast<double>(ratios->size())), ratios->size(),
-                             *std::min_element(ratios->begin(), ratios->end()));
-  }
+    for (double r : ratios) log_sum += std::log(r);
+    std::cout << fmt::format("{}: {:.3f}x {} in the geometric mean over {} rows (min {:.3f}x)\n", name,
+                             std::exp(log_sum / static_cast<double>(ratios.size())), over, ratios.size(),
+                             *std::min_element(ratios.begin(), ratios.end()));
+  };
+  summary("decode (M <= 64)", decode_ratios, "cuBLAS");
+  summary("the other rows", other_ratios, "cuBLAS");
+  summary(fmt::format("decode chains of {} GEMMs", kDecodeChain), chain_ratios, "cuBLAS");
+  summary("decode chains, programmatic launches", programmatic_gains, "plain launches");
   if (failures > 0) return fail(errc::internal, fmt::format("{} benchmark case(s) failed", failures));
   return ok();
 }

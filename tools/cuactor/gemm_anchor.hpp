@@ -13,7 +13,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -243,20 +245,8 @@ class GemmTimer {
   Result<Timing> time(const kernels::GemmPlan& plan, const gpu::MemPool& pool, int warmup, int rounds, int reps) {
     auto ws = gpu::DeviceBuffer::allocate(pool, plan.workspace_size(), stream_);
     if (!ws) return fail(ws.error());
-    const auto run_ours = [&](int i) {
-      const auto s = static_cast<std::size_t>(i % copies_);
-      kernels::GemmOperands o;
-      o.a = as_[s].data();
-      o.b = bs_[s].data();
-      o.d = ds_[s].data();
-      o.scale_a = scale_a_;
-      o.scale_b = scale_b_;
-      return plan.run(o, ws->data(), ws->size(), stream_);
-    };
-    const auto run_anchor = [&](int i) {
-      const auto s = static_cast<std::size_t>(i % copies_);
-      return anchor_->run(as_[s].data(), bs_[s].data(), s == 0 ? anchor_d_.data() : ds_[s].data());
-    };
+    const auto run_ours = [&](int i) { return plan.run(operands(i), ws->data(), ws->size(), stream_); };
+    const auto run_anchor = [&](int i) { return run_anchor_on(i); };
     auto ms = time_interleaved(stream_, warmup, rounds, reps, run_ours, run_anchor);
     if (!ms) return fail(ms.error());
     CUACTOR_CUDA_TRY(cudaMemsetAsync(ds_[0].data(), 0xff, d_bytes_, stream_));  // NaN in bf16, f16 and f32
@@ -267,12 +257,54 @@ class GemmTimer {
     return Timing{ms->first, ms->second, *diff};
   }
 
+  /// Milliseconds per GEMM of `chain` launches back to back between two events (none between them,
+  /// as a decode step's projections run; operands rotated per launch) for each of `plans` and the
+  /// anchor (last): medians of `rounds` interleaved rounds of `reps` timed chains per side.
+  Result<std::vector<double>> time_chain(std::span<const kernels::GemmPlan* const> plans, const gpu::MemPool& pool,
+                                         int chain, int warmup, int rounds, int reps) {
+    std::size_t ws_bytes = 0;
+    for (const auto* plan : plans) ws_bytes = std::max(ws_bytes, plan->workspace_size());
+    auto ws = gpu::DeviceBuffer::allocate(pool, ws_bytes, stream_);
+    if (!ws) return fail(ws.error());
+    std::vector<std::function<Status(int)>> sides;
+    for (const auto* plan : plans)
+      sides.emplace_back([&, plan](int i) -> Status {
+        for (int j = 0; j < chain; ++j) CUACTOR_TRY(plan->run(operands(i * chain + j), ws->data(), ws->size(), stream_));
+        return ok();
+      });
+    sides.emplace_back([&](int i) -> Status {
+      for (int j = 0; j < chain; ++j) CUACTOR_TRY(run_anchor_on(i * chain + j));
+      return ok();
+    });
+    auto ms = time_rounds(stream_, warmup, rounds, reps, sides);
+    if (!ms) return fail(ms.error());
+    for (double& m : *ms) m /= chain;
+    return ms;
+  }
+
   [[nodiscard]] int copies() const noexcept { return copies_; }
   [[nodiscard]] const char* anchor_name() const noexcept { return anchor_->name(); }
   [[nodiscard]] std::size_t b_bytes() const noexcept { return b_bytes_; }
 
  private:
   static constexpr std::size_t kAnchorWorkspace = std::size_t{32} << 20;
+
+  /// Launch `i`'s operand set (copy i mod copies).
+  kernels::GemmOperands operands(int i) {
+    const auto s = static_cast<std::size_t>(i % copies_);
+    kernels::GemmOperands o;
+    o.a = as_[s].data();
+    o.b = bs_[s].data();
+    o.d = ds_[s].data();
+    o.scale_a = scale_a_;
+    o.scale_b = scale_b_;
+    return o;
+  }
+  /// The anchor on launch `i`'s operand set (copy 0 writes the anchor's own D, compared afterwards).
+  Status run_anchor_on(int i) {
+    const auto s = static_cast<std::size_t>(i % copies_);
+    return anchor_->run(as_[s].data(), bs_[s].data(), s == 0 ? anchor_d_.data() : ds_[s].data());
+  }
   GemmTimer(const GemmProblem& p, cudaStream_t stream) : problem_(p), stream_(stream) {}
 
   GemmProblem problem_;

@@ -115,6 +115,18 @@ struct GemmPlanOptions {
   /// runs over the problem's N and a 16- or 32-column tile over its few rows, so that shared memory
   /// holds weights rather than the padding of a 64-row tile of A. Combines with split_k.
   int swap_ab = 0;
+  /// sm_90a kernels launch as programmatic dependents of the stream's previous kernel: their CTAs
+  /// become resident and run their prologue (barrier set-up, descriptor prefetch) while that kernel
+  /// finishes, and wait for its completion and memory (griddepcontrol.wait) before they read or write
+  /// global memory, so the result is the same as a plain launch's. What it hides is the gap between
+  /// back-to-back kernels, which a decode step's short GEMMs feel most (H200, 16 back-to-back decode
+  /// GEMMs of 8 unsplit shapes: 1.04-1.06x plain launches in the geometric mean of two runs, 0.93-1.13x
+  /// per shape; 8x5120x5120, 80 CTAs, lost). These kernels also release their own programmatic
+  /// dependents once their last tile's mainloop is done: a kernel of yours launched that way after one
+  /// must wait (griddepcontrol.wait) before it reads D. Kernels with float32 outputs (a split plan's
+  /// slices among them) launch plainly and release at exit: see sm90_gemm.cuh. False: every kernel
+  /// launches plainly (a split plan's reduction stays a programmatic dependent of its slices).
+  bool programmatic_launch = true;
 };
 
 /// The revision of GemmPlan::make's choices, raised whenever they change (2: swap-AB decode plans; 3:
@@ -264,6 +276,7 @@ class GemmPlanCache {
     int raster_order = 0;
     int split_k = 0;
     int swap_ab = 0;
+    bool programmatic_launch = true;
     std::optional<GemmSku> sku_override;
     friend bool operator==(const Key&, const Key&) = default;
   };
