@@ -103,8 +103,9 @@ typedef struct cuactor_dense_args {
   int max_swizzle;                /**< sm_90a tile rasterisation swizzle (1, 2, 4, 8; 0: CUTLASS's default 1). */
   int raster_order;               /**< sm_90a raster order: 0 heuristic, 1 along M, 2 along N. */
   int programmatic_launch;        /**< sm_90a: nonzero launches the kernel as a programmatic dependent of the
-                                       stream's previous kernel (its prologue overlaps that kernel's tail; it
-                                       reads and writes global memory only after griddepcontrol.wait). */
+                                       stream's previous kernel (its prologue overlaps that kernel's tail; its
+                                       operands are read and written only after griddepcontrol.wait, device
+                                       scalars excepted: set it only when scale_a and scale_b are null). */
   cuactor_epilogue_args epilogue; /**< Operands of an epilogue tree. */
 } cuactor_dense_args;
 

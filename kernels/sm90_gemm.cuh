@@ -5,10 +5,13 @@
 /// dense_sm90_instance.cu.in are plain SKU tokens.
 #pragma once
 
-// Grid dependency control: each warp role waits for the stream's previous kernel (griddepcontrol.wait)
-// before its first global load, and the consumers release a dependent grid once their last tile's
-// mainloop is done. A plan launched as a programmatic dependent (cuactor_dense_args::programmatic_launch)
-// thus runs its prologue while the previous kernel finishes; launched plainly, both are no-ops.
+// Grid dependency control: the producer warps wait for the stream's previous kernel
+// (griddepcontrol.wait) before their first global load, and the consumers release a dependent grid
+// once their last tile's mainloop is done. A plan launched as a programmatic dependent
+// (cuactor_dense_args::programmatic_launch) thus runs its prologue while the previous kernel finishes.
+// Device scalars (the fp8 scales, read by CUTLASS's scalar broadcast as each thread builds the
+// epilogue) come before any wait: plans launch those plainly. Launched plainly, the wait returns at
+// once, and the release still lets a programmatic dependent of this kernel start early.
 // Not for float32 outputs (CUACTOR_DENSE_ELEMENT_D_f32, set by dense_sm90_instance.cu.in): those
 // kernels write a split plan's partial products, and its reduction (split_k.cu, a programmatic
 // dependent) read stale partials when the slices released it early (H200: relative difference 1.4

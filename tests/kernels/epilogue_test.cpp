@@ -237,10 +237,10 @@ TEST(DensePlanRasterisation, LargeTilesSwizzleAlongNUnlessSet) {
   }
 }
 
-// Plans launch their kernel as a programmatic dependent unless the options say not to or it writes
-// float32 (built without grid dependency control, as a split plan's slices are); the plan cache keeps
-// the two apart.
-TEST(DensePlanLaunch, ProgrammaticUnlessDisabledOrKIsZero) {
+// Plans launch their kernel as a programmatic dependent unless the options say not to, it writes
+// float32 (built without grid dependency control, as a split plan's slices are) or the run passes
+// device scales (read before the kernel's wait); the plan cache keeps the two option values apart.
+TEST(DensePlanLaunch, ProgrammaticUnlessDisabledFloat32OrDeviceScales) {
   GemmSku large = dense_sku_for(GemmProblem{});
   large.schedule = GemmSchedule::pingpong;
   large.tile = {128, 128, 64};
@@ -260,10 +260,29 @@ TEST(DensePlanLaunch, ProgrammaticUnlessDisabledOrKIsZero) {
     EXPECT_EQ(FakeKernel::last.programmatic_launch, expected)
         << "programmatic_launch=" << options.programmatic_launch << " D " << name(out);
   }
+  GemmProblem scaled;
+  scaled.m = scaled.n = scaled.k = 256;
+  scaled.a = scaled.b = DType::e4m3;
+  scaled.epilogue = GemmEpilogue::scaled_linear_combination;
+  GemmSku fp8 = large;
+  fp8.a = fp8.b = DType::e4m3;
+  fp8.epilogue = scaled.epilogue;
+  auto plan = GemmPlan::with_instance(scaled, kHopper, fp8, fake_instance(), nullptr, PlanSource::heuristic);
+  ASSERT_TRUE(plan.has_value()) << plan.error().message();
+  ASSERT_TRUE(run_fake(*plan));
+  EXPECT_EQ(FakeKernel::last.programmatic_launch, 1) << "no device scales";
+  GemmOperands o;
+  o.a = fake();
+  o.b = fake(0x1000000);
+  o.d = fake_mut(0x10000000);
+  o.scale_a = static_cast<const float*>(fake(0x20000000));
+  FakeKernel::last.programmatic_launch = -1;
+  ASSERT_TRUE(plan->run(o, nullptr, 0, nullptr).has_value());
+  EXPECT_EQ(FakeKernel::last.programmatic_launch, 0) << "scale_a is read before the wait";
   int made = 0;
-  GemmPlanCache cache(4, [&](const GemmProblem& p, GpuArch arch, const GemmPlanOptions& o) {
+  GemmPlanCache cache(4, [&](const GemmProblem& problem, GpuArch arch, const GemmPlanOptions& options) {
     ++made;
-    return GemmPlan::with_instance(p, arch, large, fake_instance(), nullptr, PlanSource::heuristic, o);
+    return GemmPlan::with_instance(problem, arch, large, fake_instance(), nullptr, PlanSource::heuristic, options);
   });
   GemmProblem p;
   p.m = p.n = p.k = 256;

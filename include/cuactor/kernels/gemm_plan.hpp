@@ -118,14 +118,16 @@ struct GemmPlanOptions {
   /// sm_90a kernels launch as programmatic dependents of the stream's previous kernel: their CTAs
   /// become resident and run their prologue (barrier set-up, descriptor prefetch) while that kernel
   /// finishes, and wait for its completion and memory (griddepcontrol.wait) before they read or write
-  /// global memory, so the result is the same as a plain launch's. What it hides is the gap between
+  /// their operands, so the result is the same as a plain launch's. What it hides is the gap between
   /// back-to-back kernels, which a decode step's short GEMMs feel most (H200, 16 back-to-back decode
   /// GEMMs of 8 unsplit shapes: 1.04-1.06x plain launches in the geometric mean of two runs, 0.93-1.13x
   /// per shape; 8x5120x5120, 80 CTAs, lost). These kernels also release their own programmatic
   /// dependents once their last tile's mainloop is done: a kernel of yours launched that way after one
   /// must wait (griddepcontrol.wait) before it reads D. Kernels with float32 outputs (a split plan's
-  /// slices among them) launch plainly and release at exit: see sm90_gemm.cuh. False: every kernel
-  /// launches plainly (a split plan's reduction stays a programmatic dependent of its slices).
+  /// slices among them) launch plainly and release at exit, and runs with device scales
+  /// (GemmOperands::scale_a / scale_b, read before the wait) launch plainly: see sm90_gemm.cuh. False:
+  /// every kernel launches plainly (a split plan's reduction stays a programmatic dependent of its
+  /// slices).
   bool programmatic_launch = true;
 };
 
