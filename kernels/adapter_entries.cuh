@@ -121,8 +121,7 @@ struct AdapterEntries {
           !configure_shared_memory<Kernel>())
         return CUACTOR_KERNEL_INIT_FAILED;
       auto params = Kernel::to_underlying_arguments(args, workspace);
-      if (Gemm::run(params, s, nullptr, programmatic_launch(*static_cast<const Args*>(p))) !=
-          cutlass::Status::kSuccess)
+      if (Gemm::run(params, s, nullptr, programmatic_launch(*static_cast<const Args*>(p))) != cutlass::Status::kSuccess)
         return CUACTOR_KERNEL_LAUNCH_FAILED;
     } else {
       Gemm gemm;

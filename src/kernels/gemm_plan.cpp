@@ -827,12 +827,12 @@ Status GemmPlan::run(const GemmOperands& operands, void* workspace, std::size_t 
 
 std::size_t GemmPlanCache::KeyHash::operator()(const Key& k) const noexcept {
   std::size_t h = hash_value(k.problem);
-  for (std::size_t v : {static_cast<std::size_t>(k.arch.sm()), static_cast<std::size_t>(k.arch.arch_specific),
-                        static_cast<std::size_t>(k.sm_count), static_cast<std::size_t>(k.device),
-                        static_cast<std::size_t>(k.max_swizzle * 3 + k.raster_order),
-                        static_cast<std::size_t>(k.split_k * 3 + k.swap_ab),
-                        static_cast<std::size_t>(k.programmatic_launch),
-                        k.sku_override ? hash_value(*k.sku_override) : std::size_t{0}})
+  for (std::size_t v :
+       {static_cast<std::size_t>(k.arch.sm()), static_cast<std::size_t>(k.arch.arch_specific),
+        static_cast<std::size_t>(k.sm_count), static_cast<std::size_t>(k.device),
+        static_cast<std::size_t>(k.max_swizzle * 3 + k.raster_order),
+        static_cast<std::size_t>(k.split_k * 3 + k.swap_ab), static_cast<std::size_t>(k.programmatic_launch),
+        k.sku_override ? hash_value(*k.sku_override) : std::size_t{0}})
     boost::hash_combine(h, v);
   return h;
 }

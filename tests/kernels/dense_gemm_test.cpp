@@ -412,8 +412,8 @@ TEST_F(DenseGemmTest, ProgrammaticLaunchReadsThePreviousGemmsOutput) {
   // plan's reduction), and must not read D1 before it is complete. D1 is poisoned (NaN) before every
   // first GEMM, so a read that runs ahead shows up as NaN or stale values in D2. Once enqueued back to
   // back, and once captured into a CUDA graph (programmatic edges) and replayed.
-  if (props_.arch != GpuArch{9, 0, true}) GTEST_SKIP() << "programmatic launches are sm_90a's; device is "
-                                                       << props_.arch.name();
+  if (props_.arch != GpuArch{9, 0, true})
+    GTEST_SKIP() << "programmatic launches are sm_90a's; device is " << props_.arch.name();
   struct Pair {
     std::int64_t m, n1, k1, n2;  // D1 = m x n1 (K k1), D2 = m x n2 (K n1)
   };
@@ -519,7 +519,8 @@ TEST_F(DenseGemmTest, ProgrammaticLaunchReadsThePreviousGemmsOutput) {
     }
     for (int r = 0; r < kRuns; ++r) {
       std::vector<std::uint8_t> got(d1.bytes.size());
-      CUACTOR_ASSERT_OK(gpu::copy_async(got.data(), dd1s[static_cast<std::size_t>(r)].data(), got.size(), stream_.get()));
+      CUACTOR_ASSERT_OK(
+          gpu::copy_async(got.data(), dd1s[static_cast<std::size_t>(r)].data(), got.size(), stream_.get()));
       CUACTOR_ASSERT_OK(stream_.synchronize());
       const double err = relative_error(d1, got, ref1[r % 2]);
       EXPECT_TRUE(err < 8e-3) << "first GEMM alone, run " << r << ": relative error " << err << " (plan "
@@ -527,7 +528,8 @@ TEST_F(DenseGemmTest, ProgrammaticLaunchReadsThePreviousGemmsOutput) {
     }
     for (int r = 0; r <= kRuns; ++r) {
       std::vector<std::uint8_t> got(d2.bytes.size());
-      CUACTOR_ASSERT_OK(gpu::copy_async(got.data(), dd2[static_cast<std::size_t>(r)].data(), got.size(), stream_.get()));
+      CUACTOR_ASSERT_OK(
+          gpu::copy_async(got.data(), dd2[static_cast<std::size_t>(r)].data(), got.size(), stream_.get()));
       CUACTOR_ASSERT_OK(stream_.synchronize());
       const double err = relative_error(d2, got, ref[r % 2]);
       EXPECT_TRUE(err < 8e-3) << (r == kRuns ? "graph replay" : "run " + std::to_string(r)) << ": relative error "

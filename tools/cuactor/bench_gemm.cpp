@@ -213,7 +213,7 @@ Status run_bench_gemm(const GemmBenchOptions& opt) {
                            "K", "cuactor", "cuBLAS", "ratio", "rel.diff", "plan", "cuactor kernel", "anchor");
   std::cout << fmt::format("{:<17} {:>5} {:>5} {:>5}  {:>9} {:>9} {:>7}\n", "", "", "", "", "TFLOP/s", "TFLOP/s", "");
   int failures = 0;
-  std::vector<double> decode_ratios, other_ratios;  // cuBLAS time / cuactor time, per class
+  std::vector<double> decode_ratios, other_ratios;       // cuBLAS time / cuactor time, per class
   std::vector<double> chain_ratios, programmatic_gains;  // decode chains: over cuBLAS, over plain launches
   for (const auto& c : gemm_cases(opt.quick)) {
     if (!opt.only.empty() && c.label.find(opt.only) == std::string::npos) continue;
@@ -234,8 +234,8 @@ Status run_bench_gemm(const GemmBenchOptions& opt) {
                            row->weight_bytes / (row->anchor_ms * 1e-3) / 1e9);
     if (row->copies > 1) extra += fmt::format("; {} rotated operand sets", row->copies);
     if (row->chain_ms > 0) {
-      extra += fmt::format("; chain of {}: {:.1f} us per GEMM ({:.1f} launched plainly), cuBLAS {:.1f}",
-                           kDecodeChain, row->chain_ms * 1e3, row->chain_plain_ms * 1e3, row->chain_anchor_ms * 1e3);
+      extra += fmt::format("; chain of {}: {:.1f} us per GEMM ({:.1f} launched plainly), cuBLAS {:.1f}", kDecodeChain,
+                           row->chain_ms * 1e3, row->chain_plain_ms * 1e3, row->chain_anchor_ms * 1e3);
       chain_ratios.push_back(row->chain_anchor_ms / row->chain_ms);
       programmatic_gains.push_back(row->chain_plain_ms / row->chain_ms);
     }

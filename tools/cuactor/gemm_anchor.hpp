@@ -269,7 +269,8 @@ class GemmTimer {
     std::vector<std::function<Status(int)>> sides;
     for (const auto* plan : plans)
       sides.emplace_back([&, plan](int i) -> Status {
-        for (int j = 0; j < chain; ++j) CUACTOR_TRY(plan->run(operands(i * chain + j), ws->data(), ws->size(), stream_));
+        for (int j = 0; j < chain; ++j)
+          CUACTOR_TRY(plan->run(operands(i * chain + j), ws->data(), ws->size(), stream_));
         return ok();
       });
     sides.emplace_back([&](int i) -> Status {
