@@ -476,13 +476,17 @@ TEST_F(DenseGemmTest, ProgrammaticLaunchReadsThePreviousGemmsOutput) {
     }
     CUACTOR_ASSERT_OK_AND_ASSIGN(ws1, gpu::DeviceBuffer::allocate(pool_, plan1->workspace_size(), stream_.get()));
     CUACTOR_ASSERT_OK_AND_ASSIGN(ws2, gpu::DeviceBuffer::allocate(pool_, plan2.workspace_size(), stream_.get()));
-    const auto chain = [&](int r) -> Status {
-      CUACTOR_TRY(gpu::memset_async(dd1.data(), 0xff, dd1.size(), stream_.get()));
+    // Run r of the first GEMM, into `d1_out`, with B1 number r % 2.
+    const auto first = [&](int r, void* d1_out) {
       GemmOperands o1;
       o1.a = da.data();
       o1.b = r % 2 == 0 ? db1a.data() : db1b.data();
-      o1.d = dd1.data();
-      CUACTOR_TRY(plan1->run(o1, ws1.data(), ws1.size(), stream_.get()));
+      o1.d = d1_out;
+      return plan1->run(o1, ws1.data(), ws1.size(), stream_.get());
+    };
+    const auto chain = [&](int r) -> Status {
+      CUACTOR_TRY(gpu::memset_async(dd1.data(), 0xff, dd1.size(), stream_.get()));
+      CUACTOR_TRY(first(r, dd1.data()));
       GemmOperands o2;
       o2.a = dd1.data();
       o2.b = db2.data();
@@ -510,32 +514,22 @@ TEST_F(DenseGemmTest, ProgrammaticLaunchReadsThePreviousGemmsOutput) {
       CUACTOR_ASSERT_OK(gpu::memset_async(buf.data(), 0xff, buf.size(), stream_.get()));
       dd1s.push_back(std::move(buf));
     }
-    for (int r = 0; r < kRuns; ++r) {
-      GemmOperands o1;
-      o1.a = da.data();
-      o1.b = r % 2 == 0 ? db1a.data() : db1b.data();
-      o1.d = dd1s[static_cast<std::size_t>(r)].data();
-      CUACTOR_ASSERT_OK(plan1->run(o1, ws1.data(), ws1.size(), stream_.get()));
-    }
-    for (int r = 0; r < kRuns; ++r) {
-      std::vector<std::uint8_t> got(d1.bytes.size());
-      CUACTOR_ASSERT_OK(
-          gpu::copy_async(got.data(), dd1s[static_cast<std::size_t>(r)].data(), got.size(), stream_.get()));
-      CUACTOR_ASSERT_OK(stream_.synchronize());
-      const double err = relative_error(d1, got, ref1[r % 2]);
-      EXPECT_TRUE(err < 8e-3) << "first GEMM alone, run " << r << ": relative error " << err << " (plan "
-                              << plan1->sku().to_string() << " split " << plan1->split_k() << ")";
-    }
-    for (int r = 0; r <= kRuns; ++r) {
-      std::vector<std::uint8_t> got(d2.bytes.size());
-      CUACTOR_ASSERT_OK(
-          gpu::copy_async(got.data(), dd2[static_cast<std::size_t>(r)].data(), got.size(), stream_.get()));
-      CUACTOR_ASSERT_OK(stream_.synchronize());
-      const double err = relative_error(d2, got, ref[r % 2]);
-      EXPECT_TRUE(err < 8e-3) << (r == kRuns ? "graph replay" : "run " + std::to_string(r)) << ": relative error "
-                              << err << " (plans " << plan1->sku().to_string() << " split " << plan1->split_k()
-                              << ", then " << plan2.sku().to_string() << ")";
-    }
+    for (int r = 0; r < kRuns; ++r) CUACTOR_ASSERT_OK(first(r, dd1s[static_cast<std::size_t>(r)].data()));
+    // Each output of `layout` (D1 or D2) in `outputs` against the reference of its run's B1.
+    const auto check = [&](const HostMatrix& layout, const std::vector<gpu::DeviceBuffer>& outputs,
+                           const std::vector<double>(&refs)[2], const std::string& what) {
+      for (std::size_t r = 0; r < outputs.size(); ++r) {
+        std::vector<std::uint8_t> got(layout.bytes.size());
+        CUACTOR_ASSERT_OK(gpu::copy_async(got.data(), outputs[r].data(), got.size(), stream_.get()));
+        CUACTOR_ASSERT_OK(stream_.synchronize());
+        const double err = relative_error(layout, got, refs[r % 2]);
+        EXPECT_TRUE(err < 8e-3) << what << ", " << (r == kRuns ? "graph replay" : "run " + std::to_string(r))
+                                << ": relative error " << err << " (plans " << plan1->sku().to_string() << " split "
+                                << plan1->split_k() << ", then " << plan2.sku().to_string() << ")";
+      }
+    };
+    check(d1, dd1s, ref1, "first GEMM alone");
+    check(d2, dd2, ref, "D2");
   }
 }
 
