@@ -28,16 +28,16 @@ __device__ __forceinline__ float reciprocal_ftz(float x) {
 constexpr float kLog2e = 1.4426950408889634f;
 }  // namespace detail
 
-/// silu(g) = g / (1 + e^-g). Large negative g: e^-g is inf and the quotient 0 (silu's limit);
-/// g = -inf gives NaN, as in torch. (Below -87.3, where 1 + e^-g passes 2^126, the reciprocal flushes
-/// silu's ~1e-36 to 0.)
-__device__ __forceinline__ float fast_silu(float g) {
-  return g * detail::reciprocal_ftz(1.0f + detail::exp2_ftz(-detail::kLog2e * g));
-}
-
 /// sigmoid(x) = 1 / (1 + e^-x): 0 for large negative x (e^-x is inf), 1 for large positive x.
 __device__ __forceinline__ float fast_sigmoid(float x) {
   return detail::reciprocal_ftz(1.0f + detail::exp2_ftz(-detail::kLog2e * x));
+}
+
+/// silu(g) = g sigmoid(g). Large negative g: e^-g is inf and the product 0 (silu's limit); g = -inf
+/// gives NaN, as in torch. (Below -87.3, where 1 + e^-g passes 2^126, the reciprocal flushes silu's
+/// ~1e-36 to 0.)
+__device__ __forceinline__ float fast_silu(float g) {
+  return g * fast_sigmoid(g);
 }
 
 /// gelu(x) = x Phi(x) with the normal distribution's Phi (GELU's erf form), in 15 instructions.
