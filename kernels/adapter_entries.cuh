@@ -78,14 +78,16 @@ bool configure_shared_memory() noexcept {
   }
 }
 
-/// Whether `args` ask for a programmatic dependent launch (dense arguments; other families have no
-/// such field and launch plainly).
+/// Whether to launch as a programmatic dependent: `args` ask for it (dense arguments; other families
+/// have no such field) and the kernel waits for its predecessor, which it does only where its
+/// translation unit compiled CUTLASS's grid dependency control (sm90_gemm.cuh says which).
 template <class Args>
 bool programmatic_launch(const Args& args) noexcept {
-  if constexpr (requires { args.programmatic_launch; })
-    return args.programmatic_launch != 0;
-  else
-    return false;
+#ifdef CUTLASS_ENABLE_GDC_FOR_SM90
+  if constexpr (requires { args.programmatic_launch; }) return args.programmatic_launch != 0;
+#endif
+  (void)args;
+  return false;
 }
 
 template <class Instance, class Args>

@@ -12,14 +12,11 @@
 // Device scalars (the fp8 scales, read by CUTLASS's scalar broadcast as each thread builds the
 // epilogue) come before any wait: plans launch those plainly. Launched plainly, the wait returns at
 // once, and the release still lets a programmatic dependent of this kernel start early.
-// Not for float32 outputs (CUACTOR_DENSE_ELEMENT_D_f32, set by dense_sm90_instance.cu.in): those
-// kernels write a split plan's partial products, and its reduction (split_k.cu, a programmatic
-// dependent) read stale partials when the slices released it early (H200: relative difference 1.4
-// after back-to-back runs on other operands). The likely cause, found afterwards and not yet run: the
-// reduction had been built as compute_75 PTX, without its wait (CMakeLists.txt). Until early-released
-// slices are measured with the rebuilt reduction, they release at exit, as before, and plans launch
-// them plainly.
-#if !defined(CUTLASS_ENABLE_GDC_FOR_SM90) && !defined(CUACTOR_DENSE_ELEMENT_D_f32)
+// Not for stream-K (CUACTOR_DENSE_SCHEDULE_cooperative_streamk, set by dense_sm90_instance.cu.in):
+// CUTLASS 4.2's stream-K scheduler does not compile with it (is_last_tile, a const member, passes a
+// member to a non-const reference). Those kernels launch plainly whatever the arguments ask
+// (adapter_entries.cuh).
+#if !defined(CUTLASS_ENABLE_GDC_FOR_SM90) && !defined(CUACTOR_DENSE_SCHEDULE_cooperative_streamk)
 #define CUTLASS_ENABLE_GDC_FOR_SM90 1
 #endif
 

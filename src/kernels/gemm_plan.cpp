@@ -219,7 +219,6 @@ cuactor_dense_args slice_args(cuactor_dense_args a, int splits, float* partials,
   a.batch_stride_c = a.batch_stride_d = static_cast<std::int64_t>(a.m) * a.n;
   a.alpha = 1.0f;
   a.beta = 0.0f;
-  a.programmatic_launch = 0;  // float32 slices: see make_args
   return a;
 }
 
@@ -260,13 +259,11 @@ cuactor_dense_args make_args(const GemmProblem& p, const GemmOperands& o, const 
   a.sm_count = opts.sm_count;
   a.max_swizzle = opts.max_swizzle;
   a.raster_order = opts.raster_order;
-  // sm_90a kernels wait on the previous grid (sm_80 instances' CUTLASS 2.x adapters ignore the field),
-  // except float32-output ones, built without grid dependency control (sm90_gemm.cuh). Consumers read
-  // epilogue vectors after their first mainloop stage, which the producer loaded after its wait
-  // (check_problem's k >= 1 orders them too), but CUTLASS's scalar broadcast reads device scalars (the
-  // fp8 scales) when each thread builds the epilogue, before any wait: those launch plainly.
-  a.programmatic_launch =
-      opts.programmatic_launch && p.d != DType::f32 && o.scale_a == nullptr && o.scale_b == nullptr ? 1 : 0;
+  // sm_90a kernels wait on the previous grid (sm_80 instances' CUTLASS 2.x adapters ignore the field).
+  // Consumers read epilogue vectors after their first mainloop stage, which the producer loaded after
+  // its wait (check_problem's k >= 1 orders them too), but CUTLASS's scalar broadcast reads device
+  // scalars (the fp8 scales) when each thread builds the epilogue, before any wait: those launch plainly.
+  a.programmatic_launch = opts.programmatic_launch && o.scale_a == nullptr && o.scale_b == nullptr ? 1 : 0;
   return a;
 }
 

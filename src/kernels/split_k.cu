@@ -9,13 +9,17 @@ namespace {
 
 /// One output element per thread, grid-stride; the partial sums are read coalesced, slice by slice.
 /// A programmatic dependent launch: nothing is read before griddepcontrol.wait, which returns once the
-/// slice kernel has completed and its writes are visible (at once after a plain launch).
+/// slice kernel has completed and its writes are visible (at once after a plain launch); then it
+/// releases its own programmatic dependent (the next GEMM's prologue overlaps the reduction).
 template <class T>
 __global__ void split_k_reduce(const float* partials, int splits, std::int64_t m, std::int64_t n, float alpha,
                                float beta, const T* c, std::int64_t ldc, T* d, std::int64_t ldd) {
   const std::int64_t elements = m * n;
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.wait;" ::: "memory");
+  // The next kernel on the stream may become resident now: a programmatic dependent waits for this
+  // grid's completion before it touches memory.
+  asm volatile("griddepcontrol.launch_dependents;");
 #endif
   for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < elements;
        i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {

@@ -105,13 +105,13 @@ const CatalogEntry* swapped_kernel(const GemmProblem& p);
 /// holds the float32 partial products of the K slices, `splits` packed m x n row-major matrices; C and
 /// D are row-major with leading dimensions ldc and ldd, of `dtype` (bf16, f16 or f32); C is read only
 /// when beta != 0. The slices are added in order, so the result is deterministic. Launched as a
-/// programmatic dependent of the kernel before it on `stream` (the slices, which trigger no early
-/// launch): its launch is prepared while the slices run, its blocks start as the last slice CTA exits,
-/// before the slice grid's completion is signalled, and wait for the slices' writes
-/// (griddepcontrol.wait). That hid the launch gap: 1.057x the plain launch in the geometric mean over
-/// 14 split decode plans (H200, same run). Stream capture records the dependency as a programmatic
-/// graph edge. Where the reduction's code for the device has no wait (code for an older architecture
-/// JIT-compiled for it), it launches plainly.
+/// programmatic dependent of the kernel before it on `stream` (the slices, which release it once
+/// their last mainloop is done): its blocks become resident while the slices finish and wait for the
+/// slices' writes (griddepcontrol.wait); then they release their own dependent. In chains of 16 split
+/// decode GEMMs (H200, the three split rows of `cuactor bench gemm`), slices and reductions launched
+/// so took 0.84-0.94 of the time of plain launches. Stream capture records the dependency as a
+/// programmatic graph edge. Where the reduction's code for the device has no wait (code for an older
+/// architecture JIT-compiled for it), it launches plainly.
 cudaError_t launch_split_k_reduce(DType dtype, const float* partials, int splits, std::int64_t m, std::int64_t n,
                                   float alpha, float beta, const void* c, std::int64_t ldc, void* d, std::int64_t ldd,
                                   int blocks, cudaStream_t stream) noexcept;

@@ -240,7 +240,7 @@ TEST(DensePlanRasterisation, LargeTilesSwizzleAlongNUnlessSet) {
 // Plans launch their kernel as a programmatic dependent unless the options say not to, it writes
 // float32 (built without grid dependency control, as a split plan's slices are) or the run passes
 // device scales (read before the kernel's wait); the plan cache keeps the two option values apart.
-TEST(DensePlanLaunch, ProgrammaticUnlessDisabledFloat32OrDeviceScales) {
+TEST(DensePlanLaunch, ProgrammaticUnlessDisabledOrDeviceScales) {
   GemmSku large = dense_sku_for(GemmProblem{});
   large.schedule = GemmSchedule::pingpong;
   large.tile = {128, 128, 64};
@@ -248,7 +248,7 @@ TEST(DensePlanLaunch, ProgrammaticUnlessDisabledFloat32OrDeviceScales) {
   GemmPlanOptions plain;
   plain.programmatic_launch = false;
   for (const auto& [options, out, expected] :
-       {std::tuple{GemmPlanOptions{}, DType::bf16, 1}, {plain, DType::bf16, 0}, {GemmPlanOptions{}, DType::f32, 0}}) {
+       {std::tuple{GemmPlanOptions{}, DType::bf16, 1}, {plain, DType::bf16, 0}, {GemmPlanOptions{}, DType::f32, 1}}) {
     GemmProblem p;
     p.m = p.n = p.k = 256;
     p.c = p.d = out;

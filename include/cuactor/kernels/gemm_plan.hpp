@@ -123,9 +123,10 @@ struct GemmPlanOptions {
   /// GEMMs of 8 unsplit shapes: 1.04-1.06x plain launches in the geometric mean of two runs, 0.93-1.13x
   /// per shape; 8x5120x5120, 80 CTAs, lost). These kernels also release their own programmatic
   /// dependents once their last tile's mainloop is done: a kernel of yours launched that way after one
-  /// must wait (griddepcontrol.wait) before it reads D. Kernels with float32 outputs (a split plan's
-  /// slices among them) launch plainly and release at exit, and runs with device scales
-  /// (GemmOperands::scale_a / scale_b, read before the wait) launch plainly: see sm90_gemm.cuh. False:
+  /// must wait (griddepcontrol.wait) before it reads D. A split plan's slices do the same, and its
+  /// reduction releases its dependent once it has waited for the slices. Runs with device scales
+  /// (GemmOperands::scale_a / scale_b, read before the wait) launch plainly, and so do stream-K
+  /// kernels (built without the wait): see sm90_gemm.cuh. False:
   /// every kernel launches plainly (a split plan's reduction stays a programmatic dependent of its
   /// slices).
   bool programmatic_launch = true;
