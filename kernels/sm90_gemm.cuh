@@ -12,11 +12,12 @@
 // Device scalars (the fp8 scales, read by CUTLASS's scalar broadcast as each thread builds the
 // epilogue) come before any wait: plans launch those plainly. Launched plainly, the wait returns at
 // once, and the release still lets a programmatic dependent of this kernel start early.
-// Not for stream-K (CUACTOR_DENSE_SCHEDULE_cooperative_streamk, set by dense_sm90_instance.cu.in):
+// Not for the stream-K schedules (CUACTOR_DENSE_SCHEDULE_<token>, set by dense_sm90_instance.cu.in):
 // CUTLASS 4.2's stream-K scheduler does not compile with it (is_last_tile, a const member, passes a
 // member to a non-const reference). Those kernels launch plainly whatever the arguments ask
 // (adapter_entries.cuh).
-#if !defined(CUTLASS_ENABLE_GDC_FOR_SM90) && !defined(CUACTOR_DENSE_SCHEDULE_cooperative_streamk)
+#if !defined(CUTLASS_ENABLE_GDC_FOR_SM90) && !defined(CUACTOR_DENSE_SCHEDULE_cooperative_streamk) && \
+    !defined(CUACTOR_DENSE_SCHEDULE_cooperative_fp8_fast_accum_streamk)
 #define CUTLASS_ENABLE_GDC_FOR_SM90 1
 #endif
 
