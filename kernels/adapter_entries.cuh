@@ -78,20 +78,22 @@ bool configure_shared_memory() noexcept {
   }
 }
 
-/// Whether to launch as a programmatic dependent: `args` ask for it (dense arguments; other families
-/// have no such field) and the kernel waits for its predecessor, which it does only where its
-/// translation unit compiled CUTLASS's grid dependency control (sm90_gemm.cuh says which).
-template <class Args>
-bool programmatic_launch(const Args& args) noexcept {
-#ifdef CUTLASS_ENABLE_GDC_FOR_SM90
-  if constexpr (requires { args.programmatic_launch; }) return args.programmatic_launch != 0;
-#endif
-  (void)args;
-  return false;
-}
-
 template <class Instance, class Args>
 struct AdapterEntries {
+  /// Whether to launch as a programmatic dependent: `args` ask for it (dense arguments; other families
+  /// have no such field) and the instance's kernel waits for its predecessor
+  /// (Instance::kGridDependencyControl, sm90_gemm.cuh; a property of the instance, not of the
+  /// translation unit, so that every instance's entry points agree with its kernel).
+  static constexpr bool programmatic_launch(const Args& args) noexcept {
+    if constexpr (requires {
+                    args.programmatic_launch;
+                    Instance::kGridDependencyControl;
+                  })
+      return Instance::kGridDependencyControl && args.programmatic_launch != 0;
+    else
+      return false;
+  }
+
   /// ABI entry: CUACTOR_KERNEL_OK if CUTLASS accepts the problem (host only).
   static int can_implement(const void* p) {
     if (p == nullptr) return CUACTOR_KERNEL_BAD_ARGS;

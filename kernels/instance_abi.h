@@ -105,7 +105,8 @@ typedef struct cuactor_dense_args {
   int programmatic_launch;        /**< sm_90a: nonzero launches the kernel as a programmatic dependent of the
                                        stream's previous kernel (its prologue overlaps that kernel's tail; its
                                        operands are read and written only after griddepcontrol.wait, device
-                                       scalars excepted: set it only when scale_a and scale_b are null).
+                                       scalars excepted: set it only when scale_a, scale_b and the epilogue's
+                                       alpha_ptr and beta_ptr are null).
                                        Kernels built without grid dependency control (stream-K, sm_80)
                                        launch plainly whatever it says. */
   cuactor_epilogue_args epilogue; /**< Operands of an epilogue tree. */

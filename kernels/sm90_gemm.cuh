@@ -14,8 +14,8 @@
 // once, and the release still lets a programmatic dependent of this kernel start early.
 // Not for the stream-K schedules (CUACTOR_DENSE_SCHEDULE_<token>, set by dense_sm90_instance.cu.in):
 // CUTLASS 4.2's stream-K scheduler does not compile with it (is_last_tile, a const member, passes a
-// member to a non-const reference). Those kernels launch plainly whatever the arguments ask
-// (adapter_entries.cuh).
+// member to a non-const reference). Their Schedules say so (grid_dependency_control), and their
+// instances launch plainly whatever the arguments ask (DenseGemm::kGridDependencyControl).
 #if !defined(CUTLASS_ENABLE_GDC_FOR_SM90) && !defined(CUACTOR_DENSE_SCHEDULE_cooperative_streamk) && \
     !defined(CUACTOR_DENSE_SCHEDULE_cooperative_fp8_fast_accum_streamk)
 #define CUTLASS_ENABLE_GDC_FOR_SM90 1
@@ -43,7 +43,8 @@
 namespace cuactor::kernels::sm90 {
 
 /// Kernel schedule, epilogue schedule and tile scheduler of a schedule tag (`void` = CUTLASS's
-/// default persistent data-parallel scheduler).
+/// default persistent data-parallel scheduler), and whether its kernels are built with grid dependency
+/// control (see the top of this file).
 template <class Schedule>
 struct Schedules;
 template <>
@@ -51,32 +52,38 @@ struct Schedules<tags::cooperative> {
   using kernel = cutlass::gemm::KernelTmaWarpSpecializedCooperative;
   using epilogue = cutlass::epilogue::TmaWarpSpecializedCooperative;
   using tile_scheduler = void;
+  static constexpr bool grid_dependency_control = true;
 };
 template <>
 struct Schedules<tags::pingpong> {
   using kernel = cutlass::gemm::KernelTmaWarpSpecializedPingpong;
   using epilogue = cutlass::epilogue::TmaWarpSpecialized;
   using tile_scheduler = void;
+  static constexpr bool grid_dependency_control = true;
 };
 template <>
 struct Schedules<tags::cooperative_fp8_fast_accum> {
   using kernel = cutlass::gemm::KernelTmaWarpSpecializedCooperativeFP8FastAccum;
   using epilogue = cutlass::epilogue::TmaWarpSpecializedCooperative;
   using tile_scheduler = void;
+  static constexpr bool grid_dependency_control = true;
 };
 template <>
 struct Schedules<tags::pingpong_fp8_fast_accum> {
   using kernel = cutlass::gemm::KernelTmaWarpSpecializedPingpongFP8FastAccum;
   using epilogue = cutlass::epilogue::TmaWarpSpecialized;
   using tile_scheduler = void;
+  static constexpr bool grid_dependency_control = true;
 };
 template <>
 struct Schedules<tags::cooperative_streamk> : Schedules<tags::cooperative> {
   using tile_scheduler = cutlass::gemm::StreamKScheduler;
+  static constexpr bool grid_dependency_control = false;
 };
 template <>
 struct Schedules<tags::cooperative_fp8_fast_accum_streamk> : Schedules<tags::cooperative_fp8_fast_accum> {
   using tile_scheduler = cutlass::gemm::StreamKScheduler;
+  static constexpr bool grid_dependency_control = false;
 };
 
 /// D = (alpha * scale_a * scale_b) * acc + beta * C as an epilogue visitor tree: the three factors
@@ -149,6 +156,12 @@ struct DenseGemm : AdapterEntries<DenseGemm<A, B, C, D, Acc, LayoutA, LayoutB, L
                                            typename Schedules<Schedule>::tile_scheduler>;
   using Gemm = cutlass::gemm::device::GemmUniversalAdapter<GemmKernel>;
   static_assert(std::is_same_v<StrideD, typename GemmKernel::StrideD>);
+  /// Whether the kernel waits for its predecessor (griddepcontrol.wait): only then does
+  /// AdapterEntries::run launch it as a programmatic dependent.
+  static constexpr bool kGridDependencyControl = Schedules<Schedule>::grid_dependency_control;
+#ifndef CUTLASS_ENABLE_GDC_FOR_SM90
+  static_assert(!kGridDependencyControl, "this translation unit compiled the kernel without its wait");
+#endif
 
   /// CUTLASS arguments from the ABI's.
   static typename Gemm::Arguments make_arguments(const cuactor_dense_args& a) {

@@ -109,7 +109,7 @@ const CatalogEntry* swapped_kernel(const GemmProblem& p);
 /// their last mainloop is done): its blocks become resident while the slices finish and wait for the
 /// slices' writes (griddepcontrol.wait); then they release their own dependent. In chains of 16 split
 /// decode GEMMs (H200, the three split rows of `cuactor bench gemm`), slices and reductions launched
-/// so took 0.84-0.94 of the time of plain launches. Stream capture records the dependency as a
+/// so took 0.85-0.94 of the time of plain launches. Stream capture records the dependency as a
 /// programmatic graph edge. Where the reduction's code for the device has no wait (code for an older
 /// architecture JIT-compiled for it), it launches plainly.
 cudaError_t launch_split_k_reduce(DType dtype, const float* partials, int splits, std::int64_t m, std::int64_t n,

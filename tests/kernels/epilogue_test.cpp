@@ -237,9 +237,9 @@ TEST(DensePlanRasterisation, LargeTilesSwizzleAlongNUnlessSet) {
   }
 }
 
-// Plans launch their kernel as a programmatic dependent unless the options say not to, it writes
-// float32 (built without grid dependency control, as a split plan's slices are) or the run passes
-// device scales (read before the kernel's wait); the plan cache keeps the two option values apart.
+// Plans launch their kernel as a programmatic dependent (float32 outputs, a split plan's slices among
+// them, included) unless the options say not to or the run passes device scales (read before the
+// kernel's wait); the plan cache keeps the two option values apart.
 TEST(DensePlanLaunch, ProgrammaticUnlessDisabledOrDeviceScales) {
   GemmSku large = dense_sku_for(GemmProblem{});
   large.schedule = GemmSchedule::pingpong;
