@@ -259,7 +259,8 @@ cuactor_dense_args make_args(const GemmProblem& p, const GemmOperands& o, const 
   a.sm_count = opts.sm_count;
   a.max_swizzle = opts.max_swizzle;
   a.raster_order = opts.raster_order;
-  // sm_90a kernels wait on the previous grid (sm_80 instances' CUTLASS 2.x adapters ignore the field).
+  // sm_90a kernels wait on the previous grid (instances built without that wait, sm_80 and stream-K
+  // ones, ignore the field: AdapterEntries::programmatic_launch).
   // Consumers read epilogue vectors after their first mainloop stage, which the producer loaded after
   // its wait (check_problem's k >= 1 orders them too), but CUTLASS's scalar broadcast reads device
   // scalars (the fp8 scales) when each thread builds the epilogue, before any wait: those launch plainly.

@@ -179,13 +179,14 @@ TEST(EpiloguePlan, SkuForCarriesTheTreeAndPicksATile) {
   EXPECT_EQ(small->schedule, GemmSchedule::pingpong);
 }
 
-/// Runs `plan` (made over fake_instance()) on fake operand pointers; the kernel's
-/// arguments land in FakeKernel::last (cleared first, programmatic_launch to -1).
-bool run_fake(const GemmPlan& plan) {
+/// Runs `plan` (made over fake_instance()) on fake operand pointers, with `scale_a` if given; the
+/// kernel's arguments land in FakeKernel::last (cleared first, programmatic_launch to -1).
+bool run_fake(const GemmPlan& plan, const float* scale_a = nullptr) {
   GemmOperands o;
   o.a = fake();
   o.b = fake(0x1000000);
   o.d = fake_mut(0x10000000);
+  o.scale_a = scale_a;
   FakeKernel::last = {};
   FakeKernel::last.programmatic_launch = -1;
   return plan.run(o, nullptr, 0, nullptr).has_value();
@@ -271,13 +272,7 @@ TEST(DensePlanLaunch, ProgrammaticUnlessDisabledOrDeviceScales) {
   ASSERT_TRUE(plan.has_value()) << plan.error().message();
   ASSERT_TRUE(run_fake(*plan));
   EXPECT_EQ(FakeKernel::last.programmatic_launch, 1) << "no device scales";
-  GemmOperands o;
-  o.a = fake();
-  o.b = fake(0x1000000);
-  o.d = fake_mut(0x10000000);
-  o.scale_a = static_cast<const float*>(fake(0x20000000));
-  FakeKernel::last.programmatic_launch = -1;
-  ASSERT_TRUE(plan->run(o, nullptr, 0, nullptr).has_value());
+  ASSERT_TRUE(run_fake(*plan, static_cast<const float*>(fake(0x20000000))));
   EXPECT_EQ(FakeKernel::last.programmatic_launch, 0) << "scale_a is read before the wait";
   int made = 0;
   GemmPlanCache cache(4, [&](const GemmProblem& problem, GpuArch arch, const GemmPlanOptions& options) {

@@ -126,9 +126,8 @@ struct GemmPlanOptions {
   /// must wait (griddepcontrol.wait) before it reads D. A split plan's slices do the same, and its
   /// reduction releases its dependent once it has waited for the slices. Runs with device scales
   /// (GemmOperands::scale_a / scale_b, read before the wait) launch plainly, and so do stream-K
-  /// kernels (built without the wait): see sm90_gemm.cuh. False:
-  /// every kernel launches plainly (a split plan's reduction stays a programmatic dependent of its
-  /// slices).
+  /// kernels (built without the wait): see sm90_gemm.cuh. False: every kernel launches plainly (a
+  /// split plan's reduction stays a programmatic dependent of its slices).
   bool programmatic_launch = true;
 };
 
