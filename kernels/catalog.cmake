@@ -4,8 +4,8 @@
 # registers its C ABI object in the generated catalog table (catalog_table.cpp).
 #
 # Budget: one sm_90a configuration costs 85-105 s of nvcc on one core of the CI machine (cicc about half,
-# host code the rest) and ~3.3 GB; the whole matrix (111 instances; 120 now) took 90 minutes on its 2 cores. CI has
-# no GPU, so scripts/test compiles there only the 13 entries marked SAMPLE (CUACTOR_CATALOG=sample): a
+# host code the rest) and ~3.3 GB; the whole matrix (111 instances; 122 now) took 90 minutes on its 2 cores. CI has
+# no GPU, so scripts/test compiles there only the 15 entries marked SAMPLE (CUACTOR_CATALOG=sample): a
 # compile check of each instance template, of cuactor's conv kernels, of the cooperative and pingpong
 # mainloops, of fp8, an epilogue tree and the SwiGLU store (not of every tile, f16 twin or grouped fp8);
 # scripts/gpu-check compiles and runs the whole matrix. Mark a new template's or kernel's first entry
@@ -203,6 +203,14 @@ cuactor_gemm_instance(${dense90} TYPES e4m3 e4m3 bf16 bf16 f32 LAYOUTS row col r
                       SCHEDULE cooperative_fp8_fast_accum EPILOGUE scaled_linear_combination)
 cuactor_gemm_instance(${dense90} TYPES e4m3 e4m3 bf16 bf16 f32 LAYOUTS row col row TILE 64 128 128 CLUSTER 1 1 1
                       SCHEDULE pingpong_fp8_fast_accum EPILOGUE scaled_linear_combination SAMPLE)
+# e4m3 decode of up to 32 rows, swapped like the 16-bit ones above: 64 rows of the weight over N, 16 or 32
+# columns over the rows, bf16 D read column-major, 256 deep (the bytes of their 128-deep tile). Unswapped,
+# 16 rows over N = 8192 ran on 64 CTAs of the 64x128 tile at 0.80x cuBLASLt (H200).
+foreach(tn 16 32)
+  cuactor_sample_if(sample tn EQUAL 16)
+  cuactor_gemm_instance(${dense90} TYPES e4m3 e4m3 bf16 bf16 f32 LAYOUTS row col col TILE 64 ${tn} 256 CLUSTER 1 1 1
+                        SCHEDULE pingpong_fp8_fast_accum EPILOGUE scaled_linear_combination ${sample})
+endforeach()
 
 # ---- dense GEMM, sm_80 (CUTLASS 2.x; 96 KiB of shared memory so it fits Ada/GA10x too) ----
 # Epilogue trees ([K8]) ahead of time for the common layers: Linear bias + activation (bf16), and

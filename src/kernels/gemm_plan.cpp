@@ -272,14 +272,20 @@ cuactor_dense_args make_args(const GemmProblem& p, const GemmOperands& o, const 
 
 namespace detail {
 
-std::string decode_plan_rule(const GemmProblem& p, GpuArch arch, std::string_view what) {
+std::string decode_plan_rule(const GemmProblem& p, GpuArch arch, std::string_view what, bool takes_e4m3) {
   if (arch != GpuArch{9, 0, true})
     return fmt::format("{} kernels are sm_90a kernels; the device is {}", what, arch.name());
-  if (p.a != p.b || (p.a != DType::bf16 && p.a != DType::f16))
-    return fmt::format("{} takes bf16 or f16 A and B, not A={} B={}", what, name(p.a), name(p.b));
+  const bool e4m3 = takes_e4m3 && p.a == DType::e4m3 && p.b == DType::e4m3;
+  if (!e4m3 && (p.a != p.b || (p.a != DType::bf16 && p.a != DType::f16)))
+    return fmt::format("{} takes bf16 or f16 A and B{}, not A={} B={}", what, takes_e4m3 ? " (or e4m3 ones)" : "",
+                       name(p.a), name(p.b));
   if (p.c != p.d) return fmt::format("{} writes C and D of one type, not C={} D={}", what, name(p.c), name(p.d));
-  if (p.epilogue != GemmEpilogue::linear_combination)
-    return fmt::format("{} applies the linear combination only, not the epilogue '{}'", what, name(p.epilogue));
+  if (e4m3 && p.d != DType::bf16)
+    return fmt::format("{} writes bf16 C and D from e4m3 inputs, not {}", what, name(p.d));
+  const GemmEpilogue epilogue = e4m3 ? GemmEpilogue::scaled_linear_combination : GemmEpilogue::linear_combination;
+  if (p.epilogue != epilogue)
+    return fmt::format("{} applies '{}' to {} inputs, not the epilogue '{}'", what, name(epilogue), name(p.a),
+                       name(p.epilogue));
   if (p.batch != 1) return fmt::format("{} takes one GEMM, not batch={}", what, p.batch);
   if (p.layout_a != MatrixLayout::row || p.layout_b != MatrixLayout::col || p.layout_c != MatrixLayout::row)
     return fmt::format("{} takes layouts row,col,row (A row-major, B as N x K, D row-major), not {},{},{}", what,
@@ -289,11 +295,12 @@ std::string decode_plan_rule(const GemmProblem& p, GpuArch arch, std::string_vie
 
 namespace {
 
-/// The sm_90a pingpong kernel without a cluster, of `tile`, that computes `p`: the decode plans' kernels.
+/// The sm_90a pingpong kernel without a cluster, of `tile`, that computes `p`: the decode plans' kernels
+/// (fp8 inputs: the pingpong schedule with fast accumulation, as the catalog's other fp8 kernels).
 GemmSku decode_pingpong_sku(const GemmProblem& p, Shape3 tile) {
   GemmSku s = dense_sku_for(p);
   s.arch = GpuArch{9, 0, true};
-  s.schedule = GemmSchedule::pingpong;
+  s.schedule = is_low_precision_float(p.a) ? GemmSchedule::pingpong_fp8_fast_accum : GemmSchedule::pingpong;
   s.tile = tile;
   s.cluster = {1, 1, 1};
   return s;
@@ -348,7 +355,7 @@ bool swap_ab_for(const GemmProblem& p, int sm_count) noexcept {
 }
 
 std::string swap_ab_rule(const GemmProblem& p, GpuArch arch) {
-  return decode_plan_rule(p, arch, "swap-AB");
+  return decode_plan_rule(p, arch, "swap-AB", true);
 }
 
 GemmProblem swapped_problem(const GemmProblem& p) {
@@ -371,10 +378,13 @@ GemmOperands swapped_operands(const GemmOperands& o) {
   s.b = o.a;
   s.ldb = o.lda;
   s.batch_stride_b = o.batch_stride_a;
+  s.scale_a = o.scale_b;
+  s.scale_b = o.scale_a;
   return s;
 }
 
 GemmSku swapped_sku(const GemmProblem& p, int depth) {
+  if (depth == 0) depth = is_low_precision_float(p.a) ? 2 * kSwapAbTileDepth : kSwapAbTileDepth;
   return decode_pingpong_sku(swapped_problem(p), {64, p.m <= 16 ? 16 : 32, depth});
 }
 

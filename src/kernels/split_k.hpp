@@ -31,7 +31,8 @@ inline constexpr std::int64_t kSplitKMinDepth = 4096;
 /// Why `p` cannot run as a decode plan of kind `what` ("split-K", "swap-AB") on `arch` (the first rule
 /// it breaks, naming the value), or an empty string: sm_90a, bf16 or f16 A and B, C and D of one type,
 /// the preset linear combination, one batch, layouts row,col,row (A row-major, B N x K, D row-major).
-std::string decode_plan_rule(const GemmProblem& p, GpuArch arch, std::string_view what);
+/// With `takes_e4m3`, also e4m3 A and B with bf16 C and D and the per-tensor scaled linear combination.
+std::string decode_plan_rule(const GemmProblem& p, GpuArch arch, std::string_view what, bool takes_e4m3 = false);
 
 /// The slices GemmPlan splits `p` into when GemmPlanOptions::split_k is 0, for up to 64 rows over K >=
 /// 4096 (else 1): the most slices (2 to 8) that keep the grid within one wave, each whole tile depths.
@@ -64,9 +65,9 @@ std::string split_k_rule(const GemmProblem& p, GpuArch arch, int splits);
 /// tile 64 deep, with float32 C and D.
 GemmSku split_k_slice_sku(const GemmProblem& p, bool swap_ab = false);
 
-/// The K depth of the swapped kernel's tile: 128-deep loads ran 1.057x the 64-deep ones in the geometric
-/// mean over 20 decode shapes of 1-32 rows (H100, weights cold, same run), 1.01-1.21x each; 256 deep
-/// gained less (1.040x where M <= 16).
+/// The K depth of the swapped 16-bit kernel's tile: 128-deep loads ran 1.057x the 64-deep ones in the
+/// geometric mean over 20 decode shapes of 1-32 rows (H100, weights cold, same run), 1.01-1.21x each; 256
+/// deep gained less (1.040x where M <= 16). The fp8 kernel's tile is twice as deep: the same bytes.
 inline constexpr int kSwapAbTileDepth = 128;
 
 /// The rows a swapped plan takes on its own (GemmPlanOptions::swap_ab 0): up to kSwapAbMaxRows always,
@@ -83,19 +84,21 @@ inline constexpr std::int64_t kSwapAbWideMaxRows = 64;
 bool swap_ab_for(const GemmProblem& p, int sm_count) noexcept;
 
 /// Why `p` cannot be computed transposed on `arch`, or an empty string if it can: decode_plan_rule's
-/// rules.
+/// rules, e4m3 inputs included.
 std::string swap_ab_rule(const GemmProblem& p, GpuArch arch);
 
 /// D^T = B^T A^T as the problem the swapped kernel computes: M and N trade places, A' is B's storage
 /// (N x K row-major), B' is A's (M x K row-major, N' x K: "col"), D' is D's storage read column-major.
 GemmProblem swapped_problem(const GemmProblem& p);
 
-/// The operands of swapped_problem(p): A and B (pointers, leading dimensions, batch strides) trade places.
+/// The operands of swapped_problem(p): A and B (pointers, leading dimensions, batch strides, fp8 scales)
+/// trade places.
 GemmOperands swapped_operands(const GemmOperands& o);
 
-/// The swapped kernel for `p`: pingpong, 64 rows over p's N, 16 columns over p's rows (32 past 16),
-/// kSwapAbTileDepth deep, layouts row,col,col.
-GemmSku swapped_sku(const GemmProblem& p, int depth = kSwapAbTileDepth);
+/// The swapped kernel for `p`: pingpong (with fast accumulation for e4m3), 64 rows over p's N, 16
+/// columns over p's rows (32 past 16), `depth` deep (0: kSwapAbTileDepth, twice that for e4m3), layouts
+/// row,col,col.
+GemmSku swapped_sku(const GemmProblem& p, int depth = 0);
 
 /// The catalog's swapped kernel for `p`: swapped_sku(p), else its 64-deep twin (float32 outputs have
 /// only those, the split slices' kernels); null when the catalog has neither.

@@ -345,6 +345,29 @@ TEST_F(DenseGemmTest, SwapAbMatchesFp64Reference) {
   }
 }
 
+TEST_F(DenseGemmTest, Fp8SwapAbMatchesFp64Reference) {
+  // e4m3 decode rows with per-tensor scales, computed as D^T = B^T A^T (the plan's choice up to 32 rows,
+  // forced past them): 16- and 32-column tiles with tails, K tails of the 256-deep tile, padding, alpha
+  // and beta with C.
+  GemmSku sku;
+  sku.a = sku.b = DType::e4m3;
+  sku.c = sku.d = DType::bf16;
+  sku.epilogue = GemmEpilogue::scaled_linear_combination;
+  GemmProblem p;
+  p.a = p.b = sku.a;
+  p.epilogue = sku.epilogue;
+  if (props_.arch != GpuArch{9, 0, true}) GTEST_SKIP() << "swap-AB runs on sm_90a; device is " << props_.arch.name();
+  if (detail::swapped_kernel(p) == nullptr)
+    GTEST_SKIP() << "no swapped e4m3 decode kernel in this build: " << detail::swapped_sku(p).to_string();
+  std::mt19937_64 rng(20261128);
+  for (const Case& cs : {Case{1, 8, 64, 1, 0, 1.0f, 0.0f, true}, Case{7, 136, 208, 1, 0, 1.0f, 0.0f, true},
+                         Case{16, 2048, 1024, 1, 1, 0.5f, -0.75f, true}, Case{17, 264, 512, 1, 2, 1.0f, 1.0f, true},
+                         Case{32, 520, 4096, 1, 0, 1.0f, 0.0f, true}, Case{100, 72, 144, 1, 1, 1.0f, 0.0f, true}}) {
+    check_case(sku, cs, rng, 0, 2);
+    if (HasFatalFailure()) return;
+  }
+}
+
 TEST_F(DenseGemmTest, SplitKIsDeterministicCapturableAndChosenForDecode) {
   std::string why;
   const auto sku = split_k_template(props_, DType::bf16, DType::bf16, why);

@@ -392,8 +392,21 @@ TEST(DensePlan, DecodePlanRulesNameTheValue) {
       EXPECT_NE(why.find(rule), std::string::npos) << why;
     }
   }
-  EXPECT_EQ(detail::swap_ab_rule(b_row, kHopper), detail::decode_plan_rule(b_row, kHopper, "swap-AB"));
+  EXPECT_EQ(detail::swap_ab_rule(b_row, kHopper), detail::decode_plan_rule(b_row, kHopper, "swap-AB", true));
   EXPECT_NE(detail::split_k_rule(b_row, kHopper, 2).find("split-K takes layouts"), std::string::npos);
+  // swap-AB also takes e4m3 with per-tensor scales and bf16 out (split-K does not: above).
+  GemmProblem fp8_decode = fp8_problem(), fp8_f16 = fp8_decode, fp8_plain = fp8_decode, fp8_mixed = fp8_decode;
+  fp8_decode.m = 16;
+  fp8_f16.c = fp8_f16.d = DType::f16;
+  fp8_plain.epilogue = GemmEpilogue::linear_combination;
+  fp8_mixed.b = DType::e5m2;
+  EXPECT_EQ(detail::swap_ab_rule(fp8_decode, kHopper), "");
+  for (const auto& [p, rule] : {std::pair{fp8_f16, "writes bf16 C and D from e4m3 inputs, not f16"},
+                                {fp8_plain,
+                                 "applies 'scaled_linear_combination' to e4m3 inputs, not the epilogue "
+                                 "'linear_combination'"},
+                                {fp8_mixed, "takes bf16 or f16 A and B (or e4m3 ones), not A=e4m3 B=e5m2"}})
+    EXPECT_NE(detail::swap_ab_rule(p, kHopper).find(rule), std::string::npos) << detail::swap_ab_rule(p, kHopper);
   GemmProblem f32_out = bf16_problem(16, 2048, 8192), e4m3_out = f32_out;
   f32_out.c = f32_out.d = DType::f32;
   e4m3_out.c = e4m3_out.d = DType::e4m3;
@@ -458,7 +471,10 @@ TEST(DensePlan, SwapAbOptionsAreChecked) {
                  "swap_ab=" + std::to_string(bad) + " must be 0");
   }
   o.swap_ab = 2;
-  expect_error(GemmPlan::make(fp8_problem(), kHopper, o), errc::unsupported, "swap_ab=2: swap-AB takes bf16 or f16");
+  GemmProblem fp8_f32 = fp8_problem();
+  fp8_f32.c = fp8_f32.d = DType::f32;
+  expect_error(GemmPlan::make(fp8_f32, kHopper, o), errc::unsupported,
+               "swap_ab=2: swap-AB writes bf16 C and D from e4m3 inputs, not f32");
   o.sku_override = detail::swapped_sku(bf16_problem(16, 2048, 8192));
   expect_error(GemmPlan::make(bf16_problem(16, 2048, 8192), kHopper, o), errc::invalid_argument,
                "a swapped plan runs its own kernel");
@@ -486,6 +502,40 @@ TEST(DensePlan, SwappedProblemTradesTheOperands) {
   EXPECT_EQ(detail::swapped_sku(bf16_problem(17, 2048, 8192)).tile, (Shape3{64, 32, 128}));
   EXPECT_EQ(detail::split_k_slice_sku(p, true).tile, (Shape3{64, 16, 64}));  // slices are whole 64-deep steps
   EXPECT_EQ(detail::split_k_slice_sku(p, true).d, DType::f32);
+  // e4m3: the per-tensor scales trade places with their operands; the fp8 kernel, twice as deep.
+  o.scale_a = static_cast<const float*>(fake(0x300));
+  o.scale_b = static_cast<const float*>(fake(0x400));
+  const GemmOperands scaled = detail::swapped_operands(o);
+  EXPECT_EQ(std::pair(scaled.scale_a, scaled.scale_b), std::pair(o.scale_b, o.scale_a));
+  GemmProblem fp8 = fp8_problem();
+  fp8.m = 16;
+  const GemmSku fp8_sku = detail::swapped_sku(fp8);
+  EXPECT_EQ(fp8_sku.tile, (Shape3{64, 16, 256}));
+  EXPECT_EQ(fp8_sku.schedule, GemmSchedule::pingpong_fp8_fast_accum);
+  EXPECT_EQ(std::tuple(fp8_sku.a, fp8_sku.d, fp8_sku.layout_c, fp8_sku.epilogue),
+            std::tuple(DType::e4m3, DType::bf16, MatrixLayout::col, fp8.epilogue));
+}
+
+// In a build with the swapped e4m3 kernel: e4m3 decode rows run swapped, never split.
+TEST(DensePlan, Fp8DecodePlansSwapUnsplit) {
+  GemmProblem p = fp8_problem();
+  p.m = 16;
+  p.n = p.k = 8192;
+  if (find_in_catalog(detail::swapped_sku(p)) == nullptr) GTEST_SKIP() << "no swapped e4m3 decode kernel in this build";
+  for (const auto& [m, n, k] : {std::tuple{16, 8192, 8192}, {1, 4096, 4096}, {8, 1024, 8192}}) {
+    p.m = m;
+    p.n = n;
+    p.k = k;
+    CUACTOR_ASSERT_OK_AND_ASSIGN(plan, GemmPlan::make(p, kHopper));
+    EXPECT_TRUE(plan.swap_ab()) << m << "x" << n << "x" << k;
+    EXPECT_EQ(plan.split_k(), 1) << m << "x" << n << "x" << k;
+    EXPECT_EQ(plan.sku(), detail::swapped_sku(p));
+  }
+  GemmPlanOptions never;
+  never.swap_ab = 1;
+  CUACTOR_ASSERT_OK_AND_ASSIGN(unswapped, GemmPlan::make(p, kHopper, never));
+  EXPECT_FALSE(unswapped.swap_ab());
+  EXPECT_EQ(unswapped.sku().layout_c, MatrixLayout::row);
 }
 
 // In a build with the swapped kernels: decode rows run swapped, split where the grid is very small.

@@ -95,6 +95,9 @@ std::vector<GemmCase> gemm_cases(bool quick) {
                                        {"bf16 TN dec-m32", 32, 4096, 14336},
                                        {"bf16 TN dec-m64", 64, 2048, 8192}})
     cases.push_back(make(label, DType::bf16, DType::bf16, MatrixLayout::col, m, n, k, true));
+  // e4m3 weights in the decode class beyond the square row: one token, and a wide down projection.
+  cases.push_back(make("e4m3 TN dec-m1", DType::e4m3, DType::bf16, MatrixLayout::col, 1, 4096, 4096, true));
+  cases.push_back(make("e4m3 TN dec-m32", DType::e4m3, DType::bf16, MatrixLayout::col, 32, 4096, 14336, true));
   if (!quick)
     cases.push_back(make("bf16 TN llm-70b", DType::bf16, DType::bf16, MatrixLayout::col, 8192, 28672, 8192, false));
   return cases;

@@ -109,11 +109,12 @@ struct GemmPlanOptions {
   /// where the problem cannot be). A split plan runs its kernel (float32 output) over the slices into
   /// its workspace, then a reduction that adds them in order (deterministic) and applies alpha, beta, C.
   int split_k = 0;
-  /// Swap-AB: 0 = the plan decides (16-bit decode problems of up to 32 rows, and up to 64 on grids of
-  /// few tiles where it does not split them unswapped), 1 = never, 2 = always (`unsupported` naming the
-  /// rule where the problem cannot). A swapped plan computes D^T = B^T A^T: its kernel's 64-row tile
-  /// runs over the problem's N and a 16- or 32-column tile over its few rows, so that shared memory
-  /// holds weights rather than the padding of a 64-row tile of A. Combines with split_k.
+  /// Swap-AB: 0 = the plan decides (decode problems of up to 32 rows, 16-bit or e4m3 with per-tensor
+  /// scales, and up to 64 on grids of few tiles where it does not split them unswapped), 1 = never, 2 =
+  /// always (`unsupported` naming the rule where the problem cannot). A swapped plan computes D^T =
+  /// B^T A^T: its kernel's 64-row tile runs over the problem's N and a 16- or 32-column tile over its
+  /// few rows, so that shared memory holds weights rather than the padding of a 64-row tile of A.
+  /// Combines with split_k (16-bit problems).
   int swap_ab = 0;
   /// sm_90a kernels launch as programmatic dependents of the stream's previous kernel: their CTAs
   /// become resident and run their prologue (barrier set-up, descriptor prefetch) while that kernel
@@ -133,10 +134,10 @@ struct GemmPlanOptions {
 
 /// The revision of GemmPlan::make's choices, raised whenever they change (2: swap-AB decode plans; 3:
 /// decode splits of up to 64 rows, the reduction a programmatic dependent launch; 4: pingpong 128x128
-/// tiles for large 16-bit problems, swizzled along N). A tuned choice beat
+/// tiles for large 16-bit problems, swizzled along N; 5: e4m3 decode swapped). A tuned choice beat
 /// the heuristic of one revision; against a later one it may lose, so the tuning database serves it
 /// only to plans of the revision it was measured against.
-inline constexpr int kDenseHeuristicRevision = 4;
+inline constexpr int kDenseHeuristicRevision = 5;
 
 /// Where a plan's kernel choice came from ([K9]).
 enum class PlanSource {
