@@ -203,7 +203,7 @@ cuactor_gemm_instance(${dense90} TYPES e4m3 e4m3 bf16 bf16 f32 LAYOUTS row col r
                       SCHEDULE cooperative_fp8_fast_accum EPILOGUE scaled_linear_combination)
 cuactor_gemm_instance(${dense90} TYPES e4m3 e4m3 bf16 bf16 f32 LAYOUTS row col row TILE 64 128 128 CLUSTER 1 1 1
                       SCHEDULE pingpong_fp8_fast_accum EPILOGUE scaled_linear_combination SAMPLE)
-# e4m3 decode of up to 32 rows, swapped like the 16-bit ones above: 64 rows of the weight over N, 16 or 32
+# e4m3 decode of up to 32 rows (64 on grids of few tiles), swapped like the 16-bit ones above: 64 rows of the weight over N, 16 or 32
 # columns over the rows, bf16 D read column-major, 256 deep (the bytes of their 128-deep tile). Unswapped,
 # 16 rows over N = 8192 ran on 64 CTAs of the 64x128 tile at 0.80x cuBLASLt (H200).
 foreach(tn 16 32)

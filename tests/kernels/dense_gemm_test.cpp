@@ -346,9 +346,9 @@ TEST_F(DenseGemmTest, SwapAbMatchesFp64Reference) {
 }
 
 TEST_F(DenseGemmTest, Fp8SwapAbMatchesFp64Reference) {
-  // e4m3 decode rows with per-tensor scales, computed as D^T = B^T A^T (the plan's choice up to 32 rows,
-  // forced past them): 16- and 32-column tiles with tails, K tails of the 256-deep tile, padding, alpha
-  // and beta with C.
+  // e4m3 decode rows with per-tensor scales, computed as D^T = B^T A^T (forced here; which rows the plan
+  // swaps on its own, the CPU tests check): 16- and 32-column tiles with tails, K tails of the 256-deep
+  // tile, padding, alpha and beta with C.
   GemmSku sku;
   sku.a = sku.b = DType::e4m3;
   sku.c = sku.d = DType::bf16;

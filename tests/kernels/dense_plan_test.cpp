@@ -531,6 +531,13 @@ TEST(DensePlan, Fp8DecodePlansSwapUnsplit) {
     EXPECT_EQ(plan.split_k(), 1) << m << "x" << n << "x" << k;
     EXPECT_EQ(plan.sku(), detail::swapped_sku(p));
   }
+  GemmProblem wider = p;  // 17-32 rows: the 32-column tile, where the build has it
+  wider.m = 24;
+  if (find_in_catalog(detail::swapped_sku(wider)) != nullptr) {
+    CUACTOR_ASSERT_OK_AND_ASSIGN(plan, GemmPlan::make(wider, kHopper));
+    EXPECT_TRUE(plan.swap_ab());
+    EXPECT_EQ(plan.sku().tile, (Shape3{64, 32, 256}));
+  }
   GemmPlanOptions never;
   never.swap_ab = 1;
   CUACTOR_ASSERT_OK_AND_ASSIGN(unswapped, GemmPlan::make(p, kHopper, never));
