@@ -163,7 +163,7 @@ case $case in
     run "$cli" tune gemm
     expect_failure; expect_in err "nothing to tune"
     run "$cli" tune gemm --shape 16x8192
-    expect_failure; expect_in err "shape '16 8192' is not MxNxK"
+    expect_failure; expect_in err "shape '16x8192' is not MxNxK"
     run "$cli" tune gemm --shape 0x8x8
     expect_failure; expect_in err "three positive integers"
     run "$cli" tune gemm --shape 16x64x64 --dtype e4m3
@@ -183,6 +183,12 @@ case $case in
     expect_failure; expect_in err "tolerance"
     run "$cli" bench gemm --rounds 0
     expect_failure; expect_in err "rounds=0 >= 1"
+    for bad in 16x64 16x0x64 16x64x64x2 axbxc; do
+      run "$cli" bench gemm --shape "$bad"
+      expect_failure; expect_in err "shape '$bad' is not MxNxK (or M N K) with three positive integers"
+    done
+    run "$cli" bench gemm --shape 16x64x64 --dtype f32
+    expect_failure; expect_in err "--dtype 'f32' is not bf16, f16 or e4m3"
     run "$cli" bench grouped --reps 0
     expect_failure; expect_in err "reps=0 >= 1"
     run "$cli" bench grouped --rounds 0

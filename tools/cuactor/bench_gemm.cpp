@@ -43,10 +43,14 @@ struct GemmBenchOptions {
   int rounds = 3;   ///< Interleaved rounds (cuactor, cuBLAS, cuactor, ...).
   int warmup = 10;  ///< Untimed launches per side first.
   bool quick = false;
-  int max_swizzle = 0;   ///< sm_90a tile swizzle (0 with raster 0: the plan's default).
-  int raster_order = 0;  ///< sm_90a raster order (0 heuristic, 1 along M, 2 along N).
-  std::string only;      ///< Run only cases whose label contains this text.
-  std::string db;        ///< Tuning database file (empty: the default under the cache root).
+  int max_swizzle = 0;              ///< sm_90a tile swizzle (0 with raster 0: the plan's default).
+  int raster_order = 0;             ///< sm_90a raster order (0 heuristic, 1 along M, 2 along N).
+  std::string only;                 ///< Run only cases whose label contains this text.
+  std::string db;                   ///< Tuning database file (empty: the default under the cache root).
+  std::vector<std::string> shapes;  ///< "MxNxK": these shapes (A row-major, B as N x K) instead of the list.
+  std::string dtype = "bf16";       ///< A and B of the --shape rows: bf16, f16 or e4m3 (e4m3 writes bf16).
+  int split_k = 0;                  ///< GemmPlanOptions::split_k of every plan (0: the plan decides).
+  int swap_ab = 0;                  ///< GemmPlanOptions::swap_ab of every plan (0: the plan decides).
 };
 
 /// One row of the table.
@@ -56,7 +60,10 @@ struct GemmCase {
   bool decode = false;  ///< The decode class (M <= 64): also report bandwidth over the weight (B) bytes.
 };
 
-std::vector<GemmCase> gemm_cases(bool quick) {
+/// The table's rows: `opt.shapes` where given (rows of at most 64 rows count as decode), else the
+/// built-in list (`opt.quick`: only 4096^3 and the decode shapes).
+Result<std::vector<GemmCase>> gemm_cases(const GemmBenchOptions& opt) {
+  const bool quick = opt.quick;
   auto make = [](std::string label, DType in, DType out, MatrixLayout lb, std::int64_t m, std::int64_t n,
                  std::int64_t k, bool decode) {
     GemmProblem p;
@@ -70,6 +77,19 @@ std::vector<GemmCase> gemm_cases(bool quick) {
     return GemmCase{std::move(label), p, decode};
   };
   std::vector<GemmCase> cases;
+  if (!opt.shapes.empty()) {  // the user's shapes, checked before any device is touched
+    const auto in = parse_dtype(opt.dtype);
+    if (!in || (*in != DType::bf16 && *in != DType::f16 && *in != DType::e4m3))
+      return fail(errc::invalid_argument, fmt::format("--dtype '{}' is not bf16, f16 or e4m3", opt.dtype));
+    for (const auto& text : opt.shapes) {
+      auto v = parse_gemm_shape(text);
+      if (!v) return fail(v.error());
+      const auto [m, n, k] = *v;
+      cases.push_back(make(fmt::format("{} TN {}x{}x{}", opt.dtype, m, n, k), *in,
+                           *in == DType::e4m3 ? DType::bf16 : *in, MatrixLayout::col, m, n, k, m <= 64));
+    }
+    return cases;
+  }
   for (std::int64_t s : quick ? std::vector<std::int64_t>{4096} : std::vector<std::int64_t>{4096, 8192}) {
     cases.push_back(make("bf16 TN", DType::bf16, DType::bf16, MatrixLayout::col, s, s, s, false));
     cases.push_back(make("bf16 NN", DType::bf16, DType::bf16, MatrixLayout::row, s, s, s, false));
@@ -122,6 +142,8 @@ Result<GemmRow> bench_case(const GemmCase& c, const gpu::DeviceProperties& props
   po.sm_count = props.multiprocessors;
   po.max_swizzle = opt.max_swizzle;
   po.raster_order = opt.raster_order;
+  po.split_k = opt.split_k;
+  po.swap_ab = opt.swap_ab;
   auto plan = jit::plan_dense_gemm(p, device, po, &db, gemm_jit);
   if (!plan) return fail(plan.error());
   auto timer = GemmTimer::create(p, props, stream, pool);
@@ -179,6 +201,8 @@ Result<double> copy_bandwidth(const gpu::Stream& stream, const gpu::MemPool& poo
 
 Status run_bench_gemm(const GemmBenchOptions& opt) {
   CUACTOR_TRY(check_timing_options(opt.warmup, opt.rounds, opt.reps));
+  const auto cases = gemm_cases(opt);
+  if (!cases) return fail(cases.error());
   auto dev = BenchDevice::open("cuactor bench gemm needs a CUDA device (none is visible)");
   if (!dev) return fail(dev.error());
   const gpu::DeviceProperties& props = dev->props;
@@ -218,7 +242,7 @@ Status run_bench_gemm(const GemmBenchOptions& opt) {
   int failures = 0;
   std::vector<double> decode_ratios, other_ratios;       // cuBLAS time / cuactor time, per class
   std::vector<double> chain_ratios, programmatic_gains;  // decode chains: over cuBLAS, over plain launches
-  for (const auto& c : gemm_cases(opt.quick)) {
+  for (const auto& c : *cases) {
     if (!opt.only.empty() && c.label.find(opt.only) == std::string::npos) continue;
     auto row = bench_case(c, props, dev->stream, dev->pool, opt, *device, db, gemm_jit.get());
     if (!row) {
@@ -287,6 +311,15 @@ void add_bench_gemm_command(CLI::App& app) {
   cmd->add_option("--raster", opt->raster_order, "sm_90a raster order: 0 heuristic, 1 along M, 2 along N");
   cmd->add_option("--db", opt->db, "Tuning database file (default: <cache root>/tuning.json)");
   cmd->add_option("--only", opt->only, "Run only the cases whose label contains this text (e.g. \"bf16 TN\")");
+  cmd->add_option("--shape", opt->shapes,
+                  "Problem MxNxK, repeatable: these shapes instead of the list (TN: A row-major, B as N x K; M <= 64 "
+                  "counts as decode)");
+  cmd->add_option(
+      "--dtype", opt->dtype,
+      "Element type of A and B of the --shape rows: bf16, f16 or e4m3 (C and D: the same type; bf16 for e4m3)");
+  cmd->add_option("--split-k", opt->split_k,
+                  "Split K into this many slices in every plan (0: the plan decides, 1: never)");
+  cmd->add_option("--swap-ab", opt->swap_ab, "Swap A and B in every plan: 0 the plan decides, 1 never, 2 always");
   cmd->callback([opt] {
     if (auto s = run_bench_gemm(*opt); !s) {
       std::cerr << "cuactor bench gemm: " << s.error().to_string() << "\n";

@@ -50,17 +50,6 @@ struct TuneOptions {
   double tolerance = 2e-2;  ///< Largest relative difference to cuBLAS a candidate may have.
 };
 
-Result<std::array<std::int64_t, 3>> parse_shape(std::string text) {
-  std::replace(text.begin(), text.end(), 'x', ' ');
-  std::istringstream in(text);
-  std::array<std::int64_t, 3> v{};
-  std::string rest;
-  if (!(in >> v[0] >> v[1] >> v[2]) || (in >> rest) || v[0] < 1 || v[1] < 1 || v[2] < 1)
-    return fail(errc::invalid_argument,
-                fmt::format("shape '{}' is not MxNxK (or M N K) with three positive integers", text));
-  return v;
-}
-
 Result<std::vector<kernels::GemmProblem>> problems_of(const TuneOptions& o) {
   const auto dtype = parse_dtype(o.dtype);
   if (!dtype || (*dtype != DType::bf16 && *dtype != DType::f16))
@@ -73,7 +62,7 @@ Result<std::vector<kernels::GemmProblem>> problems_of(const TuneOptions& o) {
   if (texts.empty()) return fail(errc::invalid_argument, "nothing to tune: give --shape MxNxK and/or --from FILE");
   std::vector<kernels::GemmProblem> out;
   for (const auto& t : texts) {
-    auto v = parse_shape(t);
+    auto v = parse_gemm_shape(t);
     if (!v) return fail(v.error());
     kernels::GemmProblem p;
     p.m = (*v)[0];
