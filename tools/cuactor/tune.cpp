@@ -13,6 +13,7 @@
 #include <iostream>
 #include <memory>
 #include <set>
+#include <span>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -76,12 +77,23 @@ Result<std::vector<kernels::GemmProblem>> problems_of(const TuneOptions& o) {
 }
 
 /// The sm_90a configurations swept for a 16-bit problem: data-parallel cooperative and pingpong
-/// tiles, clusters, and stream-K. (The heuristic's own plan, swapped or split-K included, is timed beside them.)
+/// tiles, clusters, and stream-K; for at most 64 columns (a decode GEMM written D^T = B^T A^T, weights
+/// as A), tiles of the columns' width (16, 32 or 64) over 64 to 256 rows, stream-K among them. (The
+/// heuristic's own plan, swapped or split-K included, is timed beside them.)
 std::vector<GemmSku> candidates(const kernels::GemmProblem& p, bool quick) {
   struct Config {
     kernels::Shape3 tile, cluster;
     GemmSchedule schedule;
     bool in_quick;
+  };
+  const int narrow = p.n <= 16 ? 16 : p.n <= 32 ? 32 : 64;
+  const Config narrow_configs[] = {
+      {{64, narrow, 128}, {1, 1, 1}, GemmSchedule::pingpong, true},
+      {{64, narrow, 256}, {1, 1, 1}, GemmSchedule::pingpong, false},
+      {{128, narrow, 128}, {1, 1, 1}, GemmSchedule::cooperative, false},
+      {{128, narrow, 128}, {1, 1, 1}, GemmSchedule::cooperative_streamk, true},
+      {{128, narrow, 64}, {1, 1, 1}, GemmSchedule::cooperative_streamk, false},
+      {{256, narrow, 64}, {1, 1, 1}, GemmSchedule::cooperative_streamk, true},
   };
   const Config configs[] = {
       {{128, 256, 64}, {2, 1, 1}, GemmSchedule::cooperative, true},
@@ -104,7 +116,7 @@ std::vector<GemmSku> candidates(const kernels::GemmProblem& p, bool quick) {
       {{128, 128, 64}, {2, 1, 1}, GemmSchedule::cooperative_streamk, false},
   };
   std::vector<GemmSku> out;
-  for (const Config& c : configs) {
+  for (const Config& c : p.n <= 64 ? std::span<const Config>(narrow_configs) : std::span<const Config>(configs)) {
     if (quick && !c.in_quick) continue;
     GemmSku s = kernels::dense_sku_for(p);
     s.tile = c.tile;
@@ -255,7 +267,7 @@ void add_tune_command(CLI::App& app) {
   cmd->add_option("--from", opt->from, "File of shapes, one MxNxK per line ('#' starts a comment)");
   cmd->add_option("--dtype", opt->dtype, "Element type of A, B, C and D: bf16 or f16");
   cmd->add_option("--layout-b", opt->layout_b, "Layout of B: col (N x K weights, TN) or row (K x N)");
-  add_sweep_options(cmd, *opt, "5 instead of 12");
+  add_sweep_options(cmd, *opt, "5 instead of 16; 3 instead of 6 for at most 64 columns");
   cmd->callback([opt] {
     if (auto s = run_tune_gemm(*opt); !s) {
       std::cerr << "cuactor tune gemm: " << s.error().to_string() << "\n";
