@@ -4,8 +4,8 @@
 # registers its C ABI object in the generated catalog table (catalog_table.cpp).
 #
 # Budget: one sm_90a configuration costs 85-105 s of nvcc on one core of the CI machine (cicc about half,
-# host code the rest) and ~3.3 GB; the whole matrix (111 instances; 122 now) took 90 minutes on its 2 cores. CI has
-# no GPU, so scripts/test compiles there only the 15 entries marked SAMPLE (CUACTOR_CATALOG=sample): a
+# host code the rest) and ~3.3 GB; the whole matrix (111 instances; 126 now) took 90 minutes on its 2 cores. CI has
+# no GPU, so scripts/test compiles there only the 16 entries marked SAMPLE (CUACTOR_CATALOG=sample): a
 # compile check of each instance template, of cuactor's conv kernels, of the cooperative and pingpong
 # mainloops, of fp8, an epilogue tree and the SwiGLU store (not of every tile, f16 twin or grouped fp8);
 # scripts/gpu-check compiles and runs the whole matrix. Mark a new template's or kernel's first entry
@@ -186,9 +186,18 @@ foreach(t bf16 f16)
                           CLUSTER 1 1 1 SCHEDULE pingpong EPILOGUE linear_combination)
   endforeach()
 endforeach()
+# bf16 and fp16 problems of at most 32 columns (GemmPlan's narrow_kernel: router logits, low-rank
+# projections): the swapped decode tiles above with D row-major, 64x16x128 and 64x32x128.
+foreach(t bf16 f16)
+  foreach(tn 16 32)
+    cuactor_sample_if(sample t STREQUAL bf16 AND tn EQUAL 16)
+    cuactor_gemm_instance(${dense90} TYPES ${t} ${t} ${t} ${t} f32 LAYOUTS row col row TILE 64 ${tn} 128
+                          CLUSTER 1 1 1 SCHEDULE pingpong EPILOGUE linear_combination ${sample})
+  endforeach()
+endforeach()
 # bf16 and fp16 pingpong 64x32x64: pointwise convolutions (1x1, unit stride, unpadded fprop) on grids of
 # few tiles over long reductions, which ConvPlan runs as this GEMM (1.03-1.14x its conv kernels there);
-# GemmPlan's heuristic leaves tiles narrower than 64 columns alone.
+# GemmPlan's heuristic leaves this tile alone (its narrow-column plans take the 128-deep ones above).
 cuactor_gemm_instance(${dense90} TYPES bf16 bf16 bf16 bf16 f32 LAYOUTS row col row TILE 64 32 64 CLUSTER 1 1 1
                       SCHEDULE pingpong EPILOGUE linear_combination)
 cuactor_gemm_instance(${dense90} TYPES f16 f16 f16 f16 f32 LAYOUTS row col row TILE 64 32 64 CLUSTER 1 1 1

@@ -393,6 +393,11 @@ const CatalogEntry* swapped_kernel(const GemmProblem& p) {
   return find_in_catalog(swapped_sku(p, kSplitKTileDepth));  // float32 outputs: the split slices' twins
 }
 
+const CatalogEntry* narrow_kernel(const GemmProblem& p, GpuArch arch) {
+  if (p.n > kNarrowMaxColumns || !decode_plan_rule(p, arch, "narrow-column").empty()) return nullptr;
+  return find_in_catalog(decode_pingpong_sku(p, {64, p.n <= 16 ? 16 : 32, kSwapAbTileDepth}));
+}
+
 }  // namespace detail
 
 GemmSku dense_sku_for(const GemmProblem& p) {
@@ -520,6 +525,8 @@ Result<GemmPlan> GemmPlan::make(const GemmProblem& problem, GpuArch device_arch,
       return finish(problem, device_arch, e->sku, *e->instance, nullptr, PlanSource::heuristic, options, unswapped,
                     false);
   }
+  if (!swap)
+    if (const CatalogEntry* e = detail::narrow_kernel(problem, device_arch)) kernel = e;
   if (kernel == nullptr)  // neither the heuristic's candidates nor a decode kernel computes it
     return fail(errc::unsupported,
                 fmt::format("no dense GEMM kernel in this build's catalog computes {} on {} (CUACTOR_KERNEL_ARCHS "

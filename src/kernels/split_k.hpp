@@ -104,6 +104,19 @@ GemmSku swapped_sku(const GemmProblem& p, int depth = 0);
 /// only those, the split slices' kernels); null when the catalog has neither.
 const CatalogEntry* swapped_kernel(const GemmProblem& p);
 
+/// The most columns (N) a narrow-column plan takes: a router's logits (N = experts), a low-rank
+/// projection (N = rank), a decode GEMM written with the weights as A.
+inline constexpr std::int64_t kNarrowMaxColumns = 32;
+/// The catalog's kernel for a 16-bit `p` of at most kNarrowMaxColumns columns that GemmPlan runs
+/// unswapped and unsplit: pingpong, 64 rows, 16 columns (32 past 16), kSwapAbTileDepth deep, layouts
+/// row,col,row (the swapped kernel's tile, D row-major); null where `p` breaks decode_plan_rule's rules
+/// on `arch` (16-bit only), has more columns, or the catalog lacks the kernel. Such a GEMM streams A
+/// once whatever its tile; the 64-column tiles of the heuristic pad B to 64 rows per stage and ran
+/// 0.65x the narrow tile's speed or less: H200, 8 shapes of 8 and 16 columns over 1024-8192 rows and K
+/// 4096-14336 (`cuactor tune gemm`, same run), 64x16x128 ran 1.29-2.43x the heuristic's 64x64x64 or
+/// 64x128x128, 0.80-1.12x cuBLAS; 128-row cooperative and stream-K 16-column tiles ran 0.42-0.89x
+/// cuBLAS there.
+const CatalogEntry* narrow_kernel(const GemmProblem& p, GpuArch arch);
 /// D[i, j] = alpha * (P[0, i, j] + ... + P[splits - 1, i, j]) + beta * C[i, j] for an m x n problem: P
 /// holds the float32 partial products of the K slices, `splits` packed m x n row-major matrices; C and
 /// D are row-major with leading dimensions ldc and ldd, of `dtype` (bf16, f16 or f32); C is read only

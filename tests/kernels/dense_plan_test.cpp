@@ -545,6 +545,52 @@ TEST(DensePlan, Fp8DecodePlansSwapUnsplit) {
   EXPECT_EQ(unswapped.sku().layout_c, MatrixLayout::row);
 }
 
+// 16-bit problems of at most 32 columns (router logits, low-rank projections) run the 16- or
+// 32-column tile, unswapped and unsplit, where the build has it; wider ones, other types and layouts,
+// and decode rows (swapped) do not.
+TEST(DensePlan, NarrowColumnPlansTakeTheNarrowTile) {
+  const GemmProblem router = bf16_problem(4096, 8, 4096);
+  const CatalogEntry* sixteen = detail::narrow_kernel(router, kHopper);
+  if (sixteen == nullptr) GTEST_SKIP() << "no 16-column kernel in this build";
+  EXPECT_EQ(sixteen->sku.tile, (Shape3{64, 16, 128}));
+  EXPECT_EQ(sixteen->sku.layout_c, MatrixLayout::row);
+  EXPECT_EQ(sixteen->sku.schedule, GemmSchedule::pingpong);
+  GemmProblem f16 = bf16_problem(65536, 16, 2048);
+  f16.a = f16.b = f16.c = f16.d = DType::f16;
+  for (const GemmProblem& p : {router, bf16_problem(8192, 16, 8192), bf16_problem(100, 8, 72), f16}) {
+    if (detail::narrow_kernel(p, kHopper) == nullptr) continue;  // f16 twin not in a sample build
+    CUACTOR_ASSERT_OK_AND_ASSIGN(plan, GemmPlan::make(p, kHopper));
+    EXPECT_EQ(plan.sku().tile, (Shape3{64, 16, 128})) << p.m << "x" << p.n << "x" << p.k;
+    EXPECT_FALSE(plan.swap_ab());
+    EXPECT_EQ(plan.split_k(), 1);
+    EXPECT_EQ(plan.source(), PlanSource::heuristic);
+  }
+  if (const CatalogEntry* wider = detail::narrow_kernel(bf16_problem(4096, 24, 4096), kHopper)) {
+    EXPECT_EQ(wider->sku.tile, (Shape3{64, 32, 128}));
+    CUACTOR_ASSERT_OK_AND_ASSIGN(plan, GemmPlan::make(bf16_problem(4096, 32, 4096), kHopper));
+    EXPECT_EQ(plan.sku().tile, (Shape3{64, 32, 128}));
+  }
+  GemmProblem b_row = router, f32_out = router, fp8 = fp8_problem();
+  b_row.layout_b = MatrixLayout::row;
+  f32_out.c = f32_out.d = DType::f32;
+  fp8.n = 16;
+  for (const GemmProblem& p : {bf16_problem(4096, 40, 4096), b_row, f32_out, fp8})
+    EXPECT_EQ(detail::narrow_kernel(p, kHopper), nullptr) << p.n << " columns, " << name(p.b) << " " << name(p.d);
+  EXPECT_EQ(detail::narrow_kernel(router, kAmpere), nullptr);
+  CUACTOR_ASSERT_OK_AND_ASSIGN(wide, GemmPlan::make(bf16_problem(4096, 40, 4096), kHopper));
+  EXPECT_GE(wide.sku().tile.n, 64);
+  // An override still runs as given.
+  GemmPlanOptions given;
+  given.sku_override = wide.sku();
+  CUACTOR_ASSERT_OK_AND_ASSIGN(overridden, GemmPlan::make(router, kHopper, given));
+  EXPECT_EQ(overridden.sku(), wide.sku());
+  // Decode rows of few columns still run swapped where the swapped kernel is compiled.
+  if (find_in_catalog(detail::swapped_sku(bf16_problem(16, 16, 4096))) != nullptr) {
+    CUACTOR_ASSERT_OK_AND_ASSIGN(decode, GemmPlan::make(bf16_problem(16, 16, 4096), kHopper));
+    EXPECT_TRUE(decode.swap_ab());
+  }
+}
+
 // In a build with the swapped kernels: decode rows run swapped, split where the grid is very small.
 TEST(DensePlan, DecodePlansSwapAndSplit) {
   const GemmProblem narrow = bf16_problem(16, 2048, 8192), tiny = bf16_problem(24, 1024, 11264);

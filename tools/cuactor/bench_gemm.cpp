@@ -58,10 +58,11 @@ struct GemmCase {
   std::string label;
   GemmProblem problem;
   bool decode = false;  ///< The decode class (M <= 64): also report bandwidth over the weight (B) bytes.
+  bool narrow = false;  ///< The narrow class (N <= 32, M > 64): router logits, low-rank projections.
 };
 
-/// The table's rows: `opt.shapes` where given (rows of at most 64 rows count as decode), else the
-/// built-in list (`opt.quick`: only 4096^3 and the decode shapes).
+/// The table's rows: `opt.shapes` where given (at most 64 rows count as decode, else at most 32 columns
+/// as narrow), else the built-in list (`opt.quick`: only 4096^3 and the decode shapes).
 Result<std::vector<GemmCase>> gemm_cases(const GemmBenchOptions& opt) {
   const bool quick = opt.quick;
   auto make = [](std::string label, DType in, DType out, MatrixLayout lb, std::int64_t m, std::int64_t n,
@@ -74,7 +75,7 @@ Result<std::vector<GemmCase>> gemm_cases(const GemmBenchOptions& opt) {
     p.c = p.d = out;
     p.layout_b = lb;
     if (in == DType::e4m3) p.epilogue = GemmEpilogue::scaled_linear_combination;
-    return GemmCase{std::move(label), p, decode};
+    return GemmCase{std::move(label), p, decode, !decode && n <= 32};
   };
   std::vector<GemmCase> cases;
   if (!opt.shapes.empty()) {  // the user's shapes, checked before any device is touched
@@ -115,6 +116,13 @@ Result<std::vector<GemmCase>> gemm_cases(const GemmBenchOptions& opt) {
                                        {"bf16 TN dec-m32", 32, 4096, 14336},
                                        {"bf16 TN dec-m64", 64, 2048, 8192}})
     cases.push_back(make(label, DType::bf16, DType::bf16, MatrixLayout::col, m, n, k, true));
+  // The narrow class: many rows over at most 32 columns (a router's logits over 8 experts, low-rank
+  // projections of rank 16 and 32), memory-bound on A.
+  if (!quick)
+    for (const auto& [label, m, n, k] : {std::tuple{"bf16 TN router", 8192, 8, 4096},
+                                         {"bf16 TN lora-r16", 4096, 16, 4096},
+                                         {"bf16 TN lora-r32", 2048, 32, 8192}})
+      cases.push_back(make(label, DType::bf16, DType::bf16, MatrixLayout::col, m, n, k, false));
   // e4m3 weights in the decode class beyond the square row: one token, and a wide down projection.
   cases.push_back(make("e4m3 TN dec-m1", DType::e4m3, DType::bf16, MatrixLayout::col, 1, 4096, 4096, true));
   cases.push_back(make("e4m3 TN dec-m32", DType::e4m3, DType::bf16, MatrixLayout::col, 32, 4096, 14336, true));
@@ -240,8 +248,8 @@ Status run_bench_gemm(const GemmBenchOptions& opt) {
                            "K", "cuactor", "cuBLAS", "ratio", "rel.diff", "plan", "cuactor kernel", "anchor");
   std::cout << fmt::format("{:<17} {:>5} {:>5} {:>5}  {:>9} {:>9} {:>7}\n", "", "", "", "", "TFLOP/s", "TFLOP/s", "");
   int failures = 0;
-  std::vector<double> decode_ratios, other_ratios;       // cuBLAS time / cuactor time, per class
-  std::vector<double> chain_ratios, programmatic_gains;  // decode chains: over cuBLAS, over plain launches
+  std::vector<double> decode_ratios, narrow_ratios, other_ratios;  // cuBLAS time / cuactor time, per class
+  std::vector<double> chain_ratios, programmatic_gains;            // decode chains: over cuBLAS, over plain launches
   for (const auto& c : *cases) {
     if (!opt.only.empty() && c.label.find(opt.only) == std::string::npos) continue;
     auto row = bench_case(c, props, dev->stream, dev->pool, opt, *device, db, gemm_jit.get());
@@ -269,7 +277,7 @@ Status run_bench_gemm(const GemmBenchOptions& opt) {
     std::cout << fmt::format("{:<17} {:>5} {:>5} {:>5}  {:>9.1f} {:>9.1f} {:>6.3f}x  {:>8.1e}  {:<9} {:<40} {}\n",
                              row->label, c.problem.m, c.problem.n, c.problem.k, ours_tf, anchor_tf,
                              row->anchor_ms / row->ours_ms, row->difference, row->source, row->sku, extra);
-    (c.decode ? decode_ratios : other_ratios).push_back(row->anchor_ms / row->ours_ms);
+    (c.decode ? decode_ratios : c.narrow ? narrow_ratios : other_ratios).push_back(row->anchor_ms / row->ours_ms);
   }
   // The targets are geometric means over a class of shapes.
   const auto summary = [](const std::string& name, const std::vector<double>& ratios, const char* over) {
@@ -281,6 +289,7 @@ Status run_bench_gemm(const GemmBenchOptions& opt) {
                              *std::min_element(ratios.begin(), ratios.end()));
   };
   summary("decode (M <= 64)", decode_ratios, "cuBLAS");
+  summary("narrow (N <= 32)", narrow_ratios, "cuBLAS");
   summary("the other rows", other_ratios, "cuBLAS");
   summary(fmt::format("decode chains of {} GEMMs", kDecodeChain), chain_ratios, "cuBLAS");
   summary("decode chains, programmatic launches", programmatic_gains, "plain launches");
@@ -313,7 +322,7 @@ void add_bench_gemm_command(CLI::App& app) {
   cmd->add_option("--only", opt->only, "Run only the cases whose label contains this text (e.g. \"bf16 TN\")");
   cmd->add_option("--shape", opt->shapes,
                   "Problem MxNxK, repeatable: these shapes instead of the list (TN: A row-major, B as N x K; M <= 64 "
-                  "counts as decode)");
+                  "counts as decode, else N <= 32 as narrow)");
   cmd->add_option(
       "--dtype", opt->dtype,
       "Element type of A and B of the --shape rows: bf16, f16 or e4m3 (C and D: the same type; bf16 for e4m3)");

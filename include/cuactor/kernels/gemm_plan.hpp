@@ -134,10 +134,11 @@ struct GemmPlanOptions {
 
 /// The revision of GemmPlan::make's choices, raised whenever they change (2: swap-AB decode plans; 3:
 /// decode splits of up to 64 rows, the reduction a programmatic dependent launch; 4: pingpong 128x128
-/// tiles for large 16-bit problems, swizzled along N; 5: e4m3 decode swapped). A tuned choice beat
-/// the heuristic of one revision; against a later one it may lose, so the tuning database serves it
-/// only to plans of the revision it was measured against.
-inline constexpr int kDenseHeuristicRevision = 5;
+/// tiles for large 16-bit problems, swizzled along N; 5: e4m3 decode swapped; 6: 16-bit problems of at
+/// most 32 columns on 16- or 32-column tiles). A tuned choice beat the heuristic of one revision;
+/// against a later one it may lose, so the tuning database serves it only to plans of the revision it
+/// was measured against.
+inline constexpr int kDenseHeuristicRevision = 6;
 
 /// Where a plan's kernel choice came from ([K9]).
 enum class PlanSource {
@@ -152,8 +153,10 @@ std::string_view name(PlanSource s) noexcept;
 /// cheap to copy, so it can be cached by (problem, arch, options).
 class GemmPlan {
  public:
-  /// Chooses a catalog kernel for `problem` on a device whose best target is `device_arch`.
-  /// `invalid_argument` for malformed problems (negative sizes, fp8 without scaled epilogue, an
+  /// Chooses a catalog kernel for `problem` on a device whose best target is `device_arch`: the
+  /// heuristic's tile by estimated cost; for decode rows (M <= 64) the swapped kernel and split-K
+  /// where GemmPlanOptions and the shape call for them; for 16-bit problems of at most 32 columns a
+  /// 16- or 32-column tile. `invalid_argument` for malformed problems (negative sizes, fp8 without scaled epilogue, an
   /// override that computes something else), `unsupported` for dtype x arch combinations no kernel
   /// can serve (fp8 below sm_89, fp4 below sm_100, an sm_90a kernel on another GPU, a SKU not
   /// compiled in), each message naming the values and the rule.
