@@ -51,6 +51,7 @@ struct GemmBenchOptions {
   std::string dtype = "bf16";       ///< A and B of the --shape rows: bf16, f16 or e4m3 (e4m3 writes bf16).
   int split_k = 0;                  ///< GemmPlanOptions::split_k of every plan (0: the plan decides).
   int swap_ab = 0;                  ///< GemmPlanOptions::swap_ab of every plan (0: the plan decides).
+  std::string sku;                  ///< GemmPlanOptions::sku_override of every plan (empty: none).
 };
 
 /// One row of the table.
@@ -77,6 +78,13 @@ Result<std::vector<GemmCase>> gemm_cases(const GemmBenchOptions& opt) {
     if (in == DType::e4m3) p.epilogue = GemmEpilogue::scaled_linear_combination;
     return GemmCase{std::move(label), p, decode, !decode && n <= 32};
   };
+  // Forced plan options are checked before any device is touched (each row's plan checks the rest).
+  if (opt.split_k < 0 || opt.swap_ab < 0 || opt.swap_ab > 2)
+    return fail(errc::invalid_argument,
+                fmt::format("--split-k={} must be >= 0 and --swap-ab={} 0 (the plan decides), 1 (never) or 2 (always)",
+                            opt.split_k, opt.swap_ab));
+  if (!opt.sku.empty())
+    if (auto sku = kernels::GemmSku::parse(opt.sku); !sku) return fail(sku.error());
   std::vector<GemmCase> cases;
   if (!opt.shapes.empty()) {  // the user's shapes, checked before any device is touched
     const auto in = parse_dtype(opt.dtype);
@@ -86,8 +94,8 @@ Result<std::vector<GemmCase>> gemm_cases(const GemmBenchOptions& opt) {
       auto v = parse_gemm_shape(text);
       if (!v) return fail(v.error());
       const auto [m, n, k] = *v;
-      cases.push_back(make(fmt::format("{} TN {}x{}x{}", opt.dtype, m, n, k), *in,
-                           *in == DType::e4m3 ? DType::bf16 : *in, MatrixLayout::col, m, n, k, m <= 64));
+      cases.push_back(make(fmt::format("{} TN", opt.dtype), *in, *in == DType::e4m3 ? DType::bf16 : *in,
+                           MatrixLayout::col, m, n, k, m <= 64));
     }
     return cases;
   }
@@ -152,6 +160,7 @@ Result<GemmRow> bench_case(const GemmCase& c, const gpu::DeviceProperties& props
   po.raster_order = opt.raster_order;
   po.split_k = opt.split_k;
   po.swap_ab = opt.swap_ab;
+  if (!opt.sku.empty()) po.sku_override = kernels::GemmSku::parse(opt.sku).value();  // checked by gemm_cases
   auto plan = jit::plan_dense_gemm(p, device, po, &db, gemm_jit);
   if (!plan) return fail(plan.error());
   auto timer = GemmTimer::create(p, props, stream, pool);
@@ -320,15 +329,20 @@ void add_bench_gemm_command(CLI::App& app) {
   cmd->add_option("--raster", opt->raster_order, "sm_90a raster order: 0 heuristic, 1 along M, 2 along N");
   cmd->add_option("--db", opt->db, "Tuning database file (default: <cache root>/tuning.json)");
   cmd->add_option("--only", opt->only, "Run only the cases whose label contains this text (e.g. \"bf16 TN\")");
-  cmd->add_option("--shape", opt->shapes,
-                  "Problem MxNxK, repeatable: these shapes instead of the list (TN: A row-major, B as N x K; M <= 64 "
-                  "counts as decode, else N <= 32 as narrow)");
+  auto* shapes = cmd->add_option(
+      "--shape", opt->shapes,
+      "Problem MxNxK, repeatable: these shapes instead of the list (TN: A row-major, B as N x K; M <= 64 "
+      "counts as decode, else N <= 32 as narrow)");
   cmd->add_option(
-      "--dtype", opt->dtype,
-      "Element type of A and B of the --shape rows: bf16, f16 or e4m3 (C and D: the same type; bf16 for e4m3)");
+         "--dtype", opt->dtype,
+         "Element type of A and B of the --shape rows: bf16, f16 or e4m3 (C and D: the same type; bf16 for e4m3)")
+      ->needs(shapes);
   cmd->add_option("--split-k", opt->split_k,
                   "Split K into this many slices in every plan (0: the plan decides, 1: never)");
   cmd->add_option("--swap-ab", opt->swap_ab, "Swap A and B in every plan: 0 the plan decides, 1 never, 2 always");
+  cmd->add_option("--sku", opt->sku,
+                  "Run this catalog kernel in every plan (GemmPlanOptions::sku_override; rows it does not compute "
+                  "report an error)");
   cmd->callback([opt] {
     if (auto s = run_bench_gemm(*opt); !s) {
       std::cerr << "cuactor bench gemm: " << s.error().to_string() << "\n";
