@@ -87,8 +87,9 @@ int small_m_tile_k(const GemmProblem& p, int sm_count) {
 /// Kernels the heuristic compares: not stream-K (see estimated_cost); 64-column tiles only on grids
 /// of few 64x128 tiles, where twice the CTAs stream B (H100, weights of 117-136 MB read cold, 1-128
 /// rows: 1.00-1.30x the 64x128 tile, 1.13x in the geometric mean of 21 shapes; on a grid of 96 tiles
-/// of 64x128 they lost, 0.81x); no narrower tile. Those serve pointwise convolutions (ConvPlan), where
-/// they were measured; the cost above was never fitted to them.
+/// of 64x128 they lost, 0.81x); no narrower tile: the cost above was never fitted to them. Narrower
+/// ones serve pointwise convolutions (ConvPlan) and problems of at most 32 columns
+/// (detail::narrow_kernel, which GemmPlan::make takes after this comparison).
 bool heuristic_candidate(const GemmSku& s, const GemmProblem& p, int sm_count) {
   if (is_stream_k(s.schedule) || s.tile.n < 64) return false;
   return s.tile.n > 64 || few_small_m_tiles(p, sm_count);
@@ -394,7 +395,7 @@ const CatalogEntry* swapped_kernel(const GemmProblem& p) {
 }
 
 const CatalogEntry* narrow_kernel(const GemmProblem& p, GpuArch arch) {
-  if (p.n > kNarrowMaxColumns || !decode_plan_rule(p, arch, "narrow-column").empty()) return nullptr;
+  if (p.n > kNarrowMaxColumns || p.d != p.a || !decode_plan_rule(p, arch, "narrow-column").empty()) return nullptr;
   return find_in_catalog(decode_pingpong_sku(p, {64, p.n <= 16 ? 16 : 32, kSwapAbTileDepth}));
 }
 
@@ -487,7 +488,7 @@ Result<GemmPlan> GemmPlan::make(const GemmProblem& problem, GpuArch device_arch,
     return finish(problem, device_arch, chosen->sku, *chosen->instance, nullptr, PlanSource::overridden, options);
   // Decode shapes: the swapped kernel (a narrow tile over the few rows) and split-K, where asked, or
   // where the shape calls for them and the problem and the catalog allow them (rules checked above
-  // for forced ones).
+  // for forced ones); then, for plans neither swapped nor split, the narrow-column tile.
   const CatalogEntry* kernel = chosen;
   bool swap = false;
   if (options.swap_ab == 2 || (options.swap_ab == 0 && detail::swap_ab_for(problem, sm_count) &&

@@ -110,12 +110,14 @@ inline constexpr std::int64_t kNarrowMaxColumns = 32;
 /// The catalog's kernel for a 16-bit `p` of at most kNarrowMaxColumns columns that GemmPlan runs
 /// unswapped and unsplit: pingpong, 64 rows, 16 columns (32 past 16), kSwapAbTileDepth deep, layouts
 /// row,col,row (the swapped kernel's tile, D row-major); null where `p` breaks decode_plan_rule's rules
-/// on `arch` (16-bit only), has more columns, or the catalog lacks the kernel. Such a GEMM streams A
-/// once whatever its tile; the 64-column tiles of the heuristic pad B to 64 rows per stage and ran
-/// 0.65x the narrow tile's speed or less: H200, 8 shapes of 8 and 16 columns over 1024-8192 rows and K
-/// 4096-14336 (`cuactor tune gemm`, same run), 64x16x128 ran 1.29-2.43x the heuristic's 64x64x64 or
-/// 64x128x128, 0.80-1.12x cuBLAS; 128-row cooperative and stream-K 16-column tiles ran 0.42-0.89x
-/// cuBLAS there.
+/// on `arch`, writes D of another type than A (16-bit only), has more columns, or the catalog lacks
+/// the kernel. Such a GEMM streams A once whatever its tile; the heuristic's 64-column tiles pad B to
+/// 64 rows per stage. H200, same runs: on 8 shapes of 8 and 16 columns over 1024-8192 rows and K
+/// 4096-14336 (`cuactor tune gemm`), 64x16x128 ran 1.29-2.43x the heuristic's 64x64x64 or 64x128x128,
+/// 0.80-1.12x cuBLAS, while 128-row cooperative and stream-K 16-column tiles ran 0.42-0.89x cuBLAS;
+/// on 5 bf16 shapes of 24 and 32 columns (`cuactor bench gemm --sku`), 64x32x128 ran 1.15-1.37x the
+/// 64x64x64 tile and about twice the 64x128x128 one; in f16 (8, 16 and 32 columns), 1.26-1.41x the
+/// 64x64x64 tile.
 const CatalogEntry* narrow_kernel(const GemmProblem& p, GpuArch arch);
 /// D[i, j] = alpha * (P[0, i, j] + ... + P[splits - 1, i, j]) + beta * C[i, j] for an m x n problem: P
 /// holds the float32 partial products of the K slices, `splits` packed m x n row-major matrices; C and

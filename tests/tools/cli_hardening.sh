@@ -189,6 +189,14 @@ case $case in
     done
     run "$cli" bench gemm --shape 16x64x64 --dtype f32
     expect_failure; expect_in err "--dtype 'f32' is not bf16, f16 or e4m3"
+    run "$cli" bench gemm --dtype f16
+    expect_failure; expect_in err "--dtype requires --shape"
+    run "$cli" bench gemm --swap-ab 3
+    expect_failure; expect_in err "--swap-ab=3 0 (the plan decides), 1 (never) or 2 (always)"
+    run "$cli" bench gemm --split-k -1
+    expect_failure; expect_in err "--split-k=-1 must be >= 0"
+    run "$cli" bench gemm --sku nonsense
+    expect_failure; expect_in err "GemmSku 'nonsense'"
     run "$cli" bench grouped --reps 0
     expect_failure; expect_in err "reps=0 >= 1"
     run "$cli" bench grouped --rounds 0

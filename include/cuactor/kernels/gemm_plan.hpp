@@ -177,7 +177,9 @@ class GemmPlan {
   /// The problem this plan was made for.
   [[nodiscard]] const GemmProblem& problem() const noexcept { return problem_; }
   /// The SKU the heuristic would choose for `problem` if every standard configuration were compiled
-  /// (what the JIT instantiates when the catalog lacks the problem's epilogue tree). Checked like make().
+  /// (what the JIT instantiates when the catalog lacks the problem's epilogue tree): the tile compared
+  /// by estimated cost, without make()'s decode and narrow-column kernels, which take the preset
+  /// epilogue only. Checked like make().
   static Result<GemmSku> sku_for(const GemmProblem& problem, GpuArch device_arch, const GemmPlanOptions& options = {});
 
   /// K slices the plan splits the problem into (1: not split); see GemmPlanOptions::split_k.
