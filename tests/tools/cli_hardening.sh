@@ -192,9 +192,9 @@ case $case in
     run "$cli" bench gemm --dtype f16
     expect_failure; expect_in err "--dtype requires --shape"
     run "$cli" bench gemm --swap-ab 3
-    expect_failure; expect_in err "--swap-ab=3 0 (the plan decides), 1 (never) or 2 (always)"
+    expect_failure; expect_in err "--swap-ab=3 must be 0 (the plan decides), 1 (never) or 2 (always)"
     run "$cli" bench gemm --split-k -1
-    expect_failure; expect_in err "--split-k=-1 must be >= 0"
+    expect_failure; expect_in err "--split-k=-1 must be 0 (the plan decides), 1 (never) or a slice count"
     run "$cli" bench gemm --sku nonsense
     expect_failure; expect_in err "GemmSku 'nonsense'"
     run "$cli" bench grouped --reps 0

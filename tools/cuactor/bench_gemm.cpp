@@ -79,10 +79,12 @@ Result<std::vector<GemmCase>> gemm_cases(const GemmBenchOptions& opt) {
     return GemmCase{std::move(label), p, decode, !decode && n <= 32};
   };
   // Forced plan options are checked before any device is touched (each row's plan checks the rest).
-  if (opt.split_k < 0 || opt.swap_ab < 0 || opt.swap_ab > 2)
+  if (opt.split_k < 0)
     return fail(errc::invalid_argument,
-                fmt::format("--split-k={} must be >= 0 and --swap-ab={} 0 (the plan decides), 1 (never) or 2 (always)",
-                            opt.split_k, opt.swap_ab));
+                fmt::format("--split-k={} must be 0 (the plan decides), 1 (never) or a slice count", opt.split_k));
+  if (opt.swap_ab < 0 || opt.swap_ab > 2)
+    return fail(errc::invalid_argument,
+                fmt::format("--swap-ab={} must be 0 (the plan decides), 1 (never) or 2 (always)", opt.swap_ab));
   if (!opt.sku.empty())
     if (auto sku = kernels::GemmSku::parse(opt.sku); !sku) return fail(sku.error());
   std::vector<GemmCase> cases;

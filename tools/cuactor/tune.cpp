@@ -267,7 +267,7 @@ void add_tune_command(CLI::App& app) {
   cmd->add_option("--from", opt->from, "File of shapes, one MxNxK per line ('#' starts a comment)");
   cmd->add_option("--dtype", opt->dtype, "Element type of A, B, C and D: bf16 or f16");
   cmd->add_option("--layout-b", opt->layout_b, "Layout of B: col (N x K weights, TN) or row (K x N)");
-  add_sweep_options(cmd, *opt, "5 instead of 16; 3 instead of 6 for at most 64 columns");
+  add_sweep_options(cmd, *opt, "5 instead of 17; 3 instead of 6 for at most 64 columns");
   cmd->callback([opt] {
     if (auto s = run_tune_gemm(*opt); !s) {
       std::cerr << "cuactor tune gemm: " << s.error().to_string() << "\n";

@@ -156,10 +156,10 @@ class GemmPlan {
   /// Chooses a catalog kernel for `problem` on a device whose best target is `device_arch`: the
   /// heuristic's tile by estimated cost; for decode rows (M <= 64) the swapped kernel and split-K
   /// where GemmPlanOptions and the shape call for them; for 16-bit problems of at most 32 columns a
-  /// 16- or 32-column tile. `invalid_argument` for malformed problems (negative sizes, fp8 without scaled epilogue, an
-  /// override that computes something else), `unsupported` for dtype x arch combinations no kernel
-  /// can serve (fp8 below sm_89, fp4 below sm_100, an sm_90a kernel on another GPU, a SKU not
-  /// compiled in), each message naming the values and the rule.
+  /// 16- or 32-column tile. `invalid_argument` for malformed problems (negative sizes, fp8 without
+  /// scaled epilogue, an override that computes something else), `unsupported` for dtype x arch
+  /// combinations no kernel can serve (fp8 below sm_89, fp4 below sm_100, an sm_90a kernel on another
+  /// GPU, a SKU not compiled in), each message naming the values and the rule.
   static Result<GemmPlan> make(const GemmProblem& problem, GpuArch device_arch, const GemmPlanOptions& options = {});
 
   /// A plan running `instance` (of SKU `sku`; a catalog instance, or one compiled at run time whose
