@@ -183,7 +183,7 @@ case $case in
     expect_failure; expect_in err "tolerance"
     run "$cli" bench gemm --rounds 0
     expect_failure; expect_in err "rounds=0 >= 1"
-    for bad in 16x64 16x0x64 16x64x64x2 axbxc; do
+    for bad in 16x64 16x0x64 16x64x64x2 axbxc "" 99999999999999999999x8x8; do
       run "$cli" bench gemm --shape "$bad"
       expect_failure; expect_in err "shape '$bad' is not MxNxK (or M N K) with three positive integers"
     done
@@ -197,6 +197,10 @@ case $case in
     expect_failure; expect_in err "--split-k=-1 must be 0 (the plan decides), 1 (never) or a slice count"
     run "$cli" bench gemm --sku nonsense
     expect_failure; expect_in err "GemmSku 'nonsense'"
+    run "$cli" bench gemm --sku ""
+    expect_failure; expect_in err "GemmSku ''"
+    run "$cli" bench gemm --split-k 99999999999
+    expect_failure; expect_in err "Could not convert: --split-k = 99999999999"
     run "$cli" bench grouped --reps 0
     expect_failure; expect_in err "reps=0 >= 1"
     run "$cli" bench grouped --rounds 0

@@ -12,6 +12,7 @@
 #include <cmath>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -51,7 +52,7 @@ struct GemmBenchOptions {
   std::string dtype = "bf16";       ///< A and B of the --shape rows: bf16, f16 or e4m3 (e4m3 writes bf16).
   int split_k = 0;                  ///< GemmPlanOptions::split_k of every plan (0: the plan decides).
   int swap_ab = 0;                  ///< GemmPlanOptions::swap_ab of every plan (0: the plan decides).
-  std::string sku;                  ///< GemmPlanOptions::sku_override of every plan (empty: none).
+  std::optional<std::string> sku;   ///< GemmPlanOptions::sku_override of every plan.
 };
 
 /// One row of the table.
@@ -61,6 +62,28 @@ struct GemmCase {
   bool decode = false;  ///< The decode class (M <= 64): also report bandwidth over the weight (B) bytes.
   bool narrow = false;  ///< The narrow class (N <= 32, M > 64): router logits, low-rank projections.
 };
+
+/// The plan options every row takes: rasterisation and the forced split, swap and kernel, checked
+/// before any device is touched (each row's plan checks the rest).
+Result<kernels::GemmPlanOptions> plan_options(const GemmBenchOptions& opt) {
+  if (opt.split_k < 0)
+    return fail(errc::invalid_argument,
+                fmt::format("--split-k={} must be 0 (the plan decides), 1 (never) or a slice count", opt.split_k));
+  if (opt.swap_ab < 0 || opt.swap_ab > 2)
+    return fail(errc::invalid_argument,
+                fmt::format("--swap-ab={} must be 0 (the plan decides), 1 (never) or 2 (always)", opt.swap_ab));
+  kernels::GemmPlanOptions po;
+  po.max_swizzle = opt.max_swizzle;
+  po.raster_order = opt.raster_order;
+  po.split_k = opt.split_k;
+  po.swap_ab = opt.swap_ab;
+  if (opt.sku) {
+    auto sku = kernels::GemmSku::parse(*opt.sku);
+    if (!sku) return fail(sku.error());
+    po.sku_override = *sku;
+  }
+  return po;
+}
 
 /// The table's rows: `opt.shapes` where given (at most 64 rows count as decode, else at most 32 columns
 /// as narrow), else the built-in list (`opt.quick`: only 4096^3 and the decode shapes).
@@ -78,15 +101,6 @@ Result<std::vector<GemmCase>> gemm_cases(const GemmBenchOptions& opt) {
     if (in == DType::e4m3) p.epilogue = GemmEpilogue::scaled_linear_combination;
     return GemmCase{std::move(label), p, decode, !decode && n <= 32};
   };
-  // Forced plan options are checked before any device is touched (each row's plan checks the rest).
-  if (opt.split_k < 0)
-    return fail(errc::invalid_argument,
-                fmt::format("--split-k={} must be 0 (the plan decides), 1 (never) or a slice count", opt.split_k));
-  if (opt.swap_ab < 0 || opt.swap_ab > 2)
-    return fail(errc::invalid_argument,
-                fmt::format("--swap-ab={} must be 0 (the plan decides), 1 (never) or 2 (always)", opt.swap_ab));
-  if (!opt.sku.empty())
-    if (auto sku = kernels::GemmSku::parse(opt.sku); !sku) return fail(sku.error());
   std::vector<GemmCase> cases;
   if (!opt.shapes.empty()) {  // the user's shapes, checked before any device is touched
     const auto in = parse_dtype(opt.dtype);
@@ -153,16 +167,10 @@ struct GemmRow {
 };
 
 Result<GemmRow> bench_case(const GemmCase& c, const gpu::DeviceProperties& props, const gpu::Stream& stream,
-                           const gpu::MemPool& pool, const GemmBenchOptions& opt, const jit::TuningDevice& device,
-                           const jit::TuningDb& db, jit::GemmJit* gemm_jit) {
+                           const gpu::MemPool& pool, const GemmBenchOptions& opt, kernels::GemmPlanOptions po,
+                           const jit::TuningDevice& device, const jit::TuningDb& db, jit::GemmJit* gemm_jit) {
   const GemmProblem& p = c.problem;
-  kernels::GemmPlanOptions po;
   po.sm_count = props.multiprocessors;
-  po.max_swizzle = opt.max_swizzle;
-  po.raster_order = opt.raster_order;
-  po.split_k = opt.split_k;
-  po.swap_ab = opt.swap_ab;
-  if (!opt.sku.empty()) po.sku_override = kernels::GemmSku::parse(opt.sku).value();  // checked by gemm_cases
   auto plan = jit::plan_dense_gemm(p, device, po, &db, gemm_jit);
   if (!plan) return fail(plan.error());
   auto timer = GemmTimer::create(p, props, stream, pool);
@@ -220,6 +228,8 @@ Result<double> copy_bandwidth(const gpu::Stream& stream, const gpu::MemPool& poo
 
 Status run_bench_gemm(const GemmBenchOptions& opt) {
   CUACTOR_TRY(check_timing_options(opt.warmup, opt.rounds, opt.reps));
+  const auto options = plan_options(opt);
+  if (!options) return fail(options.error());
   const auto cases = gemm_cases(opt);
   if (!cases) return fail(cases.error());
   auto dev = BenchDevice::open("cuactor bench gemm needs a CUDA device (none is visible)");
@@ -263,7 +273,7 @@ Status run_bench_gemm(const GemmBenchOptions& opt) {
   std::vector<double> chain_ratios, programmatic_gains;            // decode chains: over cuBLAS, over plain launches
   for (const auto& c : *cases) {
     if (!opt.only.empty() && c.label.find(opt.only) == std::string::npos) continue;
-    auto row = bench_case(c, props, dev->stream, dev->pool, opt, *device, db, gemm_jit.get());
+    auto row = bench_case(c, props, dev->stream, dev->pool, opt, *options, *device, db, gemm_jit.get());
     if (!row) {
       ++failures;
       std::cout << fmt::format("{:<17} {:>5} {:>5} {:>5}  error: {}\n", c.label, c.problem.m, c.problem.n, c.problem.k,
