@@ -307,6 +307,12 @@ GemmSku decode_pingpong_sku(const GemmProblem& p, Shape3 tile) {
   return s;
 }
 
+/// The decode plans' narrow tile over `columns` columns (the swapped kernel's rows of the problem, a
+/// narrow-column problem's N): 64 rows, 16 columns (32 past 16), `depth` deep.
+Shape3 narrow_tile(std::int64_t columns, int depth) {
+  return {64, columns <= 16 ? 16 : 32, depth};
+}
+
 }  // namespace
 
 int split_k_for(const GemmProblem& p, int sm_count, bool swapped) noexcept {
@@ -386,7 +392,7 @@ GemmOperands swapped_operands(const GemmOperands& o) {
 
 GemmSku swapped_sku(const GemmProblem& p, int depth) {
   if (depth == 0) depth = is_low_precision_float(p.a) ? 2 * kSwapAbTileDepth : kSwapAbTileDepth;
-  return decode_pingpong_sku(swapped_problem(p), {64, p.m <= 16 ? 16 : 32, depth});
+  return decode_pingpong_sku(swapped_problem(p), narrow_tile(p.m, depth));
 }
 
 const CatalogEntry* swapped_kernel(const GemmProblem& p) {
@@ -396,7 +402,7 @@ const CatalogEntry* swapped_kernel(const GemmProblem& p) {
 
 const CatalogEntry* narrow_kernel(const GemmProblem& p, GpuArch arch) {
   if (p.n > kNarrowMaxColumns || p.d != p.a || !decode_plan_rule(p, arch, "narrow-column").empty()) return nullptr;
-  return find_in_catalog(decode_pingpong_sku(p, {64, p.n <= 16 ? 16 : 32, kSwapAbTileDepth}));
+  return find_in_catalog(decode_pingpong_sku(p, narrow_tile(p.n, kSwapAbTileDepth)));
 }
 
 }  // namespace detail
