@@ -4,7 +4,7 @@
 # registers its C ABI object in the generated catalog table (catalog_table.cpp).
 #
 # Budget: one sm_90a configuration costs 85-105 s of nvcc on one core of the CI machine (cicc about half,
-# host code the rest) and ~3.3 GB; the whole matrix (111 instances; 138 now) took 90 minutes on its 2 cores. CI has
+# host code the rest) and ~3.3 GB; the whole matrix (111 instances; 142 now) took 90 minutes on its 2 cores. CI has
 # no GPU, so scripts/test compiles there only the 15 entries marked SAMPLE (CUACTOR_CATALOG=sample): a
 # compile check of each instance template, of cuactor's conv kernels, of the cooperative and pingpong
 # mainloops, of fp8, an epilogue tree and the SwiGLU store (not of every tile, f16 twin or grouped fp8);
@@ -187,12 +187,15 @@ foreach(t bf16 f16)
   endforeach()
 endforeach()
 # bf16 and fp16 problems of at most 32 columns (GemmPlan's narrow_kernel: router logits, low-rank
-# projections): the swapped decode tiles above with D row-major, 64x16x128 and 64x32x128.
+# projections): the swapped decode tiles above with D row-major, 64x16x128 and 64x32x128; 64-deep
+# float32 twins for their split-K slices (narrow_split_for).
 foreach(t bf16 f16)
   foreach(tn 16 32)
     cuactor_sample_if(sample t STREQUAL bf16 AND tn EQUAL 16)
     cuactor_gemm_instance(${dense90} TYPES ${t} ${t} ${t} ${t} f32 LAYOUTS row col row TILE 64 ${tn} 128
                           CLUSTER 1 1 1 SCHEDULE pingpong EPILOGUE linear_combination ${sample})
+    cuactor_gemm_instance(${dense90} TYPES ${t} ${t} f32 f32 f32 LAYOUTS row col row TILE 64 ${tn} 64
+                          CLUSTER 1 1 1 SCHEDULE pingpong EPILOGUE linear_combination)
   endforeach()
 endforeach()
 # bf16 and fp16 pingpong 64x32x64: pointwise convolutions (1x1, unit stride, unpadded fprop) on grids of

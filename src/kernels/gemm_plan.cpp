@@ -352,9 +352,27 @@ std::string split_k_rule(const GemmProblem& p, GpuArch arch, int splits) {
 }
 
 GemmSku split_k_slice_sku(const GemmProblem& p, bool swap_ab) {
-  GemmSku s = swap_ab ? swapped_sku(p, kSplitKTileDepth) : decode_pingpong_sku(p, {64, 64, kSplitKTileDepth});
+  const int columns = p.n <= 16 ? 16 : p.n <= kNarrowMaxColumns ? 32 : 64;
+  GemmSku s = swap_ab ? swapped_sku(p, kSplitKTileDepth) : decode_pingpong_sku(p, {64, columns, kSplitKTileDepth});
   s.c = s.d = DType::f32;
   return s;
+}
+
+const CatalogEntry* split_k_slice_kernel(const GemmProblem& p, bool swap_ab) {
+  const GemmSku preferred = split_k_slice_sku(p, swap_ab);
+  if (const CatalogEntry* e = find_in_catalog(preferred); e != nullptr || swap_ab || preferred.tile.n == 64) return e;
+  GemmSku wide = preferred;
+  wide.tile.n = 64;
+  return find_in_catalog(wide);
+}
+
+int narrow_split_for(const GemmProblem& p, int sm_count) noexcept {
+  if (p.n > kNarrowMaxColumns || p.m <= kSplitKMaxRows || p.k < kNarrowSplitMinDepth) return 1;
+  const std::int64_t tiles = (p.m + 63) / 64;
+  if (4 * tiles > sm_count) return 1;
+  for (int s = 8; s >= 2; --s)
+    if (s * tiles <= sm_count && p.k % (s * kSplitKTileDepth) == 0 && p.k / s >= 1024) return s;
+  return 1;
 }
 
 bool swap_ab_for(const GemmProblem& p, int sm_count) noexcept {
@@ -514,7 +532,7 @@ Result<GemmPlan> GemmPlan::make(const GemmProblem& problem, GpuArch device_arch,
   // split rule or the catalog lacks the kernel.
   const auto slice_entry = [&](int count, bool swapped) -> const CatalogEntry* {
     if (!detail::split_k_rule(problem, device_arch, count).empty()) return nullptr;
-    return find_in_catalog(detail::split_k_slice_sku(problem, swapped));
+    return detail::split_k_slice_kernel(problem, swapped);
   };
   if (splits > 1) {
     if (const CatalogEntry* e = slice_entry(splits, swap))
@@ -532,8 +550,15 @@ Result<GemmPlan> GemmPlan::make(const GemmProblem& problem, GpuArch device_arch,
       return finish(problem, device_arch, e->sku, *e->instance, nullptr, PlanSource::heuristic, options, unswapped,
                     false);
   }
-  if (!swap)
-    if (const CatalogEntry* e = detail::narrow_kernel(problem, device_arch)) kernel = e;
+  if (!swap && detail::narrow_kernel(problem, device_arch) != nullptr) {
+    // Narrow-column problems on grids of few row tiles split along K, on the narrow slice kernel only.
+    const int narrow_splits = options.split_k == 0 ? detail::narrow_split_for(problem, sm_count) : 1;
+    const CatalogEntry* e = narrow_splits > 1 ? slice_entry(narrow_splits, false) : nullptr;
+    if (e != nullptr && e->sku == detail::split_k_slice_sku(problem, false))
+      return finish(problem, device_arch, e->sku, *e->instance, nullptr, PlanSource::heuristic, options, narrow_splits,
+                    false);
+    kernel = detail::narrow_kernel(problem, device_arch);
+  }
   if (kernel == nullptr)  // neither the heuristic's candidates nor a decode kernel computes it
     return fail(errc::unsupported,
                 fmt::format("no dense GEMM kernel in this build's catalog computes {} on {} (CUACTOR_KERNEL_ARCHS "

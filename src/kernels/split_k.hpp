@@ -61,9 +61,14 @@ int split_k_for(const GemmProblem& p, int sm_count, bool swapped = false) noexce
 /// of splits x kSplitKTileDepth.
 std::string split_k_rule(const GemmProblem& p, GpuArch arch, int splits);
 
-/// The kernel that computes the slices of a split `p`: 64x64x64 pingpong, or with `swap_ab` swapped_sku's
-/// tile 64 deep, with float32 C and D.
+/// The kernel that computes the slices of a split `p`: 64x64x64 pingpong (for at most kNarrowMaxColumns
+/// columns narrow_kernel's tile, 64 deep), or with `swap_ab` swapped_sku's tile 64 deep, with float32 C
+/// and D.
 GemmSku split_k_slice_sku(const GemmProblem& p, bool swap_ab = false);
+/// The catalog's kernel for the slices of a split `p`: split_k_slice_sku(p, swap_ab), else, unswapped,
+/// the 64x64x64 one (a build without the narrow slice kernels still splits narrow problems where
+/// asked); null when the catalog has neither.
+const CatalogEntry* split_k_slice_kernel(const GemmProblem& p, bool swap_ab = false);
 
 /// The K depth of the swapped 16-bit kernel's tile: 128-deep loads ran 1.057x the 64-deep ones in the
 /// geometric mean over 20 decode shapes of 1-32 rows (H100, weights cold, same run), 1.01-1.21x each; 256
@@ -119,6 +124,17 @@ inline constexpr std::int64_t kNarrowMaxColumns = 32;
 /// 64x64x64 tile and about twice the 64x128x128 one; in f16 (8, 16 and 32 columns), 1.26-1.41x the
 /// 64x64x64 tile.
 const CatalogEntry* narrow_kernel(const GemmProblem& p, GpuArch arch);
+/// The least K a narrow-column plan splits on its own (narrow_split_for).
+inline constexpr std::int64_t kNarrowSplitMinDepth = 8192;
+/// The slices GemmPlan splits a narrow-column `p` (at most kNarrowMaxColumns columns, more than
+/// kSplitKMaxRows rows) into when GemmPlanOptions::split_k is 0, else 1: where its 64-row tiles fill at
+/// most a quarter of `sm_count` SMs over K of at least kNarrowSplitMinDepth, the most slices (2 to 8)
+/// that keep the grid within one wave, each at least 1024 deep and whole tile depths. The rule mirrors
+/// the swapped decode split (split_k_for), whose kernel has the same tile over the weights: on the H200
+/// (session 40, 11 decode shapes of 24-64 weight tiles) 4 swapped slices beat the unsplit kernel per
+/// launch over K of 8192 and more (1.01-1.15x on 5 of 6) and lost over K = 4096 (0.82-0.92x); unsplit,
+/// narrow plans on 16 and 24 row tiles ran 0.67x and 0.83x cuBLAS. NOT YET MEASURED on narrow plans.
+int narrow_split_for(const GemmProblem& p, int sm_count) noexcept;
 /// D[i, j] = alpha * (P[0, i, j] + ... + P[splits - 1, i, j]) + beta * C[i, j] for an m x n problem: P
 /// holds the float32 partial products of the K slices, `splits` packed m x n row-major matrices; C and
 /// D are row-major with leading dimensions ldc and ldd, of `dtype` (bf16, f16 or f32); C is read only

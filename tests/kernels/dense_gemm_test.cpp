@@ -288,6 +288,7 @@ std::optional<GemmSku> split_k_template(const gpu::DeviceProperties& props, DTyp
   s.a = s.b = in;
   s.c = s.d = out;
   GemmProblem p;
+  p.n = 1024;  // the 64-column slices (narrower problems prefer narrower ones where compiled)
   p.a = p.b = in;
   p.c = p.d = out;
   if (props.arch != GpuArch{9, 0, true}) {
@@ -398,6 +399,39 @@ TEST_F(DenseGemmTest, NarrowColumnPlansMatchFp64Reference) {
     }
   }
   if (ran == 0) GTEST_SKIP() << "no narrow-column kernel in this build";
+}
+
+TEST_F(DenseGemmTest, NarrowSplitPlansMatchFp64Reference) {
+  // Narrow-column problems on grids of few row tiles over long K, as GemmPlan splits them on its own
+  // (narrow_split_for) on the narrow slice kernels: row and column tails, padding, alpha and beta with C.
+  if (props_.arch != GpuArch{9, 0, true})
+    GTEST_SKIP() << "narrow-column tiles are sm_90a; device is " << props_.arch.name();
+  std::mt19937_64 rng(20261131);
+  int ran = 0;
+  for (const DType t : {DType::bf16, DType::f16}) {
+    GemmSku sku;
+    sku.a = sku.b = sku.c = sku.d = t;
+    for (const Case& cs : {Case{1000, 32, 14336}, Case{1536, 8, 8192, 1, 1, 0.5f, -0.75f}, Case{130, 24, 16384, 1, 2},
+                           Case{700, 16, 8192, 1, 0, 1.0f, 1.0f}}) {
+      GemmProblem p;
+      p.m = cs.m;
+      p.n = cs.n;
+      p.k = cs.k;
+      p.a = p.b = p.c = p.d = t;
+      if (detail::narrow_kernel(p, props_.arch) == nullptr || find_in_catalog(detail::split_k_slice_sku(p)) == nullptr)
+        continue;  // not in this build (full catalog only)
+      GemmPlanOptions opts;
+      opts.sm_count = props_.multiprocessors;
+      CUACTOR_ASSERT_OK_AND_ASSIGN(plan, GemmPlan::make(p, props_.arch, opts));
+      ASSERT_EQ(plan.split_k(), detail::narrow_split_for(p, opts.sm_count)) << cs.m << "x" << cs.n << "x" << cs.k;
+      ASSERT_GT(plan.split_k(), 1);
+      ASSERT_EQ(plan.sku().to_string(), detail::split_k_slice_sku(p).to_string());
+      check_case(sku, cs, rng, 0, 1);
+      if (HasFatalFailure()) return;
+      ++ran;
+    }
+  }
+  if (ran == 0) GTEST_SKIP() << "no narrow split-K slice kernel in this build";
 }
 
 TEST_F(DenseGemmTest, SplitKIsDeterministicCapturableAndChosenForDecode) {

@@ -591,6 +591,49 @@ TEST(DensePlan, NarrowColumnPlansTakeTheNarrowTile) {
   }
 }
 
+// Narrow-column problems on grids of at most a quarter of the SMs in 64-row tiles split K of 8192 or
+// more into the most slices that fit one wave, at least 1024 deep; the slices run on a narrow tile
+// where the build has it, else (forced splits only) on the 64-column one.
+TEST(DensePlan, NarrowSplitRule) {
+  for (const auto& [m, n, k, splits] : {std::tuple{1000, 32, 14336, 8},  // 16 row tiles: 8 x 16 <= 132
+                                        {1536, 8, 8192, 4},              // 24 tiles; 5 slices do not divide K
+                                        {2048, 16, 8192, 4},             // 32 tiles
+                                        {2048, 16, 4096, 1},             // K under 8192
+                                        {2240, 16, 8192, 1},             // 35 tiles: more than a quarter
+                                        {8192, 16, 8192, 1},             // 128 tiles
+                                        {64, 16, 8192, 1},               // a decode row: split_k_for's
+                                        {1000, 40, 14336, 1},            // 40 columns: not narrow
+                                        {130, 24, 16384, 8}}) {
+    EXPECT_EQ(detail::narrow_split_for(bf16_problem(m, n, k), 132), splits) << m << "x" << n << "x" << k;
+  }
+  EXPECT_EQ(detail::split_k_slice_sku(bf16_problem(1000, 8, 8192)).tile, (Shape3{64, 16, 64}));
+  EXPECT_EQ(detail::split_k_slice_sku(bf16_problem(1000, 24, 8192)).tile, (Shape3{64, 32, 64}));
+  EXPECT_EQ(detail::split_k_slice_sku(bf16_problem(1000, 40, 8192)).tile, (Shape3{64, 64, 64}));
+  const GemmProblem narrow = bf16_problem(1536, 8, 8192);
+  const CatalogEntry* slices = detail::split_k_slice_kernel(narrow);
+  if (find_in_catalog(detail::split_k_slice_sku(narrow)) != nullptr && detail::narrow_kernel(narrow, kHopper)) {
+    ASSERT_NE(slices, nullptr);
+    EXPECT_EQ(slices->sku, detail::split_k_slice_sku(narrow));
+    CUACTOR_ASSERT_OK_AND_ASSIGN(plan, GemmPlan::make(narrow, kHopper));
+    EXPECT_EQ(plan.split_k(), 4);
+    EXPECT_EQ(plan.sku(), detail::split_k_slice_sku(narrow));
+    GemmPlanOptions never;
+    never.split_k = 1;
+    CUACTOR_ASSERT_OK_AND_ASSIGN(unsplit, GemmPlan::make(narrow, kHopper, never));
+    EXPECT_EQ(unsplit.split_k(), 1);
+    EXPECT_EQ(unsplit.sku().tile, (Shape3{64, 16, 128}));
+  } else if (slices != nullptr) {  // the 64-column fallback: forced splits only
+    EXPECT_EQ(slices->sku.tile, (Shape3{64, 64, 64}));
+    CUACTOR_ASSERT_OK_AND_ASSIGN(plan, GemmPlan::make(narrow, kHopper));
+    EXPECT_EQ(plan.split_k(), 1);
+    GemmPlanOptions forced;
+    forced.split_k = 2;
+    CUACTOR_ASSERT_OK_AND_ASSIGN(split, GemmPlan::make(narrow, kHopper, forced));
+    EXPECT_EQ(split.split_k(), 2);
+    EXPECT_EQ(split.sku().tile, (Shape3{64, 64, 64}));
+  }
+}
+
 // In a build with the swapped kernels: decode rows run swapped, split where the grid is very small.
 TEST(DensePlan, DecodePlansSwapAndSplit) {
   const GemmProblem narrow = bf16_problem(16, 2048, 8192), tiny = bf16_problem(24, 1024, 11264);
