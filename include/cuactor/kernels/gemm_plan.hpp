@@ -136,9 +136,8 @@ struct GemmPlanOptions {
 /// decode splits of up to 64 rows, the reduction a programmatic dependent launch; 4: pingpong 128x128
 /// tiles for large 16-bit problems, swizzled along N; 5: e4m3 decode swapped; 6: 16-bit problems of at
 /// most 32 columns on 16- or 32-column tiles; 7: those split along K on grids of few row tiles). A
-/// tuned choice beat the heuristic of one revision;
-/// against a later one it may lose, so the tuning database serves it only to plans of the revision it
-/// was measured against.
+/// tuned choice beat the heuristic of one revision; against a later one it may lose, so the tuning
+/// database serves it only to plans of the revision it was measured against.
 inline constexpr int kDenseHeuristicRevision = 7;
 
 /// Where a plan's kernel choice came from ([K9]).
