@@ -512,7 +512,7 @@ Result<GemmPlan> GemmPlan::make(const GemmProblem& problem, GpuArch device_arch,
     return finish(problem, device_arch, chosen->sku, *chosen->instance, nullptr, PlanSource::overridden, options);
   // Decode shapes: the swapped kernel (a narrow tile over the few rows) and split-K, where asked, or
   // where the shape calls for them and the problem and the catalog allow them (rules checked above
-  // for forced ones); then, for plans neither swapped nor split, the narrow-column tile.
+  // for forced ones); then, for plans not swapped, the narrow-column tile, split on grids of few tiles.
   const CatalogEntry* kernel = chosen;
   bool swap = false;
   if (options.swap_ab == 2 || (options.swap_ab == 0 && detail::swap_ab_for(problem, sm_count) &&
@@ -539,8 +539,11 @@ Result<GemmPlan> GemmPlan::make(const GemmProblem& problem, GpuArch device_arch,
       return finish(problem, device_arch, e->sku, *e->instance, nullptr, PlanSource::heuristic, options, splits, swap);
     if (forced)  // its rules were checked above
       return fail(errc::unsupported,
-                  fmt::format("GemmPlan split_k={}: its slice kernel {} is not compiled into this build's catalog",
-                              splits, detail::split_k_slice_sku(problem, swap).to_string()));
+                  fmt::format("GemmPlan split_k={}: its slice kernel {} is not compiled into this build's catalog{}",
+                              splits, detail::split_k_slice_sku(problem, swap).to_string(),
+                              !swap && detail::split_k_slice_sku(problem, false).tile.n < 64
+                                  ? " (nor the 64-column one it falls back to)"
+                                  : ""));
   }
   // Past 32 rows, where the swapped split does not apply, the unswapped split reads the weights once
   // (split_k_for): it replaces an automatic swap.

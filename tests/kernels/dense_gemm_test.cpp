@@ -370,9 +370,9 @@ TEST_F(DenseGemmTest, Fp8SwapAbMatchesFp64Reference) {
 }
 
 TEST_F(DenseGemmTest, NarrowColumnPlansMatchFp64Reference) {
-  // 16-bit problems of at most 32 columns as GemmPlan chooses them (unswapped: swap_ab 1; past 64 rows
-  // or K under 4096, where no split applies), on the 16- and 32-column tiles with D row-major: row and
-  // column tails, K tails of the 128-deep tile, padding, alpha and beta with C.
+  // 16-bit problems of at most 32 columns as GemmPlan chooses them unswapped and unsplit (swap_ab 1,
+  // split_k 1; narrow splits: NarrowSplitPlansMatchFp64Reference), on the 16- and 32-column tiles with
+  // D row-major: row and column tails, K tails of the 128-deep tile, padding, alpha and beta with C.
   if (props_.arch != GpuArch{9, 0, true})
     GTEST_SKIP() << "narrow-column tiles are sm_90a; device is " << props_.arch.name();
   std::mt19937_64 rng(20261130);
@@ -389,11 +389,12 @@ TEST_F(DenseGemmTest, NarrowColumnPlansMatchFp64Reference) {
       p.a = p.b = p.c = p.d = t;
       const CatalogEntry* narrow = detail::narrow_kernel(p, props_.arch);
       if (narrow == nullptr) continue;  // not in this build (f16 and 32-column twins: full catalog only)
-      GemmPlanOptions never_swapped;
-      never_swapped.swap_ab = 1;
-      CUACTOR_ASSERT_OK_AND_ASSIGN(plan, GemmPlan::make(p, props_.arch, never_swapped));
+      GemmPlanOptions plain;
+      plain.swap_ab = 1;
+      plain.split_k = 1;
+      CUACTOR_ASSERT_OK_AND_ASSIGN(plan, GemmPlan::make(p, props_.arch, plain));
       ASSERT_EQ(plan.sku().to_string(), narrow->sku.to_string()) << cs.m << "x" << cs.n << "x" << cs.k;
-      check_case(sku, cs, rng, 0, 1);
+      check_case(sku, cs, rng, 1, 1);
       if (HasFatalFailure()) return;
       ++ran;
     }
@@ -418,8 +419,10 @@ TEST_F(DenseGemmTest, NarrowSplitPlansMatchFp64Reference) {
       p.n = cs.n;
       p.k = cs.k;
       p.a = p.b = p.c = p.d = t;
-      if (detail::narrow_kernel(p, props_.arch) == nullptr || find_in_catalog(detail::split_k_slice_sku(p)) == nullptr)
-        continue;  // not in this build (full catalog only)
+      if (detail::narrow_kernel(p, props_.arch) == nullptr ||
+          find_in_catalog(detail::split_k_slice_sku(p)) == nullptr ||
+          detail::narrow_split_for(p, props_.multiprocessors) <= 1)
+        continue;  // not in this build (full catalog only), or a device of few SMs
       GemmPlanOptions opts;
       opts.sm_count = props_.multiprocessors;
       CUACTOR_ASSERT_OK_AND_ASSIGN(plan, GemmPlan::make(p, props_.arch, opts));

@@ -105,7 +105,8 @@ struct GemmPlanOptions {
   int max_swizzle = 0;
   int raster_order = 0;
   /// Split-K: 0 = the plan decides (16-bit decode problems whose grid of 64x64 tiles leaves most SMs
-  /// idle are split), 1 = never, 2..16 = split K into that many slices (`unsupported` naming the rule
+  /// idle are split, and so are 16-bit problems of at most 32 columns whose 64-row tiles do over K of
+  /// 8192 or more), 1 = never, 2..16 = split K into that many slices (`unsupported` naming the rule
   /// where the problem cannot be). A split plan runs its kernel (float32 output) over the slices into
   /// its workspace, then a reduction that adds them in order (deterministic) and applies alpha, beta, C.
   int split_k = 0;
@@ -156,10 +157,10 @@ class GemmPlan {
   /// Chooses a catalog kernel for `problem` on a device whose best target is `device_arch`: the
   /// heuristic's tile by estimated cost; for decode rows (M <= 64) the swapped kernel and split-K
   /// where GemmPlanOptions and the shape call for them; for 16-bit problems of at most 32 columns a
-  /// 16- or 32-column tile. `invalid_argument` for malformed problems (negative sizes, fp8 without
-  /// scaled epilogue, an override that computes something else), `unsupported` for dtype x arch
-  /// combinations no kernel can serve (fp8 below sm_89, fp4 below sm_100, an sm_90a kernel on another
-  /// GPU, a SKU not compiled in), each message naming the values and the rule.
+  /// 16- or 32-column tile, split along K on grids of few row tiles. `invalid_argument` for malformed problems
+  /// (negative sizes, fp8 without scaled epilogue, an override that computes something else), `unsupported` for dtype x
+  /// arch combinations no kernel can serve (fp8 below sm_89, fp4 below sm_100, an sm_90a kernel on another GPU, a SKU
+  /// not compiled in), each message naming the values and the rule.
   static Result<GemmPlan> make(const GemmProblem& problem, GpuArch device_arch, const GemmPlanOptions& options = {});
 
   /// A plan running `instance` (of SKU `sku`; a catalog instance, or one compiled at run time whose
