@@ -352,8 +352,8 @@ std::string split_k_rule(const GemmProblem& p, GpuArch arch, int splits) {
 }
 
 GemmSku split_k_slice_sku(const GemmProblem& p, bool swap_ab) {
-  const int columns = p.n <= 16 ? 16 : p.n <= kNarrowMaxColumns ? 32 : 64;
-  GemmSku s = swap_ab ? swapped_sku(p, kSplitKTileDepth) : decode_pingpong_sku(p, {64, columns, kSplitKTileDepth});
+  const Shape3 tile = p.n <= kNarrowMaxColumns ? narrow_tile(p.n, kSplitKTileDepth) : Shape3{64, 64, kSplitKTileDepth};
+  GemmSku s = swap_ab ? swapped_sku(p, kSplitKTileDepth) : decode_pingpong_sku(p, tile);
   s.c = s.d = DType::f32;
   return s;
 }
