@@ -196,9 +196,7 @@ Result<CacheLookup> JitEngine::compile_instance(const InstanceRequest& request, 
   if (!prepared) return fail(prepared.error());
   report(what, JitStage::disk_lookup, start);
   return disk_.get_or_build(prepared->first, [&]() -> Result<Artifact> {
-    auto so = nvcc_compile(prepared->second, [&](const JitProgress& p) {
-      report(what, p.stage, start);
-    });
+    auto so = nvcc_compile(prepared->second, [&](const JitProgress& p) { report(what, p.stage, start); });
     if (!so) return fail(so.error());
     report(what, JitStage::stored, start);
     return Artifact{ArtifactKind::shared_object, request.identity(), std::move(*so)};
@@ -261,6 +259,21 @@ Result<std::shared_ptr<const JitInstance>> JitEngine::load_instance(const Instan
                 fmt::format("{}: cache entry holds a {}, not a shared object", what, name(found->artifact.kind)));
   report(what, JitStage::loading, start);
   auto so = SharedObject::load(found->artifact.payload, request.symbol);
+  if (!so && found->from_disk) {
+    // An entry warmed by another machine's toolchain that this loader refuses (say, built against a
+    // newer libstdc++): the key leaves the host compiler out (nvcc_identity), so build it here once
+    // and replace the entry.
+    log(LogLevel::warn,
+        fmt::format("{}: the cached object does not load here ({}); compiling it again", what, so.error().message()));
+    auto prepared = prepare(request);
+    if (!prepared) return fail(prepared.error());
+    auto removed = disk_.remove(prepared->first);
+    if (!removed) return fail(removed.error());
+    found = compile_instance(request, what);
+    if (!found) return fail(found.error());
+    report(what, JitStage::loading, start);
+    so = SharedObject::load(found->artifact.payload, request.symbol);
+  }
   if (!so) return fail(so.error());
   auto sym = (*so)->symbol(request.symbol);
   if (!sym) return fail(sym.error());

@@ -49,7 +49,11 @@ std::optional<fs::path> find_nvcc() {
 }
 
 Result<std::string> nvcc_identity() {
-  // Probing runs two processes (~50 ms): do it once per process.
+  // Probing runs a process (~25 ms): do it once per process. Only nvcc's banner (release and build)
+  // names the compiler: not its path, and not the host compiler, which builds only the object's
+  // C-ABI host side. So a cache warmed on a machine without a GPU is loaded as it is on a GPU
+  // machine with the same CUDA release but another GCC; an object that machine's loader refuses
+  // is compiled again there (JitEngine::load_instance).
   static std::once_flag once;
   static Result<std::string> identity = fail(errc::internal, "unset");
   std::call_once(once, [] {
@@ -63,10 +67,7 @@ Result<std::string> nvcc_identity() {
       identity = fail(errc::unsupported, fmt::format("'{} --version' failed", nvcc->string()));
       return;
     }
-    const char* host = std::getenv("NVCC_CCBIN");
-    auto h = detail::run_process({host && *host ? host : "c++", "--version"}, std::chrono::seconds(60));
-    identity =
-        nvcc->string() + "\n" + v->output + "\n" + (h && h->exit_code == 0 ? h->output : "host compiler unknown");
+    identity = v->output;
   });
   return identity;
 }

@@ -143,6 +143,19 @@ TEST(JitEngineWarm, CorruptEntryIsRebuiltOnTheNextWarm) {
   EXPECT_EQ(engine->stats().disk.builds, 2u);
 }
 
+// The compiler identity in every nvcc cache key is nvcc's banner alone: not its path, not the host
+// compiler's banner, so a cache warmed on a machine without a GPU is reused on a GPU machine with the
+// same CUDA release and another GCC.
+TEST(JitNvcc, CompilerIdentityIsNvccsBannerAlone) {
+  const auto nvcc = find_nvcc();
+  if (!nvcc) GTEST_SKIP() << "nvcc not found";
+  CUACTOR_ASSERT_OK_AND_ASSIGN(id, nvcc_identity());
+  EXPECT_NE(id.find("Cuda compilation tools, release"), std::string::npos) << id;
+  EXPECT_EQ(id.find(nvcc->string()), std::string::npos) << id;
+  EXPECT_EQ(id.find("Free Software Foundation"), std::string::npos) << id;  // GCC's banner
+  EXPECT_EQ(id.find("clang version"), std::string::npos) << id;
+}
+
 // nvcc back end with a tiny translation unit (no CUTLASS, a couple of seconds): the shared object
 // loads from memory and its host function runs; no device is touched.
 TEST(JitNvcc, SharedObjectBuildsLoadsAndRuns) {

@@ -5,6 +5,8 @@
 
 #include <cstdlib>
 #include <fstream>
+#include <span>
+#include <string>
 #include <thread>
 
 #include "cuactor/jit/engine.hpp"
@@ -88,6 +90,42 @@ TEST_F(JitInstancePath, CompilesLoadsAndIsFoundOnDiskByAFreshEngine) {
   EXPECT_TRUE((*r)->from_disk());
   EXPECT_EQ(fresh->stats().disk.builds, 0u);
   EXPECT_EQ((*r)->abi().workspace_size(nullptr), 4096u);
+}
+
+// A cached object this machine's loader refuses (one warmed with a newer host toolchain can be: the
+// key leaves the host compiler out) is compiled again and replaces the entry, instead of failing
+// every later request.
+TEST_F(JitInstancePath, AnEntryTheLoaderRefusesIsCompiledAgainAndReplaced) {
+  const auto req = request("tiny_instance_f", "64", "CUACTOR_KERNEL_ABI_VERSION");
+  {
+    auto e = engine();
+    ASSERT_NE(e, nullptr);
+    ASSERT_TRUE(e->instance(req).get().has_value());
+    CUACTOR_ASSERT_OK_AND_ASSIGN(entries, e->disk_cache().list());
+    ASSERT_EQ(entries.size(), 1u);
+    Digest key;
+    key.words = {std::stoull(entries[0].key.substr(0, 16), nullptr, 16),
+                 std::stoull(entries[0].key.substr(16), nullptr, 16)};
+    ASSERT_EQ(key.hex(), entries[0].key);
+    const std::string junk = "an intact entry whose payload no loader takes";
+    const auto bytes = std::as_bytes(std::span(junk));
+    CUACTOR_ASSERT_OK(e->disk_cache().store(
+        key, Artifact{ArtifactKind::shared_object, entries[0].metadata, {bytes.begin(), bytes.end()}}));
+  }
+  auto fresh = engine();
+  ASSERT_NE(fresh, nullptr);
+  const auto r = fresh->instance(req).get();
+  ASSERT_TRUE(r.has_value()) << r.error().to_string();
+  EXPECT_FALSE((*r)->from_disk());
+  EXPECT_EQ(fresh->stats().disk.builds, 1u);
+  EXPECT_EQ((*r)->abi().workspace_size(nullptr), 64u);
+  // The rebuilt entry replaced the refused one.
+  auto third = engine();
+  ASSERT_NE(third, nullptr);
+  const auto again = third->instance(req).get();
+  ASSERT_TRUE(again.has_value()) << again.error().to_string();
+  EXPECT_TRUE((*again)->from_disk());
+  EXPECT_EQ(third->stats().disk.builds, 0u);
 }
 
 TEST_F(JitInstancePath, ConcurrentRequestsCompileOnce) {

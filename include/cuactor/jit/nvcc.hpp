@@ -38,8 +38,10 @@ struct NvccRequest {
 /// nvcc to use: $CUACTOR_NVCC, $CUDACXX, $CUDA_HOME/bin/nvcc, PATH, /usr/local/cuda/bin/nvcc.
 std::optional<std::filesystem::path> find_nvcc();
 
-/// Identity of the compiler for cache keys: nvcc's and its host compiler's version banners.
-/// `unsupported` when nvcc is not found.
+/// Identity of the compiler for cache keys: nvcc's version banner (`nvcc --version`), which names
+/// the CUDA release and build. Neither nvcc's path nor the host compiler is part of it, so entries
+/// warmed with the same CUDA release and another host compiler are reused. `unsupported` when nvcc
+/// is not found.
 Result<std::string> nvcc_identity();
 
 /// Compiles the request into a shared object and returns its bytes. `compile_failed` with the start
