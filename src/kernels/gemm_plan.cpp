@@ -418,9 +418,13 @@ const CatalogEntry* swapped_kernel(const GemmProblem& p) {
   return find_in_catalog(swapped_sku(p, kSplitKTileDepth));  // float32 outputs: the split slices' twins
 }
 
+GemmSku narrow_sku(const GemmProblem& p) {
+  return decode_pingpong_sku(p, narrow_tile(p.n, kSwapAbTileDepth));
+}
+
 const CatalogEntry* narrow_kernel(const GemmProblem& p, GpuArch arch) {
   if (p.n > kNarrowMaxColumns || p.d != p.a || !decode_plan_rule(p, arch, "narrow-column").empty()) return nullptr;
-  return find_in_catalog(decode_pingpong_sku(p, narrow_tile(p.n, kSwapAbTileDepth)));
+  return find_in_catalog(narrow_sku(p));
 }
 
 }  // namespace detail
@@ -611,6 +615,14 @@ Result<GemmSku> GemmPlan::sku_for(const GemmProblem& problem, GpuArch device_arc
     base.stages = 3;
     return base;
   }
+  // Trees over at most kNarrowMaxColumns columns (a router's logits with a bias, a low-rank
+  // projection with a scale) take the narrow-column tile that make() gives preset epilogues
+  // (narrow_kernel): 64-column tiles would compute 2-8x padding. Unsplit: split slices write float32
+  // partials, where the tree runs on the whole accumulator.
+  if ((problem.a == DType::bf16 || problem.a == DType::f16) && problem.b == problem.a &&
+      problem.n <= detail::kNarrowMaxColumns && problem.batch == 1 && problem.layout_a == MatrixLayout::row &&
+      problem.layout_b == MatrixLayout::col && problem.layout_c == MatrixLayout::row)
+    return detail::narrow_sku(problem);
   base.arch = GpuArch{9, 0, true};
   std::optional<GemmSku> best;
   double best_cost = 0;

@@ -112,6 +112,10 @@ const CatalogEntry* swapped_kernel(const GemmProblem& p);
 /// The most columns (N) a narrow-column plan takes: a router's logits (N = experts), a low-rank
 /// projection (N = rank), a decode GEMM written with the weights as A.
 inline constexpr std::int64_t kNarrowMaxColumns = 32;
+/// The narrow-column kernel's SKU for `p`: sm_90a pingpong, 64 rows, 16 columns (32 past 16),
+/// kSwapAbTileDepth deep, no cluster, with p's types, layouts and epilogue (GemmPlan::sku_for gives it
+/// to epilogue trees of at most kNarrowMaxColumns columns).
+GemmSku narrow_sku(const GemmProblem& p);
 /// The catalog's kernel for a 16-bit `p` of at most kNarrowMaxColumns columns that GemmPlan runs
 /// unswapped and unsplit: pingpong, 64 rows, 16 columns (32 past 16), kSwapAbTileDepth deep, layouts
 /// row,col,row (the swapped kernel's tile, D row-major); null where `p` breaks decode_plan_rule's rules
@@ -133,7 +137,9 @@ inline constexpr std::int64_t kNarrowSplitMinDepth = 8192;
 /// the swapped decode split (split_k_for), whose kernel has the same tile over the weights: on the H200
 /// (session 40, 11 decode shapes of 24-64 weight tiles) 4 swapped slices beat the unsplit kernel per
 /// launch over K of 8192 and more (1.01-1.15x on 5 of 6) and lost over K = 4096 (0.82-0.92x); unsplit,
-/// narrow plans on 16 and 24 row tiles ran 0.67x and 0.83x cuBLAS. NOT YET MEASURED on narrow plans.
+/// narrow plans on 16 and 24 row tiles ran 0.67x and 0.83x cuBLAS. Measured on narrow plans (H200,
+/// session 41, 9 shapes of 16-128 row tiles, two runs): split 1.024x and 0.993x cuBLAS in the geometric
+/// mean, unsplit (`--split-k 1`) 0.881x and 0.892x; the 8 and 16 row-tile shapes gained 1.4-1.8x.
 int narrow_split_for(const GemmProblem& p, int sm_count) noexcept;
 /// D[i, j] = alpha * (P[0, i, j] + ... + P[splits - 1, i, j]) + beta * C[i, j] for an m x n problem: P
 /// holds the float32 partial products of the K slices, `splits` packed m x n row-major matrices; C and

@@ -17,6 +17,7 @@
 #include "cuactor/gpu/stream.hpp"
 #include "cuactor/jit/engine.hpp"
 #include "cuactor/jit/gemm.hpp"
+#include "cuactor/jit/tuning.hpp"
 #include "cuactor/kernels/catalog.hpp"
 #include "cuactor/kernels/gemm_plan.hpp"
 #include "support/epilogue_reference.hpp"
@@ -314,6 +315,49 @@ TEST_F(EpilogueGpuTest, JitTreesMatchFp64Reference) {
       run_and_check(plan, make_case(skus[i], m, n, k, rng), tolerance(skus[i]));
     }
   }
+}
+
+// Trees over at most 32 columns (a router's logits with a bias, in bf16 and f16) get the narrow-column
+// tile from the JIT through jit::plan_dense_gemm, the route of the CLI, the worker and the Python
+// plans; also a tree the catalog holds in a 128-column configuration (silu over a column bias).
+TEST_F(EpilogueGpuTest, NarrowTreesTakeTheNarrowTileThroughTheJit) {
+  CUACTOR_ASSERT_OK_AND_ASSIGN(engine, test_support::gpu_test_jit_engine(4));
+  jit::GemmJit gemm(engine);
+  CUACTOR_ASSERT_OK_AND_ASSIGN(device, jit::TuningDevice::of(0));
+  struct Shape {
+    const char* token;
+    DType type;
+    int m, n, k;
+  };
+  const std::vector<Shape> shapes = {{"add(acc,colbias)", DType::bf16, 1000, 8, 4096},
+                                     {"add(acc,colbias)", DType::bf16, 257, 16, 520},
+                                     {"silu(add(acc,colbias))", DType::bf16, 96, 32, 1024},
+                                     {"silu(add(acc,colbias))", DType::bf16, 257, 24, 520},
+                                     {"sigmoid(add(mul(acc,rowscale),rowbias))", DType::f16, 130, 16, 256}};
+  std::vector<GemmProblem> problems;
+  std::vector<jit::JitFuture<jit::ResolvedInstance>> compiles;  // in parallel, before the first plan waits
+  for (const Shape& s : shapes) {
+    GemmProblem p;
+    p.m = s.m;
+    p.n = s.n;
+    p.k = s.k;
+    p.a = p.b = p.c = p.d = s.type;
+    CUACTOR_ASSERT_OK_AND_ASSIGN(tree, EpilogueSpec::parse(s.token));
+    p.epilogue = tree;
+    CUACTOR_ASSERT_OK_AND_ASSIGN(sku, GemmPlan::sku_for(p, kHopper));
+    compiles.push_back(gemm.resolve(sku));
+    problems.push_back(p);
+  }
+  std::mt19937_64 rng(23);
+  for (const GemmProblem& p : problems) {
+    CUACTOR_ASSERT_OK_AND_ASSIGN(plan, jit::plan_dense_gemm(p, device, {}, nullptr, &gemm));
+    SCOPED_TRACE(plan.sku().to_string());
+    EXPECT_EQ(plan.sku().tile, (Shape3{64, p.n <= 16 ? 16 : 32, 128}));
+    EXPECT_EQ(plan.split_k(), 1);
+    run_and_check(plan, make_case(plan.sku(), static_cast<int>(p.m), static_cast<int>(p.n), static_cast<int>(p.k), rng),
+                  tolerance(plan.sku()));
+  }
+  for (auto& c : compiles) EXPECT_TRUE(c.get().has_value());
 }
 
 // Side outputs through the JIT: the pre-activation (aux) and per-row sums, on batches whose D (and so

@@ -179,6 +179,48 @@ TEST(EpiloguePlan, SkuForCarriesTheTreeAndPicksATile) {
   EXPECT_EQ(small->schedule, GemmSchedule::pingpong);
 }
 
+// Trees over at most 32 columns (a router's logits with a bias) take the narrow-column tile of the
+// preset plans (64 rows, 16 columns, 32 past 16, pingpong, no cluster), not a 64-column one; wider,
+// batched, other layouts and fp8 keep the cost comparison.
+TEST(EpiloguePlan, SkuForGivesTreesOfFewColumnsTheNarrowTile) {
+  for (const auto& [n, tile_n] : {std::pair{8, 16}, std::pair{16, 16}, std::pair{24, 32}, std::pair{32, 32}}) {
+    GemmProblem router = tree_problem("add(acc,colbias)");
+    router.m = 8192;
+    router.n = n;
+    router.k = 4096;
+    auto sku = GemmPlan::sku_for(router, kHopper);
+    ASSERT_TRUE(sku.has_value()) << sku.error().message();
+    EXPECT_EQ(sku->tile, (Shape3{64, tile_n, 128})) << n;
+    EXPECT_EQ(sku->schedule, GemmSchedule::pingpong) << n;
+    EXPECT_EQ(sku->cluster, (Shape3{1, 1, 1})) << n;
+    EXPECT_EQ(sku->epilogue.token(), "add(acc,colbias)");
+  }
+  const auto tile_n = [](GemmProblem p) {
+    auto sku = GemmPlan::sku_for(p, kHopper);
+    EXPECT_TRUE(sku.has_value()) << sku.error().message();
+    return sku ? sku->tile.n : 0;
+  };
+  GemmProblem base = tree_problem("add(acc,colbias)");
+  base.m = 8192;
+  base.n = 32;
+  base.k = 4096;
+  GemmProblem wide = base;
+  wide.n = 40;
+  EXPECT_GE(tile_n(wide), 64);
+  GemmProblem batched = base;
+  batched.batch = 2;
+  EXPECT_GE(tile_n(batched), 64);
+  GemmProblem b_row = base;
+  b_row.layout_b = MatrixLayout::row;
+  EXPECT_GE(tile_n(b_row), 64);
+  GemmProblem fp8 = tree_problem("mul(mul(acc,rowscale),colscale)");  // row-wise scaling
+  fp8.m = 8192;
+  fp8.n = 32;
+  fp8.k = 4096;
+  fp8.a = fp8.b = DType::e4m3;
+  EXPECT_GE(tile_n(fp8), 64);
+}
+
 /// Runs `plan` (made over fake_instance()) on fake operand pointers, with `scale_a` if given; the
 /// kernel's arguments land in FakeKernel::last (cleared first, programmatic_launch to -1).
 bool run_fake(const GemmPlan& plan, const float* scale_a = nullptr) {
