@@ -244,8 +244,8 @@ fs::path DiskCache::entry_path(const Digest& key) const {
 }
 
 DiskCacheStats DiskCache::stats() const noexcept {
-  return {counters_->hits.load(),   counters_->misses.load(),    counters_->corrupt.load(),
-          counters_->stores.load(), counters_->evictions.load(), counters_->builds.load()};
+  return {counters_->hits.load(),      counters_->misses.load(), counters_->corrupt.load(), counters_->stores.load(),
+          counters_->evictions.load(), counters_->builds.load(), counters_->replaced.load()};
 }
 
 Result<std::optional<Artifact>> DiskCache::load(const Digest& key) {
@@ -309,6 +309,22 @@ Result<CacheLookup> DiskCache::get_or_build(const Digest& key, const std::functi
   auto built = build();
   if (!built) return fail(built.error());
   CUACTOR_TRY(store(key, *built));
+  return CacheLookup{std::move(*built), false};
+}
+
+Result<CacheLookup> DiskCache::replace_unusable(const Digest& key, const std::function<Result<Artifact>()>& build,
+                                                const std::function<Status(const Artifact&)>& usable) {
+  auto lock = FileLock::acquire(options_.directory / (key.hex() + std::string(kLockSuffix)));
+  if (!lock) return fail(lock.error());
+  auto current = load(key);
+  if (!current) return fail(current.error());
+  if (*current && usable(**current)) return CacheLookup{std::move(**current), true};
+  ++counters_->builds;
+  auto built = build();
+  if (!built) return fail(built.error());
+  CUACTOR_TRY(usable(*built));
+  CUACTOR_TRY(store(key, *built));
+  ++counters_->replaced;
   return CacheLookup{std::move(*built), false};
 }
 

@@ -20,6 +20,15 @@ namespace cuactor::jit {
 namespace fs = std::filesystem;
 namespace {
 
+// dlopen's words for an object that needs a newer C or C++ runtime than this process has ("version
+// `GLIBCXX_3.4.32' not found (required by ...)", "undefined symbol: ..."), as one built by another
+// machine's toolchain may. Other refusals (a missing driver library, no memory) would refuse a
+// build made here alike.
+bool needs_another_runtime(const Error& e) {
+  const std::string& m = e.message();
+  return m.find("not found (required by") != std::string::npos || m.find("undefined symbol") != std::string::npos;
+}
+
 double seconds_since(std::chrono::steady_clock::time_point t) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
 }
@@ -189,18 +198,21 @@ Result<std::pair<Digest, NvccRequest>> JitEngine::prepare(const InstanceRequest&
   return std::pair{*key, std::move(n)};
 }
 
-Result<CacheLookup> JitEngine::compile_instance(const InstanceRequest& request, const std::string& what) {
+Result<CacheLookup> JitEngine::compile_instance(const InstanceRequest& request, const std::string& what,
+                                                const std::function<Status(const Artifact&)>* replace_unless) {
   const nvtx::Range range([&] { return "jit.compile " + what; });
   const auto start = std::chrono::steady_clock::now();
   auto prepared = prepare(request);
   if (!prepared) return fail(prepared.error());
   report(what, JitStage::disk_lookup, start);
-  return disk_.get_or_build(prepared->first, [&]() -> Result<Artifact> {
+  const auto build = [&]() -> Result<Artifact> {
     auto so = nvcc_compile(prepared->second, [&](const JitProgress& p) { report(what, p.stage, start); });
     if (!so) return fail(so.error());
     report(what, JitStage::stored, start);
     return Artifact{ArtifactKind::shared_object, request.identity(), std::move(*so)};
-  });
+  };
+  if (replace_unless != nullptr) return disk_.replace_unusable(prepared->first, build, *replace_unless);
+  return disk_.get_or_build(prepared->first, build);
 }
 
 JitFuture<JitModule> JitEngine::module(NvrtcRequest request) {
@@ -259,20 +271,21 @@ Result<std::shared_ptr<const JitInstance>> JitEngine::load_instance(const Instan
                 fmt::format("{}: cache entry holds a {}, not a shared object", what, name(found->artifact.kind)));
   report(what, JitStage::loading, start);
   auto so = SharedObject::load(found->artifact.payload, request.symbol);
-  if (!so && found->from_disk) {
-    // An entry warmed by another machine's toolchain that this loader refuses (say, built against a
-    // newer libstdc++): the key leaves the host compiler out (nvcc_identity), so build it here once
-    // and replace the entry.
+  if (!so && found->from_disk && needs_another_runtime(so.error())) {
+    // An entry warmed by another machine's toolchain (the key leaves the host compiler out,
+    // nvcc_identity): built here, it replaces the entry if this process can load it.
     log(LogLevel::warn,
         fmt::format("{}: the cached object does not load here ({}); compiling it again", what, so.error().message()));
-    auto prepared = prepare(request);
-    if (!prepared) return fail(prepared.error());
-    auto removed = disk_.remove(prepared->first);
-    if (!removed) return fail(removed.error());
-    found = compile_instance(request, what);
+    std::shared_ptr<SharedObject> loaded;
+    const std::function<Status(const Artifact&)> loads = [&](const Artifact& a) -> Status {
+      auto o = SharedObject::load(a.payload, request.symbol);
+      if (!o) return fail(o.error());
+      loaded = std::move(*o);
+      return ok();
+    };
+    found = compile_instance(request, what, &loads);
     if (!found) return fail(found.error());
-    report(what, JitStage::loading, start);
-    so = SharedObject::load(found->artifact.payload, request.symbol);
+    so = std::move(loaded);
   }
   if (!so) return fail(so.error());
   auto sym = (*so)->symbol(request.symbol);

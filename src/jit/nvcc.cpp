@@ -50,10 +50,11 @@ std::optional<fs::path> find_nvcc() {
 
 Result<std::string> nvcc_identity() {
   // Probing runs a process (~25 ms): do it once per process. Only nvcc's banner (release and build)
-  // names the compiler: not its path, and not the host compiler, which builds only the object's
-  // C-ABI host side. So a cache warmed on a machine without a GPU is loaded as it is on a GPU
-  // machine with the same CUDA release but another GCC; an object that machine's loader refuses
-  // is compiled again there (JitEngine::load_instance).
+  // names the compiler: not its path, and not the host compiler, since the object's interface is C
+  // (another host compiler, which also preprocesses the device pass, may change machine code, not
+  // results). So a cache warmed on a machine without a GPU is loaded as it is on a GPU machine with
+  // the same CUDA release but another GCC; an object that needs a newer C++ runtime than the loading
+  // process has is compiled again there (JitEngine::load_instance).
   static std::once_flag once;
   static Result<std::string> identity = fail(errc::internal, "unset");
   std::call_once(once, [] {

@@ -92,25 +92,34 @@ TEST_F(JitInstancePath, CompilesLoadsAndIsFoundOnDiskByAFreshEngine) {
   EXPECT_EQ((*r)->abi().workspace_size(nullptr), 4096u);
 }
 
-// A cached object this machine's loader refuses (one warmed with a newer host toolchain can be: the
-// key leaves the host compiler out) is compiled again and replaces the entry, instead of failing
-// every later request.
-TEST_F(JitInstancePath, AnEntryTheLoaderRefusesIsCompiledAgainAndReplaced) {
+// Stores `payload` as the disk entry of `request`'s object (the cache's only entry, written by `e`).
+void replace_the_only_entry(JitEngine& e, std::span<const std::byte> payload) {
+  CUACTOR_ASSERT_OK_AND_ASSIGN(entries, e.disk_cache().list());
+  ASSERT_EQ(entries.size(), 1u);
+  Digest key;
+  key.words = {std::stoull(entries[0].key.substr(0, 16), nullptr, 16),
+               std::stoull(entries[0].key.substr(16), nullptr, 16)};
+  ASSERT_EQ(key.hex(), entries[0].key);
+  CUACTOR_ASSERT_OK(e.disk_cache().store(
+      key, Artifact{ArtifactKind::shared_object, entries[0].metadata, {payload.begin(), payload.end()}}));
+}
+
+// A cached object that needs what this process's runtime lacks (as one built against a newer C++
+// runtime elsewhere does; the key leaves the host compiler out) is compiled again and replaces the
+// entry, instead of failing every later request. Here: an object with an undefined symbol.
+TEST_F(JitInstancePath, AnEntryNeedingAnotherRuntimeIsCompiledAgainAndReplaced) {
   const auto req = request("tiny_instance_f", "64", "CUACTOR_KERNEL_ABI_VERSION");
+  NvccRequest foreign;
+  foreign.description = "foreign";
+  foreign.arch = GpuArch{8, 0, false};
+  foreign.source = R"(extern "C" int cuactor_test_not_defined_anywhere(int);
+extern "C" int cuactor_test_calls_it(int x) { return cuactor_test_not_defined_anywhere(x); })";
+  CUACTOR_ASSERT_OK_AND_ASSIGN(foreign_object, nvcc_compile(foreign));
   {
     auto e = engine();
     ASSERT_NE(e, nullptr);
     ASSERT_TRUE(e->instance(req).get().has_value());
-    CUACTOR_ASSERT_OK_AND_ASSIGN(entries, e->disk_cache().list());
-    ASSERT_EQ(entries.size(), 1u);
-    Digest key;
-    key.words = {std::stoull(entries[0].key.substr(0, 16), nullptr, 16),
-                 std::stoull(entries[0].key.substr(16), nullptr, 16)};
-    ASSERT_EQ(key.hex(), entries[0].key);
-    const std::string junk = "an intact entry whose payload no loader takes";
-    const auto bytes = std::as_bytes(std::span(junk));
-    CUACTOR_ASSERT_OK(e->disk_cache().store(
-        key, Artifact{ArtifactKind::shared_object, entries[0].metadata, {bytes.begin(), bytes.end()}}));
+    replace_the_only_entry(*e, foreign_object);
   }
   auto fresh = engine();
   ASSERT_NE(fresh, nullptr);
@@ -118,6 +127,7 @@ TEST_F(JitInstancePath, AnEntryTheLoaderRefusesIsCompiledAgainAndReplaced) {
   ASSERT_TRUE(r.has_value()) << r.error().to_string();
   EXPECT_FALSE((*r)->from_disk());
   EXPECT_EQ(fresh->stats().disk.builds, 1u);
+  EXPECT_EQ(fresh->stats().disk.replaced, 1u);
   EXPECT_EQ((*r)->abi().workspace_size(nullptr), 64u);
   // The rebuilt entry replaced the refused one.
   auto third = engine();
@@ -126,6 +136,28 @@ TEST_F(JitInstancePath, AnEntryTheLoaderRefusesIsCompiledAgainAndReplaced) {
   ASSERT_TRUE(again.has_value()) << again.error().to_string();
   EXPECT_TRUE((*again)->from_disk());
   EXPECT_EQ(third->stats().disk.builds, 0u);
+}
+
+// An entry the loader refuses for a reason a build here would not mend (here: not an ELF object)
+// fails as it is, without a compile, and stays.
+TEST_F(JitInstancePath, AnEntryNoBuildWouldMendFailsWithoutACompile) {
+  const auto req = request("tiny_instance_g", "64", "CUACTOR_KERNEL_ABI_VERSION");
+  const std::string junk = "an intact entry whose payload no loader takes";
+  {
+    auto e = engine();
+    ASSERT_NE(e, nullptr);
+    ASSERT_TRUE(e->instance(req).get().has_value());
+    replace_the_only_entry(*e, std::as_bytes(std::span(junk)));
+  }
+  auto fresh = engine();
+  ASSERT_NE(fresh, nullptr);
+  const auto r = fresh->instance(req).get();
+  ASSERT_FALSE(r.has_value());
+  EXPECT_NE(r.error().message().find("dlopen"), std::string::npos) << r.error().message();
+  EXPECT_EQ(fresh->stats().disk.builds, 0u);
+  CUACTOR_ASSERT_OK_AND_ASSIGN(entries, fresh->disk_cache().list());
+  ASSERT_EQ(entries.size(), 1u);
+  EXPECT_LT(entries[0].file_bytes, 1024u) << "the junk entry (not a rebuilt object) stays";
 }
 
 TEST_F(JitInstancePath, ConcurrentRequestsCompileOnce) {

@@ -213,6 +213,12 @@ TEST(EpiloguePlan, SkuForGivesTreesOfFewColumnsTheNarrowTile) {
   GemmProblem b_row = base;
   b_row.layout_b = MatrixLayout::row;
   EXPECT_GE(tile_n(b_row), 64);
+  GemmProblem f32_out = base;
+  f32_out.c = f32_out.d = DType::f32;
+  EXPECT_GE(tile_n(f32_out), 64);
+  GemmProblem aux = base;
+  aux.epilogue = parsed("relu(aux(add(acc,colbias)))");
+  EXPECT_GE(tile_n(aux), 64);
   GemmProblem fp8 = tree_problem("mul(mul(acc,rowscale),colscale)");  // row-wise scaling
   fp8.m = 8192;
   fp8.n = 32;

@@ -120,6 +120,9 @@ std::vector<GemmSku> candidates(DType in, bool quick) {
       {{128, 256, tk}, {1, 1, 1}, false, !fp8},  // 16-bit: the catalog's large
       {{128, 128, tk}, {1, 1, 1}, false, true},
       {{128, 128, tk}, {2, 1, 1}, false, false},
+      // The 16-bit large tile with its weight tile multicast to the group's next 128 rows (2x1
+      // cluster): groups of 200-400 rows span two or three such tiles.
+      {{128, 256, tk}, {2, 1, 1}, false, false},
       {{fp8 ? 128 : 256, fp8 ? 256 : 128, tk}, {fp8 ? 2 : 1, fp8 ? 1 : 2, 1}, false, true},
       {{64, 128, 128}, {1, 1, 1}, true, true},  // the catalog's small-M
       {{64, 256, tk}, {1, 1, 1}, true, true},

@@ -75,7 +75,8 @@ struct DiskCacheStats {
   std::uint64_t corrupt = 0;  ///< Entries found damaged (bad magic, size or checksum) and removed.
   std::uint64_t stores = 0;
   std::uint64_t evictions = 0;
-  std::uint64_t builds = 0;  ///< Times get_or_build ran its build function.
+  std::uint64_t builds = 0;    ///< Times get_or_build or replace_unusable ran its build function.
+  std::uint64_t replaced = 0;  ///< Entries replace_unusable replaced by a fresh build its caller could use.
 };
 
 /// Listing entry of `DiskCache::list()`.
@@ -113,6 +114,13 @@ class DiskCache {
   /// loads again and, if still missing, runs `build`, stores its result and returns it. Concurrent
   /// callers for one key therefore build once.
   Result<CacheLookup> get_or_build(const Digest& key, const std::function<Result<Artifact>()>& build);
+  /// For an intact entry its caller could not use (a shared object this machine's loader refuses, as
+  /// one built against a newer C++ runtime elsewhere is): under the key's lock, the entry on disk if
+  /// `usable` now takes it (another thread or process replaced it meanwhile; from_disk true), else
+  /// `build`'s result, which replaces the entry only if `usable` takes it; a build refused alike
+  /// leaves the entry and fails with `usable`'s error.
+  Result<CacheLookup> replace_unusable(const Digest& key, const std::function<Result<Artifact>()>& build,
+                                       const std::function<Status(const Artifact&)>& usable);
   /// Removes the least recently used entries until the total is at most `max_bytes`, sparing `keep`.
   Status evict_to(std::uint64_t max_bytes, const std::optional<Digest>& keep = std::nullopt);
   /// Every entry of the cache's own name form, most recently used first (damaged ones included,
@@ -133,7 +141,7 @@ class DiskCache {
 
  private:
   struct Counters {
-    std::atomic<std::uint64_t> hits{0}, misses{0}, corrupt{0}, stores{0}, evictions{0}, builds{0};
+    std::atomic<std::uint64_t> hits{0}, misses{0}, corrupt{0}, stores{0}, evictions{0}, builds{0}, replaced{0};
   };
   DiskCacheOptions options_;
   std::shared_ptr<Counters> counters_ = std::make_shared<Counters>();

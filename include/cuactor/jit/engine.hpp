@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -143,7 +144,10 @@ class JitEngine {
   Result<WarmReport> warm_nvrtc(const NvrtcRequest& request);
   Result<WarmReport> warm_instance(const InstanceRequest& request);
   Result<CacheLookup> compile_nvrtc(const NvrtcRequest& request, const std::string& what);
-  Result<CacheLookup> compile_instance(const InstanceRequest& request, const std::string& what);
+  /// The request's object from the disk cache or nvcc; with `replace_unless`, the disk entry (refused
+  /// by it) replaced (DiskCache::replace_unusable).
+  Result<CacheLookup> compile_instance(const InstanceRequest& request, const std::string& what,
+                                       const std::function<Status(const Artifact&)>* replace_unless = nullptr);
   void report(const std::string& what, JitStage stage, std::chrono::steady_clock::time_point start) const;
 
   JitOptions options_;

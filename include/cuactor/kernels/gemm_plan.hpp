@@ -179,8 +179,9 @@ class GemmPlan {
   [[nodiscard]] const GemmProblem& problem() const noexcept { return problem_; }
   /// The SKU the heuristic would choose for `problem` if every standard configuration were compiled
   /// (what the JIT instantiates when the catalog lacks the problem's epilogue tree): the tile compared
-  /// by estimated cost, or for 16-bit sm_90a problems of at most 32 columns in layouts row,col,row the
-  /// narrow-column tile of make()'s preset plans; never swapped or split. Checked like make().
+  /// by estimated cost, or for 16-bit sm_90a problems of at most 32 columns (one GEMM, layouts
+  /// row,col,row, A, B, C and D of one type, no side outputs) the narrow-column tile of make()'s preset
+  /// plans; never swapped or split. Checked like make().
   static Result<GemmSku> sku_for(const GemmProblem& problem, GpuArch device_arch, const GemmPlanOptions& options = {});
 
   /// K slices the plan splits the problem into (1: not split); see GemmPlanOptions::split_k.
