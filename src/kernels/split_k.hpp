@@ -140,8 +140,8 @@ inline constexpr std::int64_t kNarrowSplitMinDepth = 8192;
 /// narrow plans on 16 and 24 row tiles ran 0.67x and 0.83x cuBLAS. Measured on narrow plans (H200,
 /// session 41, 9 shapes of 8-128 row tiles, two runs): 1.024x and 0.993x cuBLAS in the geometric mean,
 /// against 0.881x and 0.892x unsplit (`--split-k 1`); split, shapes of 8-16 row tiles ran 1.4-1.85x
-/// faster, 24 tiles 1.07x, and at the bound (28-32 tiles) 2048x16x8192 lost 3-5% while 2048x32x8192
-/// gained.
+/// faster, 24 tiles 1.07x, and at the bound (28-32 tiles) 2048x16x8192 lost 3-5%, while 2048x32x8192
+/// ran 0.988x and 1.040x cuBLAS split (session 40, unsplit: 0.948x).
 int narrow_split_for(const GemmProblem& p, int sm_count) noexcept;
 /// D[i, j] = alpha * (P[0, i, j] + ... + P[splits - 1, i, j]) + beta * C[i, j] for an m x n problem: P
 /// holds the float32 partial products of the K slices, `splits` packed m x n row-major matrices; C and
