@@ -973,7 +973,18 @@ Result<ConvPlan> ConvPlan::create(const ConvSpec& spec, GpuArch device_arch, con
     // Without a kernel to ask (a build without this family), the sm_90a rules still explain a refusal.
     if (chosen == nullptr && !refusal && can_run(kSm90a, device_arch))
       if (Status fits = check_sku_computes(sku_for(spec, kSm90a, {128, 128, 64}), spec); !fits) refusal = fits.error();
-    if (chosen == nullptr && refusal) return fail(*refusal);
+    if (chosen == nullptr && refusal) {
+      // A spec that the sm_80 kernels compute (strided dgrad) refused by a build without them: the
+      // build lacks them, which "no ... kernel in this build" says (scripts and tests key on it).
+      const GemmSku sm80 = sku_for(spec, GpuArch{8, 0, false}, {128, 128, 64}, {1, 1, 1}, GemmSchedule::multistage, 3);
+      if (spec.operation == ConvOperation::dgrad && runs_on(sm80, device_arch) && check_sku_computes(sm80, spec))
+        return fail(errc::unsupported,
+                    fmt::format("no convolution kernel in this build's catalog computes {} on a {} device: {}; the "
+                                "sm_80 kernels that would are not compiled in (CUACTOR_KERNEL_ARCHS selects the "
+                                "compiled families)",
+                                spec.to_string(), device_arch.name(), refusal->message()));
+      return fail(*refusal);
+    }
     if (chosen == nullptr)
       return fail(
           errc::unsupported,
