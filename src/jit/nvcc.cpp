@@ -184,12 +184,18 @@ Result<std::shared_ptr<SharedObject>> SharedObject::load(std::span<const std::by
 }
 
 SharedObject::~SharedObject() {
-  if (handle_) ::dlclose(handle_);
+  const bool loaded = handle_ != nullptr;
+  if (loaded) ::dlclose(handle_);
   // An object with GNU unique symbols (C++ template statics, as CUTLASS has) stays resident after
   // dlclose. Its file must then stay open: a closed memfd frees its descriptor number and inode,
   // and a later dlopen of "/proc/self/fd/<same number>" or of a file with the same inode would be
   // answered with this old object instead of the new one.
   if (fd_ >= 0) {
+    // An object dlopen refused left nothing mapped: its file goes (load() retries may refuse several).
+    if (!loaded) {
+      ::close(fd_);
+      return;
+    }
     // The temp-file fallback was unlinked, so residency cannot be asked by path: always keep it.
     if (!path_.starts_with("/proc/self/fd/")) return;
     void* resident = ::dlopen(path_.c_str(), RTLD_LAZY | RTLD_NOLOAD);

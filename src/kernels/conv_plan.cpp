@@ -977,11 +977,13 @@ Result<ConvPlan> ConvPlan::create(const ConvSpec& spec, GpuArch device_arch, con
       // A spec that the sm_80 kernels compute (strided dgrad) refused by a build without them: the
       // build lacks them, which "no ... kernel in this build" says (scripts and tests key on it).
       const GemmSku sm80 = sku_for(spec, GpuArch{8, 0, false}, {128, 128, 64}, {1, 1, 1}, GemmSchedule::multistage, 3);
-      if (spec.operation == ConvOperation::dgrad && runs_on(sm80, device_arch) && check_sku_computes(sm80, spec))
+      // (The catalog compiles sm_80 dgrad with the output type of the input.)
+      if (spec.operation == ConvOperation::dgrad && spec.output == spec.element && runs_on(sm80, device_arch) &&
+          check_sku_computes(sm80, spec))
         return fail(errc::unsupported,
                     fmt::format("no convolution kernel in this build's catalog computes {} on a {} device: {}; the "
-                                "sm_80 kernels that would are not compiled in (CUACTOR_KERNEL_ARCHS selects the "
-                                "compiled families)",
+                                "sm_80 kernels that would are not compiled in (CUACTOR_KERNEL_ARCHS, CUACTOR_CATALOG "
+                                "and CUACTOR_CATALOG_FILTER select what is compiled)",
                                 spec.to_string(), device_arch.name(), refusal->message()));
       return fail(*refusal);
     }

@@ -620,9 +620,7 @@ Result<GemmSku> GemmPlan::sku_for(const GemmProblem& problem, GpuArch device_arc
   // (narrow_kernel, on the same types and layouts): 64-column tiles would compute 2-8x padding.
   // Unsplit: split slices write float32 partials, where the tree runs on the whole accumulator. Not
   // for side outputs (amax, aux, row sums), which no narrow tile has run.
-  const EpilogueSpec& tree = problem.epilogue;
-  const bool side_outputs =
-      tree.uses(EpilogueNode::amax) || tree.uses(EpilogueNode::aux) || tree.uses(EpilogueNode::row_sum);
+  const bool side_outputs = dense_only_output(problem.epilogue).has_value();
   if ((problem.a == DType::bf16 || problem.a == DType::f16) && problem.b == problem.a && problem.c == problem.a &&
       problem.d == problem.a && problem.n <= detail::kNarrowMaxColumns && problem.batch == 1 &&
       problem.layout_a == MatrixLayout::row && problem.layout_b == MatrixLayout::col &&

@@ -842,6 +842,12 @@ TEST(ConvPlanCreate, StridedDgradTakesTheSm80Kernel) {
   expect_error(ConvPlan::with_instance(strided, kHopper, ConvPlan::sku_for(strided, kHopper, kTile), fake_instance(),
                                        nullptr, PlanSource::overridden),
                errc::unsupported, "unit stride only, not 2x2 (strided dgrad runs on the sm_80 kernels)");
+  // An f32 output has no sm_80 dgrad kernel in any build: the refusal stays the sm_90a kernels' reason.
+  ConvSpec mixed = strided;
+  mixed.output = DType::f32;
+  const auto refused = ConvPlan::create(mixed, kHopper);
+  ASSERT_FALSE(refused.has_value());
+  EXPECT_EQ(refused.error().message().find("not compiled in"), std::string::npos) << refused.error().message();
   const GemmSku sm80 = ConvPlan::sku_for(strided, kAmpere, {128, 128, 64}, {1, 1, 1}, GemmSchedule::multistage, 3);
   if (find_in_catalog(sm80) == nullptr) {
     // The build lacks the kernel: said as such (the Python suite's partial-build skip keys on it), with
