@@ -284,7 +284,11 @@ Result<std::shared_ptr<const JitInstance>> JitEngine::load_instance(const Instan
       return ok();
     };
     found = compile_instance(request, what, &loads);
-    if (!found) return fail(found.error());
+    if (!found)
+      return fail(Error(found.error().code(),
+                        fmt::format("{}: the cached object did not load, and a rebuild here failed too ({}); every "
+                                    "process that asks for it compiles it again",
+                                    what, found.error().message())));
     so = std::move(loaded);
   }
   if (!so) return fail(so.error());

@@ -138,6 +138,32 @@ extern "C" int cuactor_test_calls_it(int x) { return cuactor_test_not_defined_an
   EXPECT_EQ(third->stats().disk.builds, 0u);
 }
 
+// An object that needs what this process lacks even when built here (an undefined symbol in its own
+// source) is compiled again once per process that asks, and the error says the rebuild failed too;
+// the entry stays.
+TEST_F(JitInstancePath, ARebuildRefusedAlikeLeavesTheEntryAndSaysSo) {
+  // A workspace size from a function nothing defines: every build of it has an undefined symbol.
+  const auto req = request("tiny_instance_h",
+                           "[] { std::size_t cuactor_test_no_such_size(); return cuactor_test_no_such_size(); }()",
+                           "CUACTOR_KERNEL_ABI_VERSION");
+  {
+    auto e = engine();
+    ASSERT_NE(e, nullptr);
+    const auto first = e->instance(req).get();  // compiled, stored, then refused by dlopen
+    ASSERT_FALSE(first.has_value());
+    EXPECT_NE(first.error().message().find("undefined symbol"), std::string::npos) << first.error().message();
+  }
+  auto fresh = engine();
+  ASSERT_NE(fresh, nullptr);
+  const auto r = fresh->instance(req).get();
+  ASSERT_FALSE(r.has_value());
+  EXPECT_NE(r.error().message().find("a rebuild here failed too"), std::string::npos) << r.error().message();
+  EXPECT_EQ(fresh->stats().disk.builds, 1u);
+  EXPECT_EQ(fresh->stats().disk.replaced, 0u);
+  CUACTOR_ASSERT_OK_AND_ASSIGN(entries, fresh->disk_cache().list());
+  EXPECT_EQ(entries.size(), 1u);
+}
+
 // An entry the loader refuses for a reason a build here would not mend (here: not an ELF object)
 // fails as it is, without a compile, and stays.
 TEST_F(JitInstancePath, AnEntryNoBuildWouldMendFailsWithoutACompile) {
