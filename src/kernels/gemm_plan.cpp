@@ -422,9 +422,12 @@ GemmSku narrow_sku(const GemmProblem& p) {
   return decode_pingpong_sku(p, narrow_tile(p.n, kSwapAbTileDepth));
 }
 
+bool fits_narrow_plan(const GemmProblem& p, GpuArch arch) {
+  return p.n <= kNarrowMaxColumns && p.d == p.a && decode_plan_rule(p, arch, "narrow-column").empty();
+}
+
 const CatalogEntry* narrow_kernel(const GemmProblem& p, GpuArch arch) {
-  if (p.n > kNarrowMaxColumns || p.d != p.a || !decode_plan_rule(p, arch, "narrow-column").empty()) return nullptr;
-  return find_in_catalog(narrow_sku(p));
+  return fits_narrow_plan(p, arch) ? find_in_catalog(narrow_sku(p)) : nullptr;
 }
 
 }  // namespace detail
@@ -557,14 +560,14 @@ Result<GemmPlan> GemmPlan::make(const GemmProblem& problem, GpuArch device_arch,
       return finish(problem, device_arch, e->sku, *e->instance, nullptr, PlanSource::heuristic, options, unswapped,
                     false);
   }
-  if (!swap && detail::narrow_kernel(problem, device_arch) != nullptr) {
+  if (const CatalogEntry* narrow = swap ? nullptr : detail::narrow_kernel(problem, device_arch)) {
     // Narrow-column problems on grids of few row tiles split along K, on the narrow slice kernel only.
     const int narrow_splits = options.split_k == 0 ? detail::narrow_split_for(problem, sm_count) : 1;
     const CatalogEntry* e = narrow_splits > 1 ? slice_entry(narrow_splits, false) : nullptr;
     if (e != nullptr && e->sku == detail::split_k_slice_sku(problem, false))
       return finish(problem, device_arch, e->sku, *e->instance, nullptr, PlanSource::heuristic, options, narrow_splits,
                     false);
-    kernel = detail::narrow_kernel(problem, device_arch);
+    kernel = narrow;
   }
   if (kernel == nullptr)  // neither the heuristic's candidates nor a decode kernel computes it
     return fail(errc::unsupported,
@@ -616,15 +619,13 @@ Result<GemmSku> GemmPlan::sku_for(const GemmProblem& problem, GpuArch device_arc
     return base;
   }
   // Trees over at most kNarrowMaxColumns columns (a router's logits with a bias, a low-rank
-  // projection with a scale) take the narrow-column tile that make() gives preset epilogues
-  // (narrow_kernel, on the same types and layouts): 64-column tiles would compute 2-8x padding.
-  // Unsplit: split slices write float32 partials, where the tree runs on the whole accumulator. Not
-  // for side outputs (amax, aux, row sums), which no narrow tile has run.
-  const bool side_outputs = dense_only_output(problem.epilogue).has_value();
-  if ((problem.a == DType::bf16 || problem.a == DType::f16) && problem.b == problem.a && problem.c == problem.a &&
-      problem.d == problem.a && problem.n <= detail::kNarrowMaxColumns && problem.batch == 1 &&
-      problem.layout_a == MatrixLayout::row && problem.layout_b == MatrixLayout::col &&
-      problem.layout_c == MatrixLayout::row && !side_outputs)
+  // projection with a scale) take the narrow-column tile that make() gives preset epilogues, under
+  // the same rules but the epilogue's: 64-column tiles would compute 2-8x padding. Unsplit: split
+  // slices write float32 partials, where the tree runs on the whole accumulator. Not for side outputs
+  // (amax, aux, row sums), which no narrow tile has run.
+  GemmProblem as_preset = problem;
+  as_preset.epilogue = GemmEpilogue::linear_combination;
+  if (!dense_only_output(problem.epilogue) && detail::fits_narrow_plan(as_preset, GpuArch{9, 0, true}))
     return detail::narrow_sku(problem);
   base.arch = GpuArch{9, 0, true};
   std::optional<GemmSku> best;

@@ -116,6 +116,9 @@ inline constexpr std::int64_t kNarrowMaxColumns = 32;
 /// kSwapAbTileDepth deep, no cluster, with p's types, layouts and epilogue (GemmPlan::sku_for gives it
 /// to epilogue trees of at most kNarrowMaxColumns columns).
 GemmSku narrow_sku(const GemmProblem& p);
+/// Whether `p` meets the narrow-column plans' rules on `arch`: at most kNarrowMaxColumns columns, D of
+/// A's type, and decode_plan_rule's (bf16 or f16, one GEMM, layouts row,col,row, the preset epilogue).
+bool fits_narrow_plan(const GemmProblem& p, GpuArch arch);
 /// The catalog's kernel for a 16-bit `p` of at most kNarrowMaxColumns columns that GemmPlan runs
 /// unswapped and unsplit: pingpong, 64 rows, 16 columns (32 past 16), kSwapAbTileDepth deep, layouts
 /// row,col,row (the swapped kernel's tile, D row-major); null where `p` breaks decode_plan_rule's rules

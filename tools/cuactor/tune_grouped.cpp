@@ -115,9 +115,9 @@ std::vector<GemmSku> candidates(DType in, bool quick) {
   const bool fp8 = in == DType::e4m3;
   const int k16 = 64, k8 = 128;  // 128-byte K slices
   const int tk = fp8 ? k8 : k16;
-  // The first: fp8's large tile (256x128, 1x2); for 16-bit, 128x256 in a 2x1 cluster.
+  // The first: fp8's large tile, the catalog's (256x128, 1x2); for 16-bit, 128x256 in a 2x1 cluster.
   const std::vector<Config> configs = {
-      {{fp8 ? 256 : 128, fp8 ? 128 : 256, tk}, {fp8 ? 1 : 2, fp8 ? 2 : 1, 1}, false, true},  // fp8: the catalog's large
+      {{fp8 ? 256 : 128, fp8 ? 128 : 256, tk}, {fp8 ? 1 : 2, fp8 ? 2 : 1, 1}, false, true},
       {{128, 256, tk}, {1, 1, 1}, false, !fp8},  // 16-bit: the catalog's large
       {{128, 128, tk}, {1, 1, 1}, false, true},
       {{128, 128, tk}, {2, 1, 1}, false, false},
