@@ -166,8 +166,10 @@ case $case in
     expect_failure; expect_in err "shape '16x8192' is not MxNxK"
     run "$cli" tune gemm --shape 0x8x8
     expect_failure; expect_in err "three positive integers"
-    run "$cli" tune gemm --shape 16x64x64 --dtype e4m3
-    expect_failure; expect_in err "--dtype 'e4m3': tuning covers bf16 and f16"
+    run "$cli" tune gemm --shape 16x64x64 --dtype f32
+    expect_failure; expect_in err "--dtype 'f32': tuning covers bf16, f16 and e4m3"
+    run "$cli" tune gemm --shape 16x64x64 --dtype e4m3 --layout-b row
+    expect_failure; expect_in err "--layout-b 'row' with --dtype e4m3: fp8 GEMMs are TN only"
     run "$cli" tune gemm --shape 16x64x64 --layout-b diag
     expect_failure; expect_in err "--layout-b 'diag' is not row or col"
     mkdir -p shapes.d

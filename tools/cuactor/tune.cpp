@@ -28,12 +28,12 @@
 #include "cuactor/jit/tuning.hpp"
 #include "cuactor/kernels/catalog.hpp"
 #include "gemm_anchor.hpp"
+#include "tune_candidates.hpp"
 #include "tune_common.hpp"
 
 namespace cuactor::cli {
 namespace {
 
-using kernels::GemmSchedule;
 using kernels::GemmSku;
 
 struct TuneOptions {
@@ -53,10 +53,16 @@ struct TuneOptions {
 
 Result<std::vector<kernels::GemmProblem>> problems_of(const TuneOptions& o) {
   const auto dtype = parse_dtype(o.dtype);
-  if (!dtype || (*dtype != DType::bf16 && *dtype != DType::f16))
-    return fail(errc::invalid_argument, fmt::format("--dtype '{}': tuning covers bf16 and f16 GEMMs", o.dtype));
+  if (!dtype || (*dtype != DType::bf16 && *dtype != DType::f16 && *dtype != DType::e4m3))
+    return fail(errc::invalid_argument, fmt::format("--dtype '{}': tuning covers bf16, f16 and e4m3 GEMMs", o.dtype));
   const auto layout_b = kernels::parse_layout(o.layout_b);
   if (!layout_b) return fail(errc::invalid_argument, fmt::format("--layout-b '{}' is not row or col", o.layout_b));
+  const bool fp8 = *dtype == DType::e4m3;
+  if (fp8 && *layout_b != MatrixLayout::col)
+    return fail(errc::invalid_argument,
+                fmt::format("--layout-b '{}' with --dtype e4m3: fp8 GEMMs are TN only (B col, N x K), as the "
+                            "catalog's fp8 kernels and cuBLASLt's take them",
+                            o.layout_b));
   auto lines = shape_texts(o.shapes, o.from);
   if (!lines) return fail(lines.error());
   const std::vector<std::string>& texts = *lines;
@@ -70,59 +76,12 @@ Result<std::vector<kernels::GemmProblem>> problems_of(const TuneOptions& o) {
     p.n = (*v)[1];
     p.k = (*v)[2];
     p.a = p.b = p.c = p.d = *dtype;
+    if (fp8) {  // as bench gemm and the plans run e4m3: per-tensor scales, bf16 out
+      p.c = p.d = DType::bf16;
+      p.epilogue = kernels::GemmEpilogue::scaled_linear_combination;
+    }
     p.layout_b = *layout_b;
     out.push_back(p);
-  }
-  return out;
-}
-
-/// The sm_90a configurations swept for a 16-bit problem: data-parallel cooperative and pingpong
-/// tiles, clusters, and stream-K; for at most 64 columns (a decode GEMM written D^T = B^T A^T, weights
-/// as A), tiles of the columns' width (16, 32 or 64) over 64 to 256 rows, stream-K among them. (The
-/// heuristic's own plan, swapped or split-K included, is timed beside them.)
-std::vector<GemmSku> candidates(const kernels::GemmProblem& p, bool quick) {
-  struct Config {
-    kernels::Shape3 tile, cluster;
-    GemmSchedule schedule;
-    bool in_quick;
-  };
-  const int narrow = p.n <= 16 ? 16 : p.n <= 32 ? 32 : 64;
-  const Config narrow_configs[] = {
-      {{64, narrow, 128}, {1, 1, 1}, GemmSchedule::pingpong, true},
-      {{64, narrow, 256}, {1, 1, 1}, GemmSchedule::pingpong, false},
-      {{128, narrow, 128}, {1, 1, 1}, GemmSchedule::cooperative, false},
-      {{128, narrow, 128}, {1, 1, 1}, GemmSchedule::cooperative_streamk, true},
-      {{128, narrow, 64}, {1, 1, 1}, GemmSchedule::cooperative_streamk, false},
-      {{256, narrow, 64}, {1, 1, 1}, GemmSchedule::cooperative_streamk, true},
-  };
-  const Config configs[] = {
-      {{128, 256, 64}, {2, 1, 1}, GemmSchedule::cooperative, true},
-      {{128, 256, 64}, {1, 1, 1}, GemmSchedule::cooperative, false},
-      {{128, 128, 64}, {1, 1, 1}, GemmSchedule::cooperative, false},
-      {{256, 128, 64}, {1, 2, 1}, GemmSchedule::cooperative, true},
-      {{256, 128, 64}, {2, 1, 1}, GemmSchedule::cooperative, false},  // B multicast across the M pair
-      {{128, 256, 64}, {1, 2, 1}, GemmSchedule::cooperative, false},  // A multicast across the N pair
-      // The heuristic's large 16-bit tile (pingpong 128x128, 2x1) in the other cluster shapes, and wider.
-      {{128, 128, 64}, {1, 1, 1}, GemmSchedule::pingpong, false},
-      {{128, 128, 64}, {1, 2, 1}, GemmSchedule::pingpong, false},
-      {{128, 128, 64}, {2, 2, 1}, GemmSchedule::pingpong, false},
-      {{128, 192, 64}, {2, 1, 1}, GemmSchedule::pingpong, false},  // fewer tile loads per output
-      {{64, 128, 128}, {1, 1, 1}, GemmSchedule::pingpong, true},
-      {{64, 128, 64}, {1, 1, 1}, GemmSchedule::pingpong, false},
-      {{64, 256, 64}, {1, 1, 1}, GemmSchedule::pingpong, false},
-      {{64, 64, 64}, {1, 1, 1}, GemmSchedule::pingpong, false},  // decode on grids of few 64x128 tiles
-      {{128, 128, 64}, {1, 1, 1}, GemmSchedule::cooperative_streamk, true},
-      {{128, 256, 64}, {1, 1, 1}, GemmSchedule::cooperative_streamk, true},
-      {{128, 128, 64}, {2, 1, 1}, GemmSchedule::cooperative_streamk, false},
-  };
-  std::vector<GemmSku> out;
-  for (const Config& c : p.n <= 64 ? std::span<const Config>(narrow_configs) : std::span<const Config>(configs)) {
-    if (quick && !c.in_quick) continue;
-    GemmSku s = kernels::dense_sku_for(p);
-    s.tile = c.tile;
-    s.cluster = c.cluster;
-    s.schedule = c.schedule;
-    out.push_back(s);
   }
   return out;
 }
@@ -153,7 +112,7 @@ Status run_tune_gemm(const TuneOptions& o) {
   std::vector<GemmSku> to_compile;
   std::set<std::string> seen;
   for (const auto& p : *problems)
-    for (const auto& s : candidates(p, o.quick))
+    for (const auto& s : dense_tune_candidates(p, o.quick))
       if (kernels::find_in_catalog(s) == nullptr && seen.insert(s.to_string()).second) to_compile.push_back(s);
   std::cout << fmt::format(
       "cuactor tune gemm: {} problem(s), {} candidate kernel(s) to compile (others are in the "
@@ -193,7 +152,7 @@ Status run_tune_gemm(const TuneOptions& o) {
     };
     std::optional<Measured> best;
     std::shared_ptr<const jit::ResolvedInstance> best_instance;
-    for (const auto& sku : candidates(p, o.quick)) {
+    for (const auto& sku : dense_tune_candidates(p, o.quick)) {
       if (unusable.count(sku.to_string()) != 0) continue;
       const auto& instance = gemm_jit.resolve(sku).get();  // the catalog's, else the one compiled above
       if (!instance) {
@@ -265,9 +224,13 @@ void add_tune_command(CLI::App& app) {
   auto opt = std::make_shared<TuneOptions>();
   cmd->add_option("--shape", opt->shapes, "Problem MxNxK (repeatable)");
   cmd->add_option("--from", opt->from, "File of shapes, one MxNxK per line ('#' starts a comment)");
-  cmd->add_option("--dtype", opt->dtype, "Element type of A, B, C and D: bf16 or f16");
+  cmd->add_option("--dtype", opt->dtype,
+                  "Element type of A and B: bf16 or f16 (C and D the same), or e4m3 (per-tensor scales, C and D "
+                  "bf16, --layout-b col)");
   cmd->add_option("--layout-b", opt->layout_b, "Layout of B: col (N x K weights, TN) or row (K x N)");
-  add_sweep_options(cmd, *opt, "5 instead of 17; 3 instead of 6 for at most 64 columns");
+  add_sweep_options(cmd, *opt,
+                    "16-bit: 5 instead of 17, 3 instead of 6 for at most 64 columns; e4m3: 5 instead of 12, 2 "
+                    "instead of 4");
   cmd->callback([opt] {
     if (auto s = run_tune_gemm(*opt); !s) {
       std::cerr << "cuactor tune gemm: " << s.error().to_string() << "\n";

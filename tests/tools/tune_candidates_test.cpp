@@ -1,0 +1,98 @@
+// The configurations `cuactor tune gemm` sweeps (tools/cuactor/tune_candidates.hpp): each carries the
+// problem's types, layouts and epilogue, a schedule of its element width, and a JIT request that
+// renders for sm_90a; the quick list is part of the full one.
+#include "tune_candidates.hpp"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "cuactor/jit/gemm.hpp"
+
+namespace cuactor::cli {
+namespace {
+
+using kernels::GemmEpilogue;
+using kernels::GemmProblem;
+using kernels::GemmSchedule;
+using kernels::GemmSku;
+using kernels::MatrixLayout;
+
+GemmProblem problem(DType t, std::int64_t m, std::int64_t n, std::int64_t k) {
+  GemmProblem p;
+  p.m = m;
+  p.n = n;
+  p.k = k;
+  p.a = p.b = p.c = p.d = t;
+  if (t == DType::e4m3) {  // as `tune gemm --dtype e4m3` states it
+    p.c = p.d = DType::bf16;
+    p.epilogue = GemmEpilogue::scaled_linear_combination;
+  }
+  return p;
+}
+
+bool is_fp8_schedule(GemmSchedule s) {
+  return s == GemmSchedule::cooperative_fp8_fast_accum || s == GemmSchedule::pingpong_fp8_fast_accum ||
+         s == GemmSchedule::cooperative_fp8_fast_accum_streamk;
+}
+
+/// The checks every list must pass, for `p` and both lengths.
+void expect_sound(const GemmProblem& p, std::size_t full_size, std::size_t quick_size) {
+  SCOPED_TRACE(std::string(name(p.a)) + " n=" + std::to_string(p.n));
+  const std::vector<GemmSku> full = dense_tune_candidates(p, false), quick = dense_tune_candidates(p, true);
+  EXPECT_EQ(full.size(), full_size);
+  EXPECT_EQ(quick.size(), quick_size);
+  std::set<std::string> names;
+  const bool fp8 = p.a == DType::e4m3;
+  for (const GemmSku& s : full) {
+    SCOPED_TRACE(s.to_string());
+    EXPECT_TRUE(names.insert(s.to_string()).second) << "listed twice";
+    EXPECT_EQ(s.family, kernels::GemmFamily::dense);
+    EXPECT_EQ(s.a, p.a);
+    EXPECT_EQ(s.b, p.b);
+    EXPECT_EQ(s.c, p.c);
+    EXPECT_EQ(s.d, p.d);
+    EXPECT_EQ(s.layout_b, p.layout_b);
+    EXPECT_EQ(s.layout_c, MatrixLayout::row);
+    EXPECT_EQ(s.epilogue, p.epilogue);
+    EXPECT_EQ(is_fp8_schedule(s.schedule), fp8);
+    // At least 128-byte K slices: 64 deep for 16-bit elements, 128 for fp8.
+    EXPECT_GE(s.tile.k * size_bits(p.a) / 8, 128);
+    if (p.n <= 64) {
+      EXPECT_LE(s.tile.n, 64) << "few columns take tiles of their width";
+    }
+    auto request = jit::instance_request(s, GpuArch{9, 0, true});
+    EXPECT_TRUE(request.has_value()) << request.error().to_string();
+  }
+  for (const GemmSku& s : quick) EXPECT_EQ(names.count(s.to_string()), 1u) << s.to_string() << " only in --quick";
+}
+
+TEST(TuneCandidates, SixteenBitListsKeepTheirLengths) {
+  for (DType t : {DType::bf16, DType::f16}) {
+    expect_sound(problem(t, 4096, 4096, 4096), 17, 5);
+    expect_sound(problem(t, 8192, 16, 4096), 6, 3);
+  }
+}
+
+TEST(TuneCandidates, Fp8ListsUseTheFastAccumulationSchedulesAndTheCatalogsTileFirst) {
+  const GemmProblem large = problem(DType::e4m3, 4096, 4096, 4096);
+  expect_sound(large, 12, 5);
+  expect_sound(problem(DType::e4m3, 8192, 32, 8192), 4, 2);
+  const GemmSku first = dense_tune_candidates(large, true).front();
+  EXPECT_EQ(first.tile, (kernels::Shape3{256, 128, 128}));
+  EXPECT_EQ(first.cluster, (kernels::Shape3{1, 2, 1}));
+  EXPECT_EQ(first.schedule, GemmSchedule::cooperative_fp8_fast_accum);
+  // Stream-K is among both lists, as for 16-bit problems.
+  for (const GemmProblem& p : {large, problem(DType::e4m3, 8192, 32, 8192)}) {
+    const auto quick = dense_tune_candidates(p, true);
+    EXPECT_TRUE(std::any_of(quick.begin(), quick.end(), [](const GemmSku& s) {
+      return s.schedule == GemmSchedule::cooperative_fp8_fast_accum_streamk;
+    }));
+  }
+}
+
+}  // namespace
+}  // namespace cuactor::cli

@@ -1,0 +1,97 @@
+// The configurations `cuactor tune gemm` sweeps for a dense problem. Free of CUDA, the CLI and
+// printing, so the unit tests check the lists themselves (types, schedules, depths, the quick subset).
+#pragma once
+
+#include <span>
+#include <vector>
+
+#include "cuactor/core/dtype.hpp"
+#include "cuactor/kernels/gemm_plan.hpp"
+#include "cuactor/kernels/sku.hpp"
+
+namespace cuactor::cli {
+
+/// The sm_90a configurations swept for a problem. 16-bit: data-parallel cooperative and pingpong
+/// tiles, clusters, and stream-K; for at most 64 columns (a decode GEMM written D^T = B^T A^T, weights
+/// as A), tiles of the columns' width (16, 32 or 64) over 64 to 256 rows, stream-K among them. e4m3
+/// (per-tensor scales, fast accumulation): the same families on 128-deep tiles (the bytes of the 16-bit
+/// 64-deep ones), the catalog's 256x128 in a 1x2 cluster first. (The heuristic's own plan, swapped or
+/// split-K included, is timed beside them.)
+inline std::vector<kernels::GemmSku> dense_tune_candidates(const kernels::GemmProblem& p, bool quick) {
+  using kernels::GemmSchedule;
+  struct Config {
+    kernels::Shape3 tile, cluster;
+    GemmSchedule schedule;
+    bool in_quick;
+  };
+  const int narrow = p.n <= 16 ? 16 : p.n <= 32 ? 32 : 64;
+  const Config narrow_configs[] = {
+      {{64, narrow, 128}, {1, 1, 1}, GemmSchedule::pingpong, true},
+      {{64, narrow, 256}, {1, 1, 1}, GemmSchedule::pingpong, false},
+      {{128, narrow, 128}, {1, 1, 1}, GemmSchedule::cooperative, false},
+      {{128, narrow, 128}, {1, 1, 1}, GemmSchedule::cooperative_streamk, true},
+      {{128, narrow, 64}, {1, 1, 1}, GemmSchedule::cooperative_streamk, false},
+      {{256, narrow, 64}, {1, 1, 1}, GemmSchedule::cooperative_streamk, true},
+  };
+  const Config configs[] = {
+      {{128, 256, 64}, {2, 1, 1}, GemmSchedule::cooperative, true},
+      {{128, 256, 64}, {1, 1, 1}, GemmSchedule::cooperative, false},
+      {{128, 128, 64}, {1, 1, 1}, GemmSchedule::cooperative, false},
+      {{256, 128, 64}, {1, 2, 1}, GemmSchedule::cooperative, true},
+      {{256, 128, 64}, {2, 1, 1}, GemmSchedule::cooperative, false},  // B multicast across the M pair
+      {{128, 256, 64}, {1, 2, 1}, GemmSchedule::cooperative, false},  // A multicast across the N pair
+      // The heuristic's large 16-bit tile (pingpong 128x128, 2x1) in the other cluster shapes, and wider.
+      {{128, 128, 64}, {1, 1, 1}, GemmSchedule::pingpong, false},
+      {{128, 128, 64}, {1, 2, 1}, GemmSchedule::pingpong, false},
+      {{128, 128, 64}, {2, 2, 1}, GemmSchedule::pingpong, false},
+      {{128, 192, 64}, {2, 1, 1}, GemmSchedule::pingpong, false},  // fewer tile loads per output
+      {{64, 128, 128}, {1, 1, 1}, GemmSchedule::pingpong, true},
+      {{64, 128, 64}, {1, 1, 1}, GemmSchedule::pingpong, false},
+      {{64, 256, 64}, {1, 1, 1}, GemmSchedule::pingpong, false},
+      {{64, 64, 64}, {1, 1, 1}, GemmSchedule::pingpong, false},  // decode on grids of few 64x128 tiles
+      {{128, 128, 64}, {1, 1, 1}, GemmSchedule::cooperative_streamk, true},
+      {{128, 256, 64}, {1, 1, 1}, GemmSchedule::cooperative_streamk, true},
+      {{128, 128, 64}, {2, 1, 1}, GemmSchedule::cooperative_streamk, false},
+  };
+  // e4m3: the schedules with fast accumulation; the narrow tiles 256 deep, as the catalog's swapped
+  // fp8 decode tiles are.
+  constexpr GemmSchedule kCoop8 = GemmSchedule::cooperative_fp8_fast_accum,
+                         kPing8 = GemmSchedule::pingpong_fp8_fast_accum,
+                         kStreamK8 = GemmSchedule::cooperative_fp8_fast_accum_streamk;
+  const Config fp8_narrow_configs[] = {
+      {{64, narrow, 256}, {1, 1, 1}, kPing8, true},
+      {{64, narrow, 128}, {1, 1, 1}, kPing8, false},
+      {{128, narrow, 128}, {1, 1, 1}, kCoop8, false},
+      {{128, narrow, 128}, {1, 1, 1}, kStreamK8, true},
+  };
+  const Config fp8_configs[] = {
+      {{256, 128, 128}, {1, 2, 1}, kCoop8, true},  // the catalog's large fp8 tile
+      {{256, 128, 128}, {2, 1, 1}, kCoop8, false},
+      {{128, 256, 128}, {2, 1, 1}, kCoop8, true},
+      {{128, 256, 128}, {1, 1, 1}, kCoop8, false},
+      {{128, 128, 128}, {1, 1, 1}, kCoop8, false},
+      {{128, 128, 128}, {1, 1, 1}, kPing8, false},
+      {{128, 128, 128}, {1, 2, 1}, kPing8, true},
+      {{128, 128, 128}, {2, 1, 1}, kPing8, false},
+      {{64, 128, 128}, {1, 1, 1}, kPing8, true},  // the catalog's small-M fp8 tile
+      {{64, 256, 128}, {1, 1, 1}, kPing8, false},
+      {{128, 128, 128}, {1, 1, 1}, kStreamK8, true},
+      {{128, 256, 128}, {1, 1, 1}, kStreamK8, false},
+  };
+  const bool fp8 = p.a == DType::e4m3, few_columns = p.n <= 64;
+  const std::span<const Config> list =
+      fp8 ? (few_columns ? std::span<const Config>(fp8_narrow_configs) : std::span<const Config>(fp8_configs))
+          : (few_columns ? std::span<const Config>(narrow_configs) : std::span<const Config>(configs));
+  std::vector<kernels::GemmSku> out;
+  for (const Config& c : list) {
+    if (quick && !c.in_quick) continue;
+    kernels::GemmSku s = kernels::dense_sku_for(p);
+    s.tile = c.tile;
+    s.cluster = c.cluster;
+    s.schedule = c.schedule;
+    out.push_back(s);
+  }
+  return out;
+}
+
+}  // namespace cuactor::cli
