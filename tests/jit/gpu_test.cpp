@@ -1,7 +1,7 @@
 // JIT kernels on a GPU ([J2], [J5]): NVRTC modules launch and compute right, warmed entries load
-// without compiling, JIT-only CUTLASS configurations (dense, stream-K, and the grouped ones that
-// `cuactor tune grouped` picks) match an fp64 reference, and a JIT instance matches the ahead-of-time
-// instance of the same SKU bit for bit.
+// without compiling, JIT-only CUTLASS configurations (dense, stream-K, e4m3 stream-K and clustered
+// pingpong, and the grouped ones that `cuactor tune grouped` picks) match an fp64 reference, and a JIT instance matches
+// the ahead-of-time instance of the same SKU bit for bit.
 #include "support/gpu_test.hpp"
 
 #include <cuda_runtime_api.h>
@@ -19,6 +19,7 @@
 #include "cuactor/gpu/stream.hpp"
 #include "cuactor/jit/gemm.hpp"
 #include "cuactor/kernels/catalog.hpp"
+#include "cuactor/kernels/gemm_plan.hpp"
 #include "cuactor/kernels/grouped_gemm.hpp"
 #include "jit/test_support.hpp"
 #include "kernels/instance_abi.h"
@@ -449,6 +450,139 @@ TEST_F(JitGpu, TunedGroupedConfigurationsMatchReference) {
     for (const auto& rows : {std::vector<int>{37, 0, 130, 64, 201}, std::vector<int>{3, 1, 8, 0, 5, 2, 7}}) {
       GroupedProblemOnDevice p(c.t, rows, 272, 272, seed++);
       EXPECT_LT(p.run_and_compare(plan), 1e-2) << sku.to_string() << " groups " << rows.size();
+    }
+  }
+}
+
+/// Device buffers of one e4m3 GEMM with per-tensor scales (A m x k row-major, B as n x k, C and D bf16
+/// m x n), random data that is never NaN; D is poisoned with NaN before each run.
+struct Fp8DenseProblem {
+  Fp8DenseProblem(int m_, int n_, int k_, unsigned seed) : m(m_), n(n_), k(k_) {
+    std::mt19937 rng(seed);
+    std::uniform_real_distribution<float> dist(-1.f, 1.f);
+    a.resize(std::size_t(m) * k);
+    b.resize(std::size_t(n) * k);
+    c.resize(std::size_t(m) * n);
+    for (auto& x : a) x = static_cast<std::uint8_t>(rng() & 0xb7);  // |x| < 2
+    for (auto& x : b) x = static_cast<std::uint8_t>(rng() & 0xb7);
+    for (auto& x : c) x = to_bf16(dist(rng));
+    EXPECT_EQ(cudaMalloc(&da, a.size()), cudaSuccess);
+    EXPECT_EQ(cudaMalloc(&db, b.size()), cudaSuccess);
+    EXPECT_EQ(cudaMalloc(&dc, c.size() * 2), cudaSuccess);
+    EXPECT_EQ(cudaMalloc(&dd, c.size() * 2), cudaSuccess);
+    EXPECT_EQ(cudaMalloc(&dscales, sizeof scales), cudaSuccess);
+    EXPECT_EQ(cudaMemcpy(da, a.data(), a.size(), cudaMemcpyHostToDevice), cudaSuccess);
+    EXPECT_EQ(cudaMemcpy(db, b.data(), b.size(), cudaMemcpyHostToDevice), cudaSuccess);
+    EXPECT_EQ(cudaMemcpy(dc, c.data(), c.size() * 2, cudaMemcpyHostToDevice), cudaSuccess);
+    EXPECT_EQ(cudaMemcpy(dscales, scales, sizeof scales, cudaMemcpyHostToDevice), cudaSuccess);
+  }
+  ~Fp8DenseProblem() {
+    for (void* p : {da, db, dc, dd, dscales}) EXPECT_EQ(cudaFree(p), cudaSuccess);
+  }
+  [[nodiscard]] kernels::GemmProblem problem() const {
+    kernels::GemmProblem p;
+    p.m = m, p.n = n, p.k = k;
+    p.a = p.b = DType::e4m3;
+    p.c = p.d = DType::bf16;
+    p.epilogue = kernels::GemmEpilogue::scaled_linear_combination;
+    return p;
+  }
+  /// Runs `plan` once on a NaN-poisoned D (C read where beta != 0); ||D - D_ref|| / ||D_ref||.
+  double run_and_compare(const kernels::GemmPlan& plan, float alpha, float beta) const {
+    kernels::GemmOperands o;
+    o.a = da, o.b = db, o.c = beta != 0.0f ? dc : nullptr, o.d = dd;
+    o.lda = k, o.ldb = k, o.ldc = n, o.ldd = n;
+    o.alpha = alpha, o.beta = beta;
+    o.scale_a = static_cast<const float*>(dscales);
+    o.scale_b = static_cast<const float*>(dscales) + 4;  // each scale in its own 16-byte slot
+    void* ws = nullptr;
+    if (plan.workspace_size() > 0) {
+      EXPECT_EQ(cudaMalloc(&ws, plan.workspace_size()), cudaSuccess);
+      EXPECT_EQ(cudaMemset(ws, 0xff, plan.workspace_size()), cudaSuccess);  // a workspace of garbage
+    }
+    EXPECT_EQ(cudaMemset(dd, 0xff, c.size() * 2), cudaSuccess);  // 0xffff is a bf16 NaN
+    const Status ran = plan.run(o, ws, plan.workspace_size(), nullptr);
+    EXPECT_TRUE(ran.has_value()) << ran.error().to_string();
+    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    std::vector<std::uint16_t> d(c.size());
+    EXPECT_EQ(cudaMemcpy(d.data(), dd, d.size() * 2, cudaMemcpyDeviceToHost), cudaSuccess);
+    if (ws) {
+      EXPECT_EQ(cudaFree(ws), cudaSuccess);
+    }
+    const double scale = double(alpha) * double(scales[0]) * double(scales[4]);
+    double num = 0, den = 0;
+    for (int i = 0; i < m; ++i)
+      for (int j = 0; j < n; ++j) {
+        double acc = 0;
+        for (int p = 0; p < k; ++p)
+          acc += double(from_e4m3(a[std::size_t(i) * k + p])) * double(from_e4m3(b[std::size_t(j) * k + p]));
+        const std::size_t idx = std::size_t(i) * n + j;
+        const double ref = scale * acc + double(beta) * double(from_bf16(c[idx]));
+        const double got = from_bf16(d[idx]);
+        if (std::isnan(got)) return INFINITY;
+        num += (got - ref) * (got - ref);
+        den += ref * ref;
+      }
+    return std::sqrt(num / den);
+  }
+
+  int m, n, k;
+  std::vector<std::uint8_t> a, b;
+  std::vector<std::uint16_t> c;
+  float scales[8] = {0.5f, 0, 0, 0, 0.25f, 0, 0, 0};
+  void *da = nullptr, *db = nullptr, *dc = nullptr, *dd = nullptr, *dscales = nullptr;
+};
+
+// e4m3 configurations only the JIT builds, which `cuactor tune gemm --dtype e4m3` sweeps: stream-K
+// (its K split over SMs and reduced in a workspace that starts as garbage) and a pingpong tile in a
+// cluster, with per-tensor scales, tails, beta with C and long K, against the fp64 reference; each
+// case twice, so a workspace the first run left would show in the second.
+TEST_F(JitGpu, Fp8JitConfigurationsMatchReference) {
+  if (device_arch() != GpuArch{9, 0, true}) GTEST_SKIP() << "needs an sm_90a device, this is " << device_arch().name();
+  auto engine = shared_engine();
+  ASSERT_NE(engine, nullptr);
+  GemmJit gemm(engine);
+  auto props = gpu::device_properties(0);
+  ASSERT_TRUE(props.has_value());
+  struct Config {
+    kernels::Shape3 tile, cluster;
+    kernels::GemmSchedule schedule;
+  };
+  const Config configs[] = {{{128, 128, 128}, {1, 1, 1}, kernels::GemmSchedule::cooperative_fp8_fast_accum_streamk},
+                            {{128, 128, 128}, {1, 2, 1}, kernels::GemmSchedule::pingpong_fp8_fast_accum}};
+  std::vector<GemmSku> skus;
+  std::vector<JitFuture<ResolvedInstance>> compiles;  // all at once: each compile takes about a minute
+  for (const Config& c : configs) {
+    GemmSku sku;
+    sku.a = sku.b = DType::e4m3;
+    sku.c = sku.d = DType::bf16;
+    sku.tile = c.tile;
+    sku.cluster = c.cluster;
+    sku.schedule = c.schedule;
+    sku.epilogue = kernels::GemmEpilogue::scaled_linear_combination;
+    ASSERT_EQ(kernels::find_in_catalog(sku), nullptr) << sku.to_string() << " must come from the JIT";
+    skus.push_back(sku);
+    compiles.push_back(gemm.resolve(sku));
+  }
+  struct Case {
+    int m, n, k;
+    float alpha, beta;
+  };
+  unsigned seed = 90;
+  for (std::size_t i = 0; i < skus.size(); ++i) {
+    const auto& r = compiles[i].get();
+    ASSERT_TRUE(r.has_value()) << r.error().to_string();
+    for (const Case c : {Case{16, 512, 8192, 1.f, 0.f}, Case{257, 136, 4112, 0.5f, 1.f},
+                         Case{1000, 520, 1024, 1.f, -0.5f}, Case{64, 16, 16, 2.f, 0.f}}) {
+      Fp8DenseProblem p(c.m, c.n, c.k, seed++);
+      kernels::GemmPlanOptions options;
+      options.sm_count = props->multiprocessors;
+      CUACTOR_ASSERT_OK_AND_ASSIGN(
+          plan, kernels::GemmPlan::with_instance(p.problem(), props->arch, skus[i], *(*r)->abi, (*r)->jit,
+                                                 kernels::PlanSource::tuned, options));
+      for (int repeat = 0; repeat < 2; ++repeat)
+        EXPECT_LT(p.run_and_compare(plan, c.alpha, c.beta), 1.5e-2)
+            << skus[i].to_string() << " " << c.m << "x" << c.n << "x" << c.k << " run " << repeat;
     }
   }
 }
