@@ -15,7 +15,8 @@ namespace cuactor::cli {
 /// tiles, clusters, and stream-K; for at most 64 columns (a decode GEMM written D^T = B^T A^T, weights
 /// as A), tiles of the columns' width (16, 32 or 64) over 64 to 256 rows, stream-K among them. e4m3
 /// (per-tensor scales, fast accumulation): the same families on 128-deep tiles (the bytes of the 16-bit
-/// 64-deep ones), the catalog's 256x128 in a 1x2 cluster first. (The heuristic's own plan, swapped or
+/// 64-deep ones), the catalog's 256x128 in a 1x2 cluster first; for at most 64 columns, tiles of the
+/// columns' width over 64 or 128 rows, the first 256 deep. (The heuristic's own plan, swapped or
 /// split-K included, is timed beside them.)
 inline std::vector<kernels::GemmSku> dense_tune_candidates(const kernels::GemmProblem& p, bool quick) {
   using kernels::GemmSchedule;
@@ -53,8 +54,8 @@ inline std::vector<kernels::GemmSku> dense_tune_candidates(const kernels::GemmPr
       {{128, 256, 64}, {1, 1, 1}, GemmSchedule::cooperative_streamk, true},
       {{128, 128, 64}, {2, 1, 1}, GemmSchedule::cooperative_streamk, false},
   };
-  // e4m3: the schedules with fast accumulation; the narrow tiles 256 deep, as the catalog's swapped
-  // fp8 decode tiles are.
+  // e4m3: the schedules with fast accumulation; the first narrow tile 256 deep, as the catalog's
+  // swapped fp8 decode tiles are.
   constexpr GemmSchedule kCoop8 = GemmSchedule::cooperative_fp8_fast_accum,
                          kPing8 = GemmSchedule::pingpong_fp8_fast_accum,
                          kStreamK8 = GemmSchedule::cooperative_fp8_fast_accum_streamk;
