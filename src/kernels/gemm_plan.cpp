@@ -544,13 +544,13 @@ Result<GemmPlan> GemmPlan::make(const GemmProblem& problem, GpuArch device_arch,
   if (splits > 1) {
     if (const CatalogEntry* e = slice_entry(splits, swap))
       return finish(problem, device_arch, e->sku, *e->instance, nullptr, PlanSource::heuristic, options, splits, swap);
-    if (forced)  // its rules were checked above
+    if (forced) {  // its rules were checked above
+      const GemmSku slice = detail::split_k_slice_sku(problem, swap);
       return fail(errc::unsupported,
                   fmt::format("GemmPlan split_k={}: its slice kernel {} is not compiled into this build's catalog{}",
-                              splits, detail::split_k_slice_sku(problem, swap).to_string(),
-                              !swap && detail::split_k_slice_sku(problem, false).tile.n < 64
-                                  ? " (nor the 64-column one it falls back to)"
-                                  : ""));
+                              splits, slice.to_string(),
+                              !swap && slice.tile.n < 64 ? " (nor the 64-column one it falls back to)" : ""));
+    }
   }
   // Past 32 rows, where the swapped split does not apply, the unswapped split reads the weights once
   // (split_k_for): it replaces an automatic swap.
