@@ -253,8 +253,13 @@ TuningDb TuningDb::load(const fs::path& path) {
   return std::move(*db);
 }
 
+Status TuningDb::prepare_directory(const fs::path& path) {
+  if (!path.has_parent_path()) return ok();
+  return make_private_directory(path.parent_path(), "tuning database directory");
+}
+
 Status TuningDb::save(const fs::path& path) const {
-  if (path.has_parent_path()) CUACTOR_TRY(make_private_directory(path.parent_path(), "tuning database directory"));
+  CUACTOR_TRY(prepare_directory(path));
   static std::atomic<std::uint64_t> sequence{0};
   const fs::path temp = path.string() + fmt::format(".tmp.{}.{}", ::getpid(), sequence++);
   const std::string text = to_json();

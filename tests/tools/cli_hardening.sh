@@ -11,6 +11,7 @@ run() { "$@" >out 2>err; rc=$?; }
 expect_rc() { [[ $rc -eq $1 ]] || fail "exit status $rc, expected $1"; }
 expect_failure() { [[ $rc -ne 0 && $rc -lt 128 ]] || fail "exit status $rc, expected a non-zero status without a signal"; }
 expect_in() { grep -q -- "$2" "$1" || fail "'$2' not in $1"; }
+expect_not_in() { ! grep -q -- "$2" "$1" || fail "'$2' in $1"; }
 
 case $case in
   warm_directory)  # row 1: was an uncaught std::ios_failure (exit 134)
@@ -183,6 +184,13 @@ case $case in
     expect_failure; expect_in err "tolerance=0 must be in (0, 1)"
     run "$cli" tune gemm --shape 16x64x64 --tolerance nan
     expect_failure; expect_in err "tolerance"
+    # A database directory others can write is refused before any candidate is compiled or timed.
+    mkdir -p shared && chmod 0777 shared
+    run "$cli" tune gemm --shape 16x64x64 --db shared/tuned.json
+    expect_failure; expect_in err "tuning database directory"; expect_in err "shared' has owner uid"
+    expect_in err "mode 0777"; expect_not_in out "compiled"
+    run "$cli" tune grouped --shape 8x8x64x64 --db shared/tuned.json
+    expect_failure; expect_in err "mode 0777"; expect_not_in out "compiled"
     run "$cli" bench gemm --rounds 0
     expect_failure; expect_in err "rounds=0 >= 1"
     for bad in 16x64 16x0x64 16x64x64x2 axbxc "" 99999999999999999999x8x8; do

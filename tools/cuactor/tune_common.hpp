@@ -49,21 +49,19 @@ struct TuneSession {
   jit::TuningDb db;
   std::set<std::string> recorded;  ///< The classes this sweep recorded (a later shape of one keeps it).
 
-  /// Opens device 0 and loads the database `db_option` (empty: the default under the cache root);
-  /// `no_device` when no GPU is visible (the candidates are compiled by then).
-  static Result<TuneSession> open(const std::string& db_option) {
+  /// Opens device 0 and loads the database at `db_path`; `no_device` when no GPU is visible (the
+  /// candidates are compiled by then).
+  static Result<TuneSession> open(std::filesystem::path db_path) {
     auto dev = BenchDevice::open("the candidates are compiled, but timing them needs a CUDA device (none is visible)");
     if (!dev) return fail(dev.error());
     auto device = jit::TuningDevice::of(0);
     if (!device) return fail(device.error());
-    auto path = db_option.empty() ? jit::TuningDb::default_path() : Result<std::filesystem::path>(db_option);
-    if (!path) return fail(path.error());
-    jit::TuningDb db = jit::TuningDb::load(*path);
+    jit::TuningDb db = jit::TuningDb::load(db_path);
     return TuneSession{std::move(dev->props),
                        std::move(*device),
                        std::move(dev->stream),
                        std::move(dev->pool),
-                       std::move(*path),
+                       std::move(db_path),
                        std::move(db),
                        {}};
   }
@@ -158,16 +156,24 @@ struct Sweep {
   std::optional<TuneSession> session;
 };
 
-/// Compiles `to_compile` (compile_candidates), then opens the session on device 0 with database
-/// `db_option`, unless `warm_only`.
+/// Checks where database `db_option` (empty: the default under the cache root) will be saved, compiles
+/// `to_compile` (compile_candidates), then opens the session on device 0, unless `warm_only`. The
+/// location is checked first so that an unusable one fails before minutes of compiling and timing.
 inline Result<Sweep> start_sweep(jit::GemmJit& jit, std::span<const kernels::GemmSku> to_compile, bool warm_only,
                                  const std::string& db_option) {
+  std::filesystem::path db_path;
+  if (!warm_only) {
+    auto path = db_option.empty() ? jit::TuningDb::default_path() : Result<std::filesystem::path>(db_option);
+    if (!path) return fail(path.error());
+    CUACTOR_TRY(jit::TuningDb::prepare_directory(*path));
+    db_path = std::move(*path);
+  }
   Sweep sweep{compile_candidates(jit, to_compile), std::nullopt};
   if (warm_only) {
     std::cout << "compiled; time the candidates on the GPU machine with the same command without --warm-only\n";
     return sweep;
   }
-  auto session = TuneSession::open(db_option);
+  auto session = TuneSession::open(std::move(db_path));
   if (!session) return fail(session.error());
   sweep.session = std::move(*session);
   return sweep;

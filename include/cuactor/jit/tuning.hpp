@@ -116,6 +116,10 @@ class TuningDb {
   /// Writes the database to `path` atomically (a temporary file in the same directory, mode 0600,
   /// renamed over it); creates the parent directory (0700) when missing. Touches no other file.
   [[nodiscard]] Status save(const std::filesystem::path& path) const;
+  /// What save() checks first: creates `path`'s parent directory (0700) when missing, else requires it
+  /// to belong to this user and not be writable by group or others (`untrusted` naming its mode). A
+  /// sweep calls it before timing, so that an unusable location fails before the work, not after.
+  static Status prepare_directory(const std::filesystem::path& path);
 
  private:
   struct Entry {
