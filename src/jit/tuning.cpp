@@ -167,7 +167,9 @@ std::string TuningDb::to_json() const {
                        {"shape", e.choice.shape},
                        {"tflops", e.choice.tflops},
                        {"anchor_tflops", e.choice.anchor_tflops},
-                       {"heuristic_revision", e.choice.heuristic_revision}});
+                       {"heuristic_revision", e.choice.heuristic_revision},
+                       {"swap_ab", e.choice.swap_ab},
+                       {"split_k", e.choice.split_k}});
   return json{{"format", "cuactor-tuning"}, {"version", kVersion}, {"entries", std::move(entries)}}.dump(2) + "\n";
 }
 
@@ -211,6 +213,11 @@ Result<TuningDb> TuningDb::parse(const std::string& text) {
     // Files written before the field existed were measured against revision 1 of both heuristics.
     if (e.contains("heuristic_revision") && !e["heuristic_revision"].is_number_integer())
       return bad("heuristic_revision");
+    // Files written before decode plans were tuned hold neither field: not swapped, not split.
+    if (e.contains("swap_ab") && !e["swap_ab"].is_boolean()) return bad("swap_ab");
+    if (e.contains("split_k") && (!e["split_k"].is_number_integer() || e["split_k"].get<std::int64_t>() < 1 ||
+                                  e["split_k"].get<std::int64_t>() > kernels::kMaxSplitK))
+      return bad("split_k");
     TuningDevice device{d["model"].get<std::string>(), d["sm_count"].get<int>(), d["driver"].get<int>(), *arch};
     TunedGemm choice{*sku,
                      e["max_swizzle"].get<int>(),
@@ -218,7 +225,9 @@ Result<TuningDb> TuningDb::parse(const std::string& text) {
                      e["shape"].get<std::string>(),
                      e["tflops"].get<double>(),
                      e["anchor_tflops"].get<double>(),
-                     e.value("heuristic_revision", 1)};
+                     e.value("heuristic_revision", 1),
+                     e.value("swap_ab", false),
+                     e.value("split_k", 1)};
     db.entries_.push_back(Entry{std::move(device), e["class"].get<std::string>(), std::move(choice)});
     ++index;
   }
@@ -327,16 +336,21 @@ Result<std::shared_ptr<const ResolvedInstance>> tuned_instance(const kernels::Ge
 Result<kernels::GemmPlan> plan_dense_gemm(const kernels::GemmProblem& problem, const TuningDevice& device,
                                           kernels::GemmPlanOptions options, const TuningDb* db, GemmJit* jit) {
   if (options.sm_count == 0) options.sm_count = device.sm_count;
-  const auto tuned =
+  auto tuned =
       // A forced split or swap is the caller's choice, as an override is.
       (db != nullptr && !options.sku_override && options.split_k <= 1 && options.swap_ab != 2)
           ? db->find(device, DenseGemmClass::of(problem))
           : std::nullopt;
+  // So is "never": a tuned swap or split does not overrule it.
+  if (tuned && ((tuned->swap_ab && options.swap_ab == 1) || (tuned->split_k > 1 && options.split_k == 1)))
+    tuned.reset();
   const std::function<GemmJit*()> jit_source = [jit] { return jit; };
   if (!tuned) return heuristic_plan(problem, device.arch, options, jit_source);
   kernels::GemmPlanOptions tuned_options = options;
   tuned_options.max_swizzle = tuned->max_swizzle;
   tuned_options.raster_order = tuned->raster_order;
+  tuned_options.swap_ab = tuned->swap_ab ? 2 : 1;
+  tuned_options.split_k = tuned->split_k;
   const auto fall_back = [&](const Error& why) {
     log(LogLevel::warn, fmt::format("tuned GEMM kernel {} for {} is not usable ({}); using the heuristic's choice",
                                     tuned->sku.to_string(), DenseGemmClass::of(problem).to_string(), why.message()));

@@ -243,6 +243,75 @@ TEST(TuningPlan, ConsultsTheDatabaseBeforeTheHeuristic) {
   EXPECT_EQ(overridden.source(), kernels::PlanSource::overridden);
 }
 
+// Decode choices ([K9]): swap-AB and split-K are saved with the kernel, files without them load as
+// neither, and malformed values are refused by name.
+TEST(TuningDb, DecodeChoicesKeepTheirSwapAndSplit) {
+  TempDir dir;
+  const auto path = dir.path() / "tuning.json";
+  TuningDb db;
+  TunedGemm decode = choice(kernels::GemmSchedule::pingpong);
+  decode.swap_ab = true;
+  decode.split_k = 4;
+  db.record(h100(), DenseGemmClass::of(problem(16, 8192, 8192)), decode);
+  db.record(h100(), DenseGemmClass::of(problem(8192, 8192, 8192)), choice(kernels::GemmSchedule::cooperative));
+  CUACTOR_ASSERT_OK(db.save(path));
+  const TuningDb loaded = TuningDb::load(path);
+  const auto found = loaded.find(h100(), DenseGemmClass::of(problem(16, 8192, 8192)));
+  ASSERT_TRUE(found.has_value());
+  EXPECT_TRUE(found->swap_ab);
+  EXPECT_EQ(found->split_k, 4);
+  const auto large = loaded.find(h100(), DenseGemmClass::of(problem(8192, 8192, 8192)));
+  ASSERT_TRUE(large.has_value());
+  EXPECT_FALSE(large->swap_ab);
+  EXPECT_EQ(large->split_k, 1);
+  const std::string entry = R"({"format":"cuactor-tuning","version":1,"entries":[{"device":{"model":"x",)"
+                            R"("sm_count":1,"driver":1,"arch":"sm_90a"},"class":"c","sku":")" +
+                            choice().sku.to_string() +
+                            R"(","max_swizzle":0,"raster_order":0,"shape":"s","tflops":1,"anchor_tflops":1)";
+  CUACTOR_ASSERT_OK_AND_ASSIGN(older, TuningDb::parse(entry + "}]}"));
+  EXPECT_NE(older.to_json().find(R"("split_k": 1)"), std::string::npos) << older.to_json();
+  EXPECT_NE(older.to_json().find(R"("swap_ab": false)"), std::string::npos) << older.to_json();
+  for (const auto& [field, mentions] : {std::pair{R"(,"swap_ab":1)", "swap_ab"},
+                                        {R"(,"split_k":0)", "split_k"},
+                                        {R"(,"split_k":17)", "split_k"},
+                                        {R"(,"split_k":2.5)", "split_k"},
+                                        {R"(,"split_k":99999999999)", "split_k"}}) {
+    auto r = TuningDb::parse(entry + field + "}]}");
+    ASSERT_FALSE(r.has_value()) << field;
+    EXPECT_EQ(r.error(), errc::invalid_argument);
+    EXPECT_NE(r.error().message().find(std::string("field \"") + mentions + "\""), std::string::npos)
+        << r.error().message();
+  }
+}
+
+// A tuned swap or split yields to the caller's "never" (swap_ab or split_k 1) without a warning; asked
+// for nothing, the plan takes the tuned choice (here: its kernel is not compiled in, a warning names it).
+TEST(TuningPlan, TunedSwapOrSplitYieldsToNever) {
+  const GemmProblem p = problem(16, 8192, 8192);
+  TuningDb db;
+  TunedGemm decode = choice(kernels::GemmSchedule::pingpong);
+  decode.sku.tile = {64, 16, 32};  // never in the catalog
+  decode.swap_ab = true;
+  decode.split_k = 4;
+  db.record(h100(), DenseGemmClass::of(p), decode);
+  auto heuristic = plan_dense_gemm(p, h100(), {}, nullptr, nullptr);
+  for (const auto& [swap_ab, split_k] : {std::pair{1, 0}, {0, 1}, {1, 1}}) {
+    kernels::GemmPlanOptions never;
+    never.swap_ab = swap_ab;
+    never.split_k = split_k;
+    Warnings warnings;
+    auto plan = plan_dense_gemm(p, h100(), never, &db, nullptr);
+    EXPECT_EQ(warnings.all(), "") << "swap_ab=" << swap_ab << " split_k=" << split_k;
+    if (plan) {
+      EXPECT_EQ(plan->source(), kernels::PlanSource::heuristic);
+    }
+  }
+  Warnings warnings;
+  auto plan = plan_dense_gemm(p, h100(), {}, &db, nullptr);
+  EXPECT_EQ(plan.has_value(), heuristic.has_value());
+  EXPECT_NE(warnings.all().find("not usable"), std::string::npos) << warnings.all();
+}
+
 TEST(TuningPlan, PlanCachesMakePlansThroughTheirPlanner) {
   int calls = 0;
   kernels::GemmPlanCache cache(8, [&](const GemmProblem& p, GpuArch arch, const kernels::GemmPlanOptions& o) {

@@ -10,6 +10,7 @@
 #include "cuactor/kernels/cublas_gemm.hpp"
 #include "cuactor/kernels/gemm_plan.hpp"
 #include "kernels/split_k.hpp"
+#include "support/fake_dense_instance.hpp"
 #include "support/gpu_test.hpp"
 #include "support/plan_checks.hpp"
 
@@ -37,6 +38,7 @@ GemmProblem fp8_problem() {
 
 using test_support::expect_error;
 using test_support::fake;
+using test_support::fake_dense_instance;
 using test_support::fake_mut;
 
 bool in_catalog(const GemmProblem& p, GpuArch arch) {
@@ -431,14 +433,6 @@ TEST(DensePlan, SplitKOptionsAreCheckedAndForcedSplitsObeyTheRules) {
   expect_error(GemmPlan::make(bf16_problem(16, 2048, 8192), kHopper, with_override), errc::invalid_argument,
                "a split plan runs its own slice kernel");
   if (!in_catalog(bf16_problem(16, 2048, 8192), kHopper)) return;
-  for (const CatalogEntry* e : catalog_entries(GemmFamily::dense))
-    if (e->sku.a == DType::bf16 && e->sku.d == DType::bf16 && e->sku.layout_b == MatrixLayout::col &&
-        e->sku.epilogue.is_preset() && runs_on(e->sku, kHopper)) {
-      expect_error(GemmPlan::with_instance(bf16_problem(16, 2048, 8192), kHopper, e->sku, *e->instance, nullptr,
-                                           PlanSource::tuned, o),
-                   errc::invalid_argument, "runs it as it is");
-      break;
-    }
   const GemmSku slice = detail::split_k_slice_sku(bf16_problem(16, 2048, 8192));
   auto forced = GemmPlan::make(bf16_problem(16, 2048, 8192), kHopper, o);
   if (find_in_catalog(slice) == nullptr) {
@@ -460,6 +454,51 @@ TEST(DensePlan, SplitKOptionsAreCheckedAndForcedSplitsObeyTheRules) {
   unswapped.swap_ab = 1;
   CUACTOR_ASSERT_OK_AND_ASSIGN(split, GemmPlan::make(bf16_problem(16, 2048, 8192), kHopper, unswapped));
   EXPECT_EQ(split.split_k(), 4);
+}
+
+// A given kernel (a tuned one) runs swapped or as split slices when the options say so: the SKU must
+// compute that kernel problem, and the forced split's and swap's rules hold as in make().
+TEST(DensePlan, WithInstanceRunsAGivenKernelSwappedOrAsTheSlicesOfASplit) {
+  const GemmProblem p = bf16_problem(16, 2048, 8192);
+  const auto given = [&](const GemmSku& sku, int swap_ab, int split_k, const GemmProblem& problem) {
+    GemmPlanOptions o;
+    o.swap_ab = swap_ab;
+    o.split_k = split_k;
+    return GemmPlan::with_instance(problem, kHopper, sku, fake_dense_instance(), nullptr, PlanSource::tuned, o);
+  };
+  const GemmSku swapped = detail::swapped_sku(p);
+  CUACTOR_ASSERT_OK_AND_ASSIGN(swapped_plan, given(swapped, 2, 0, p));
+  EXPECT_TRUE(swapped_plan.swap_ab());
+  EXPECT_EQ(swapped_plan.split_k(), 1);
+  EXPECT_EQ(swapped_plan.source(), PlanSource::tuned);
+  for (const int split : {2, 4, 8}) {
+    CUACTOR_ASSERT_OK_AND_ASSIGN(split_swapped, given(detail::split_k_slice_sku(p, true), 2, split, p));
+    EXPECT_TRUE(split_swapped.swap_ab());
+    EXPECT_EQ(split_swapped.split_k(), split);
+    EXPECT_GE(split_swapped.workspace_size(), static_cast<std::size_t>(split) * 16u * 2048u * sizeof(float));
+    CUACTOR_ASSERT_OK_AND_ASSIGN(split_plain, given(detail::split_k_slice_sku(p, false), 1, split, p));
+    EXPECT_FALSE(split_plain.swap_ab());
+    EXPECT_EQ(split_plain.split_k(), split);
+  }
+  // The SKU must compute the kernel problem the options make.
+  expect_error(given(swapped, 0, 0, p), errc::invalid_argument, "does not compute the problem");
+  expect_error(given(detail::split_k_slice_sku(p, false), 2, 0, p), errc::invalid_argument,
+               "does not compute the swapped problem");
+  expect_error(given(swapped, 2, 4, p), errc::invalid_argument, "as the slices of split_k=4");
+  expect_error(given(detail::split_k_slice_sku(p, true), 2, 1, p), errc::invalid_argument,
+               "does not compute the swapped problem");
+  // The rules of a forced split or swap, as make() names them.
+  expect_error(
+      given(detail::split_k_slice_sku(bf16_problem(16, 2048, 1000), false), 1, 2, bf16_problem(16, 2048, 1000)),
+      errc::unsupported, "k=1000");
+  expect_error(given(swapped, 2, 2, fp8_problem()), errc::unsupported, "split_k=2: split-K takes bf16 or f16");
+  GemmProblem batched = p;
+  batched.batch = 2;
+  expect_error(given(swapped, 2, 0, batched), errc::unsupported, "swap_ab=2: swap-AB takes one GEMM, not batch=2");
+  GemmPlanOptions swap;
+  swap.swap_ab = 2;
+  expect_error(GemmPlan::with_instance(p, kAmpere, swapped, fake_dense_instance(), nullptr, PlanSource::tuned, swap),
+               errc::unsupported, "swap-AB kernels are sm_90a kernels; the device is sm_80");
 }
 
 // Swap-AB ([K9]): the option's range, and a forced swap meets the rules and runs its own kernel.

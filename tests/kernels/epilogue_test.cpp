@@ -10,6 +10,7 @@
 #include "cuactor/kernels/gemm_plan.hpp"
 #include "cuactor/kernels/sku.hpp"
 #include "kernels/instance_abi.h"
+#include "support/fake_dense_instance.hpp"
 #include "support/plan_checks.hpp"
 
 namespace cuactor::kernels {
@@ -115,28 +116,8 @@ TEST(EpilogueSpec, IsPartOfTheSkuIdentity) {
 
 // --- plan rules ------------------------------------------------------------------------------
 
-struct FakeKernel {
-  static inline cuactor_dense_args last{};
-  static int can_implement(const void*) { return CUACTOR_KERNEL_OK; }
-  static std::size_t workspace_size(const void*) { return 0; }
-  static int run(const void* args, void*, std::size_t, void*) {
-    last = *static_cast<const cuactor_dense_args*>(args);
-    return CUACTOR_KERNEL_OK;
-  }
-};
-
-const cuactor_gemm_instance& fake_instance() {
-  static const cuactor_gemm_instance instance = {
-      CUACTOR_KERNEL_ABI_VERSION,
-      sizeof(cuactor_dense_args),
-      {"dense", "sm_90a", "bf16", "bf16", "bf16", "bf16", "f32", "row", "col", "row", 128, 256, 64, 2, 1, 1, 0,
-       "cooperative", "linear_combination"},
-      &FakeKernel::can_implement,
-      &FakeKernel::workspace_size,
-      &FakeKernel::run,
-  };
-  return instance;
-}
+using FakeKernel = test_support::FakeDenseKernel;
+using test_support::fake_dense_instance;
 
 GemmProblem tree_problem(std::string_view token) {
   GemmProblem p;
@@ -150,7 +131,7 @@ GemmProblem tree_problem(std::string_view token) {
 Result<GemmPlan> fake_plan(const GemmProblem& p) {
   auto sku = GemmPlan::sku_for(p, kHopper);
   if (!sku) return fail(sku.error());
-  return GemmPlan::with_instance(p, kHopper, *sku, fake_instance(), nullptr, PlanSource::heuristic);
+  return GemmPlan::with_instance(p, kHopper, *sku, fake_dense_instance(), nullptr, PlanSource::heuristic);
 }
 
 GemmOperands operands() {
@@ -227,7 +208,7 @@ TEST(EpiloguePlan, SkuForGivesTreesOfFewColumnsTheNarrowTile) {
   EXPECT_GE(tile_n(fp8), 64);
 }
 
-/// Runs `plan` (made over fake_instance()) on fake operand pointers, with `scale_a` if given; the
+/// Runs `plan` (made over fake_dense_instance()) on fake operand pointers, with `scale_a` if given; the
 /// kernel's arguments land in FakeKernel::last (cleared first, programmatic_launch to -1).
 bool run_fake(const GemmPlan& plan, const float* scale_a = nullptr) {
   GemmOperands o;
@@ -275,7 +256,7 @@ TEST(DensePlanRasterisation, LargeTilesSwizzleAlongNUnlessSet) {
            Case{problem(4096, 4096), large, PlanSource::heuristic, caller, 2, 0},
            Case{problem(4096, 4096), small, PlanSource::heuristic, {}, 0, 0},
        }) {
-    auto plan = GemmPlan::with_instance(c.p, kHopper, c.sku, fake_instance(), nullptr, c.source, c.options);
+    auto plan = GemmPlan::with_instance(c.p, kHopper, c.sku, fake_dense_instance(), nullptr, c.source, c.options);
     ASSERT_TRUE(plan.has_value()) << plan.error().message();
     ASSERT_TRUE(run_fake(*plan)) << c.sku.to_string();
     const std::string what = std::to_string(c.p.m) + "x" + std::to_string(c.p.n) + " " + c.sku.to_string() + " " +
@@ -303,7 +284,8 @@ TEST(DensePlanLaunch, ProgrammaticUnlessDisabledOrDeviceScales) {
     p.c = p.d = out;
     GemmSku sku = large;
     sku.c = sku.d = out;
-    auto plan = GemmPlan::with_instance(p, kHopper, sku, fake_instance(), nullptr, PlanSource::heuristic, options);
+    auto plan =
+        GemmPlan::with_instance(p, kHopper, sku, fake_dense_instance(), nullptr, PlanSource::heuristic, options);
     ASSERT_TRUE(plan.has_value()) << plan.error().message();
     ASSERT_TRUE(run_fake(*plan));
     EXPECT_EQ(FakeKernel::last.programmatic_launch, expected)
@@ -316,7 +298,7 @@ TEST(DensePlanLaunch, ProgrammaticUnlessDisabledOrDeviceScales) {
   GemmSku fp8 = large;
   fp8.a = fp8.b = DType::e4m3;
   fp8.epilogue = scaled.epilogue;
-  auto plan = GemmPlan::with_instance(scaled, kHopper, fp8, fake_instance(), nullptr, PlanSource::heuristic);
+  auto plan = GemmPlan::with_instance(scaled, kHopper, fp8, fake_dense_instance(), nullptr, PlanSource::heuristic);
   ASSERT_TRUE(plan.has_value()) << plan.error().message();
   ASSERT_TRUE(run_fake(*plan));
   EXPECT_EQ(FakeKernel::last.programmatic_launch, 1) << "no device scales";
@@ -325,7 +307,8 @@ TEST(DensePlanLaunch, ProgrammaticUnlessDisabledOrDeviceScales) {
   int made = 0;
   GemmPlanCache cache(4, [&](const GemmProblem& problem, GpuArch arch, const GemmPlanOptions& options) {
     ++made;
-    return GemmPlan::with_instance(problem, arch, large, fake_instance(), nullptr, PlanSource::heuristic, options);
+    return GemmPlan::with_instance(problem, arch, large, fake_dense_instance(), nullptr, PlanSource::heuristic,
+                                   options);
   });
   GemmProblem p;
   p.m = p.n = p.k = 256;

@@ -94,5 +94,31 @@ TEST(TuneCandidates, Fp8ListsUseTheFastAccumulationSchedulesAndTheCatalogsTileFi
   }
 }
 
+// Decode schedules: problems of at most 64 rows only; swapped unsplit first; 16-bit inputs also split
+// 2-8 ways, swapped and not (e4m3 cannot split); --quick a subset; no schedule twice.
+TEST(TuneCandidates, DecodeSchedulesCoverSwapAndSplitForAtMost64Rows) {
+  EXPECT_TRUE(decode_tune_schedules(problem(DType::bf16, 65, 4096, 4096), false).empty());
+  EXPECT_TRUE(decode_tune_schedules(problem(DType::bf16, 4096, 4096, 4096), true).empty());
+  const std::vector<DecodeSchedule> fp8 = decode_tune_schedules(problem(DType::e4m3, 16, 8192, 8192), false);
+  EXPECT_EQ(fp8, (std::vector<DecodeSchedule>{{true, 1}}));
+  for (const DType t : {DType::bf16, DType::f16})
+    for (const std::int64_t m : {1, 16, 32, 64}) {
+      const auto full = decode_tune_schedules(problem(t, m, 8192, 8192), false);
+      const auto quick = decode_tune_schedules(problem(t, m, 8192, 8192), true);
+      ASSERT_EQ(full.size(), 11u);
+      EXPECT_EQ(full.front(), (DecodeSchedule{true, 1}));
+      std::set<std::pair<bool, int>> seen;
+      for (const DecodeSchedule& d : full) {
+        EXPECT_TRUE(seen.insert({d.swap_ab, d.split_k}).second) << d.swap_ab << " " << d.split_k;
+        EXPECT_TRUE(d.split_k == 1 ? d.swap_ab : d.split_k >= 2 && d.split_k <= 8) << d.split_k;
+      }
+      EXPECT_EQ(quick, (std::vector<DecodeSchedule>{{true, 1}, {true, 4}, {false, 4}}));
+    }
+  EXPECT_EQ(decode_schedule_name(false, 1), "");
+  EXPECT_EQ(decode_schedule_name(true, 1), " swap-AB");
+  EXPECT_EQ(decode_schedule_name(true, 4), " swap-AB split-K 4");
+  EXPECT_EQ(decode_schedule_name(false, 8), " split-K 8");
+}
+
 }  // namespace
 }  // namespace cuactor::cli

@@ -29,6 +29,7 @@
 #include "cuactor/jit/tuning.hpp"
 #include "cuactor/kernels/gemm_plan.hpp"
 #include "gemm_anchor.hpp"
+#include "tune_candidates.hpp"
 
 namespace cuactor::cli {
 namespace {
@@ -181,8 +182,8 @@ Result<GemmRow> bench_case(const GemmCase& c, const gpu::DeviceProperties& props
   GemmRow row;
   row.label = c.label;
   const auto& s = plan->sku();
-  row.sku = fmt::format("{} {}{}{}", s.arch.name(), short_sku_name(s), plan->swap_ab() ? " swap-AB" : "",
-                        plan->split_k() > 1 ? fmt::format(" split-K {}", plan->split_k()) : std::string());
+  row.sku =
+      fmt::format("{} {}{}", s.arch.name(), short_sku_name(s), decode_schedule_name(plan->swap_ab(), plan->split_k()));
   row.source = std::string(kernels::name(plan->source()));
   row.anchor = (*timer)->anchor_name();
   row.flops = plan->flops();

@@ -15,6 +15,7 @@
 #include "cuactor/kernels/catalog.hpp"
 #include "cuactor/kernels/gemm_plan.hpp"
 #include "cuactor/kernels/grouped_gemm.hpp"
+#include "tune_candidates.hpp"
 
 namespace cuactor::cli {
 namespace {
@@ -107,12 +108,12 @@ void print_text(const nlohmann::json& j) {
   for (const auto& e : j["tuned"]) {
     const auto& d = e["device"];
     std::cout << fmt::format(
-        "  {} | {} SMs | driver {}\n    class {}\n    {} raster {} swizzle {}: {:.1f} TFLOP/s vs "
+        "  {} | {} SMs | driver {}\n    class {}\n    {}{} raster {} swizzle {}: {:.1f} TFLOP/s vs "
         "cuBLAS {:.1f} on {}; heuristic revision {}\n",
         d["model"].get<std::string>(), d["sm_count"].get<int>(), d["driver"].get<int>(), e["class"].get<std::string>(),
-        e["sku"].get<std::string>(), e["raster_order"].get<int>(), e["max_swizzle"].get<int>(),
-        e["tflops"].get<double>(), e["anchor_tflops"].get<double>(), e["shape"].get<std::string>(),
-        e["heuristic_revision"].get<int>());
+        e["sku"].get<std::string>(), decode_schedule_name(e["swap_ab"].get<bool>(), e["split_k"].get<int>()),
+        e["raster_order"].get<int>(), e["max_swizzle"].get<int>(), e["tflops"].get<double>(),
+        e["anchor_tflops"].get<double>(), e["shape"].get<std::string>(), e["heuristic_revision"].get<int>());
   }
 }
 

@@ -1,6 +1,7 @@
 // `cuactor tune gemm`: the sweep behind the tuning database ([K9]). For each problem, candidate
 // sm_90a configurations (tile, cluster, schedule with and without stream-K) are compiled through the
-// JIT in parallel (cache reused; possible on a machine without a GPU), then each is timed with CUDA
+// JIT in parallel (cache reused; possible on a machine without a GPU); for decode problems (M <= 64)
+// the catalog's swapped and split-K plans too (decode_tune_schedules). Each is timed with CUDA
 // events after warm-up against cuBLAS on the same data, interleaved, and checked against it. The
 // fastest correct one, with its best raster order and swizzle, is timed again (confirm_winner): if it
 // still beats the heuristic's choice it is recorded for this device and the problem's class, else the
@@ -91,6 +92,7 @@ struct Measured {
   GemmSku sku;
   int max_swizzle = 0, raster_order = 0;
   double ms = 0, anchor_ms = 0, difference = 0;
+  DecodeSchedule decode;  ///< Swap-AB and split-K (decode problems; neither for the others).
 };
 
 Status run_tune_gemm(const TuneOptions& o) {
@@ -140,7 +142,22 @@ Status run_tune_gemm(const TuneOptions& o) {
     const auto measure = [&](const kernels::GemmPlan& plan, const std::string& label) -> std::optional<Measured> {
       auto t = (*timer)->time(plan, session.pool, o.warmup, o.rounds, o.reps);
       if (!accepted(label, t, tflops, o.tolerance)) return std::nullopt;
-      return Measured{plan.sku(), plan.max_swizzle(), plan.raster_order(), t->ours_ms, t->anchor_ms, t->difference};
+      return Measured{plan.sku(),
+                      plan.max_swizzle(),
+                      plan.raster_order(),
+                      t->ours_ms,
+                      t->anchor_ms,
+                      t->difference,
+                      {plan.swap_ab(), plan.split_k()}};
+    };
+    // The plan options of a timed configuration.
+    const auto options_of = [&](const DecodeSchedule& decode, int raster, int swizzle) {
+      kernels::GemmPlanOptions options = base;
+      options.swap_ab = decode.swap_ab ? 2 : 1;
+      options.split_k = decode.split_k;
+      options.raster_order = raster;
+      options.max_swizzle = swizzle;
+      return options;
     };
     const std::optional<Measured> heuristic =
         measure_heuristic(kernels::GemmPlan::make(p, session.props.arch, base), measure);
@@ -152,6 +169,12 @@ Status run_tune_gemm(const TuneOptions& o) {
     };
     std::optional<Measured> best;
     std::shared_ptr<const jit::ResolvedInstance> best_instance;
+    const auto consider = [&](std::optional<Measured> m, std::shared_ptr<const jit::ResolvedInstance> instance) {
+      if (m && (!best || m->ms < best->ms)) {
+        best = m;
+        best_instance = std::move(instance);
+      }
+    };
     for (const auto& sku : dense_tune_candidates(p, o.quick)) {
       if (unusable.count(sku.to_string()) != 0) continue;
       const auto& instance = gemm_jit.resolve(sku).get();  // the catalog's, else the one compiled above
@@ -164,11 +187,19 @@ Status run_tune_gemm(const TuneOptions& o) {
         std::cout << fmt::format("  {:<44} error: {}\n", short_sku_name(sku), plan.error().to_string());
         continue;
       }
-      auto m = measure(*plan, short_sku_name(sku));
-      if (m && (!best || m->ms < best->ms)) {
-        best = m;
-        best_instance = *instance;
+      consider(measure(*plan, short_sku_name(sku)), *instance);
+    }
+    // Decode problems: the catalog's swapped and slice kernels under each swap and split.
+    for (const DecodeSchedule& decode : decode_tune_schedules(p, o.quick)) {
+      const std::string what = decode_schedule_name(decode.swap_ab, decode.split_k);
+      auto plan = kernels::GemmPlan::make(p, session.props.arch, options_of(decode, 0, 0));
+      if (!plan) {
+        std::cout << fmt::format("  {:<44} not timed: {}\n", what.substr(1), plan.error().message());
+        continue;
       }
+      const auto& instance = gemm_jit.resolve(plan->sku()).get();  // the catalog's
+      if (!instance) continue;
+      consider(measure(*plan, short_sku_name(plan->sku()) + what), *instance);
     }
     if (!best) {
       std::cout << "  no candidate ran correctly: nothing recorded for this class\n";
@@ -176,13 +207,13 @@ Status run_tune_gemm(const TuneOptions& o) {
     }
     // The winner's raster order and swizzle (run-time options of the same kernel; {2, 8} is what
     // heuristic 16-bit plans of 128-row tiles take where it pads their grid by at most 3%).
+    const auto name_of = [](const Measured& m) {
+      return short_sku_name(m.sku) + decode_schedule_name(m.decode.swap_ab, m.decode.split_k);
+    };
     for (auto [raster, swizzle] : {std::pair{1, 0}, {2, 0}, {0, 2}, {0, 4}, {0, 8}, {2, 8}}) {
-      kernels::GemmPlanOptions variant = base;
-      variant.raster_order = raster;
-      variant.max_swizzle = swizzle;
-      auto plan = plan_for(best->sku, *best_instance, variant);
+      auto plan = plan_for(best->sku, *best_instance, options_of(best->decode, raster, swizzle));
       if (!plan) continue;
-      auto m = measure(*plan, fmt::format("{} raster {} swizzle {}", short_sku_name(best->sku), raster, swizzle));
+      auto m = measure(*plan, fmt::format("{} raster {} swizzle {}", name_of(*best), raster, swizzle));
       if (m && m->ms < best->ms * 0.98) {  // only a clear win changes the default options
         m->raster_order = raster;
         m->max_swizzle = swizzle;
@@ -190,16 +221,13 @@ Status run_tune_gemm(const TuneOptions& o) {
       }
     }
     const auto retime = [&](const Measured& m) -> std::optional<Measured> {
-      kernels::GemmPlanOptions options = base;
-      options.raster_order = m.raster_order;
-      options.max_swizzle = m.max_swizzle;
-      auto plan = plan_for(m.sku, *best_instance, options);
+      auto plan = plan_for(m.sku, *best_instance, options_of(m.decode, m.raster_order, m.max_swizzle));
       if (!plan) return std::nullopt;
-      return measure(
-          *plan, fmt::format("{} raster {} swizzle {} again", short_sku_name(m.sku), m.raster_order, m.max_swizzle));
+      return measure(*plan, fmt::format("{} raster {} swizzle {} again", name_of(m), m.raster_order, m.max_swizzle));
     };
     const auto same_config = [](const Measured& a, const Measured& b) {
-      return a.sku == b.sku && a.raster_order == b.raster_order && a.max_swizzle == b.max_swizzle;
+      return a.sku == b.sku && a.raster_order == b.raster_order && a.max_swizzle == b.max_swizzle &&
+             a.decode == b.decode;
     };
     const auto confirmed = confirm_winner(*best, heuristic, retime, same_config);
     if (settled_without_recording(session, jit::DenseGemmClass::of(p), confirmed)) continue;
@@ -207,8 +235,10 @@ Status run_tune_gemm(const TuneOptions& o) {
     jit::TunedGemm choice{best->sku,          best->max_swizzle,
                           best->raster_order, fmt::format("{}x{}x{}", p.m, p.n, p.k),
                           tflops(best->ms),   tflops(best->anchor_ms)};
-    std::cout << fmt::format("  => {} raster {} swizzle {}: {:.1f} TFLOP/s, {:.3f}x cuBLAS\n",
-                             short_sku_name(choice.sku), choice.raster_order, choice.max_swizzle, choice.tflops,
+    choice.swap_ab = best->decode.swap_ab;
+    choice.split_k = best->decode.split_k;
+    std::cout << fmt::format("  => {} raster {} swizzle {}: {:.1f} TFLOP/s, {:.3f}x cuBLAS\n", name_of(*best),
+                             choice.raster_order, choice.max_swizzle, choice.tflops,
                              choice.tflops / choice.anchor_tflops);
     session.record(jit::DenseGemmClass::of(p), std::move(choice));
   }
@@ -230,7 +260,7 @@ void add_tune_command(CLI::App& app) {
   cmd->add_option("--layout-b", opt->layout_b, "Layout of B: col (N x K weights, TN) or row (K x N)");
   add_sweep_options(cmd, *opt,
                     "16-bit: 5 instead of 17, 3 instead of 6 for at most 64 columns; e4m3: 5 instead of 12, 2 "
-                    "instead of 4");
+                    "instead of 4; for at most 64 rows, 3 instead of 11 swap-AB and split-K schedules");
   cmd->callback([opt] {
     if (auto s = run_tune_gemm(*opt); !s) {
       std::cerr << "cuactor tune gemm: " << s.error().to_string() << "\n";

@@ -2,7 +2,10 @@
 // printing, so the unit tests check the lists themselves (types, schedules, depths, the quick subset).
 #pragma once
 
+#include <fmt/format.h>
+
 #include <span>
+#include <string>
 #include <vector>
 
 #include "cuactor/core/dtype.hpp"
@@ -92,6 +95,34 @@ inline std::vector<kernels::GemmSku> dense_tune_candidates(const kernels::GemmPr
     s.schedule = c.schedule;
     out.push_back(s);
   }
+  return out;
+}
+
+/// A decode plan's scheduling on the catalog's swapped and slice kernels: GemmPlanOptions::swap_ab 2
+/// (true) or 1, and split_k.
+struct DecodeSchedule {
+  bool swap_ab = false;
+  int split_k = 1;
+  friend bool operator==(const DecodeSchedule&, const DecodeSchedule&) = default;
+};
+
+/// " swap-AB split-K 4": a decode plan's scheduling, after short_sku_name (empty for neither).
+inline std::string decode_schedule_name(bool swap_ab, int split_k) {
+  return fmt::format("{}{}", swap_ab ? " swap-AB" : "", split_k > 1 ? fmt::format(" split-K {}", split_k) : "");
+}
+
+/// The decode schedules swept for a problem of at most 64 rows (none past that): swapped unsplit;
+/// and for 16-bit inputs (split-K's rule) K split into 2 to 8 slices, swapped and not (the unswapped
+/// unsplit plan is dense_tune_candidates' 64-row tiles). `--quick`: swapped unsplit, and 4 slices each
+/// way. GemmPlan::make builds each from the catalog and names the rule a shape breaks (K not a
+/// multiple of the slices' depth).
+inline std::vector<DecodeSchedule> decode_tune_schedules(const kernels::GemmProblem& p, bool quick) {
+  if (p.m > 64) return {};
+  std::vector<DecodeSchedule> out{{true, 1}};
+  if (p.a != DType::bf16 && p.a != DType::f16) return out;
+  for (const bool swap : {true, false})
+    for (const int split : {2, 3, 4, 6, 8})
+      if (!quick || split == 4) out.push_back({swap, split});
   return out;
 }
 

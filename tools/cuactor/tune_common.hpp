@@ -19,6 +19,7 @@
 #include "cuactor/jit/tuning.hpp"
 #include "cuactor/kernels/catalog.hpp"
 #include "gemm_anchor.hpp"
+#include "tune_candidates.hpp"
 #include "tune_choice.hpp"
 
 namespace cuactor::cli {
@@ -120,7 +121,9 @@ auto measure_heuristic(const Result<Plan>& plan, Measure&& measure) -> decltype(
     std::cout << fmt::format("  {:<44} none: {}\n", "(heuristic)", plan.error().to_string());
     return std::nullopt;
   }
-  return measure(*plan, fmt::format("(heuristic) {}", short_sku_name(plan->sku())));
+  std::string label = fmt::format("(heuristic) {}", short_sku_name(plan->sku()));
+  if constexpr (requires { plan->swap_ab(); }) label += decode_schedule_name(plan->swap_ab(), plan->split_k());
+  return measure(*plan, label);
 }
 
 /// Settles a verdict that records nothing, printing it: `heuristic` drops the class's entry from an

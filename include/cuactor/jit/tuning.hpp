@@ -73,6 +73,13 @@ struct TunedGemm {
   /// The heuristic revision the choice beat (kernels::kDenseHeuristicRevision or
   /// kGroupedHeuristicRevision); TuningDb::record stamps today's.
   int heuristic_revision = 0;
+  /// Dense decode plans: whether the kernel computes D^T = B^T A^T (GemmPlanOptions::swap_ab 2), and
+  /// the K slices it runs as (GemmPlanOptions::split_k; 1: not split). Files written before these
+  /// existed hold neither; a binary that predates them runs such an entry's SKU as it is, which
+  /// GemmPlan::with_instance refuses (the swapped and slice SKUs compute another problem), so it
+  /// falls back to its heuristic.
+  bool swap_ab = false;
+  int split_k = 1;
 };
 
 /// Tuned choices by (device, problem class). Not thread-safe; plans read a loaded copy.
@@ -136,9 +143,11 @@ class TuningDb {
 
 /// Plans a dense GEMM, consulting `db` first: a tuned choice for `device` and the problem's class
 /// runs (its kernel from the catalog, else compiled or loaded from the disk cache by `jit`) with
-/// source `tuned` and the tuned scheduling options. Without a tuned choice, or when its kernel cannot
-/// be had (not compiled in and no `jit`, a failed compile: logged as a warning), GemmPlan::make's
-/// heuristic. `options.sku_override` bypasses the database. `db` and `jit` may be null. An epilogue
+/// source `tuned` and the tuned scheduling options (swizzle, raster order, and for decode plans
+/// swap-AB and split-K). Without a tuned choice, or when its kernel cannot be had (not compiled in and
+/// no `jit`, a failed compile: logged as a warning), GemmPlan::make's heuristic. `options.sku_override`
+/// bypasses the database, and so do a forced split or swap; a tuned swap or split also yields to
+/// `swap_ab` or `split_k` 1 (never). `db` and `jit` may be null. An epilogue
 /// tree that no catalog kernel computes is compiled by `jit` in the heuristic's configuration.
 Result<kernels::GemmPlan> plan_dense_gemm(const kernels::GemmProblem& problem, const TuningDevice& device,
                                           kernels::GemmPlanOptions options, const TuningDb* db, GemmJit* jit);

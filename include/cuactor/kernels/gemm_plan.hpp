@@ -90,6 +90,9 @@ struct GemmOperands {
                                              std::size_t d_bytes);
 
 /// Options of GemmPlan::make.
+/// The most K slices GemmPlanOptions::split_k may ask for.
+inline constexpr int kMaxSplitK = 16;
+
 struct GemmPlanOptions {
   /// Use exactly this catalog kernel instead of the heuristic's choice.
   std::optional<GemmSku> sku_override;
@@ -166,7 +169,10 @@ class GemmPlan {
   /// A plan running `instance` (of SKU `sku`; a catalog instance, or one compiled at run time whose
   /// library `owner` keeps loaded) for `problem`. The same checks as make() apply: the SKU must
   /// compute the problem and run on `device_arch`. `source` is what the caller reports (a tuning
-  /// database hit is `tuned`).
+  /// database hit is `tuned`). GemmPlanOptions::swap_ab 2 runs the kernel on the swapped problem
+  /// (D^T = B^T A^T), and split_k > 1 runs it as the slice kernel of that many K slices (float32 C and
+  /// D), each under make()'s rules for a forced swap or split; the SKU must compute that kernel problem
+  /// (`invalid_argument` naming it). Otherwise (0, 1) the plan runs the kernel on the problem as it is.
   static Result<GemmPlan> with_instance(const GemmProblem& problem, GpuArch device_arch, const GemmSku& sku,
                                         const cuactor_gemm_instance& instance, std::shared_ptr<const void> owner,
                                         PlanSource source, const GemmPlanOptions& options = {});
