@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <atomic>
 #include <bit>
+#include <cerrno>
+#include <cstring>
 #include <functional>
 #include <map>
 #include <mutex>
@@ -263,8 +265,15 @@ TuningDb TuningDb::load(const fs::path& path) {
 }
 
 Status TuningDb::prepare_directory(const fs::path& path) {
-  if (!path.has_parent_path()) return ok();
-  return make_private_directory(path.parent_path(), "tuning database directory");
+  std::error_code ec;
+  if (fs::is_directory(path, ec))
+    return fail(errc::invalid_argument, fmt::format("tuning database '{}' is a directory, not a file", path.string()));
+  if (path.has_parent_path()) CUACTOR_TRY(make_private_directory(path.parent_path(), "tuning database directory"));
+  const fs::path dir = path.has_parent_path() ? path.parent_path() : fs::path(".");
+  if (::access(dir.c_str(), W_OK | X_OK) != 0)
+    return fail(errc::io_error, fmt::format("cannot write the tuning database into '{}': {}", dir.string(),
+                                            std::strerror(errno)));
+  return ok();
 }
 
 Status TuningDb::save(const fs::path& path) const {
@@ -351,6 +360,10 @@ Result<kernels::GemmPlan> plan_dense_gemm(const kernels::GemmProblem& problem, c
   tuned_options.raster_order = tuned->raster_order;
   tuned_options.swap_ab = tuned->swap_ab ? 2 : 1;
   tuned_options.split_k = tuned->split_k;
+  // A swap or split measured on one shape of the class may break its rules on another (a batch, a K
+  // that is not a multiple of the slices' depth): that problem takes the heuristic, quietly.
+  if (!kernels::GemmPlan::check_decode_options(problem, device.arch, tuned_options))
+    return heuristic_plan(problem, device.arch, options, jit_source);
   const auto fall_back = [&](const Error& why) {
     log(LogLevel::warn, fmt::format("tuned GEMM kernel {} for {} is not usable ({}); using the heuristic's choice",
                                     tuned->sku.to_string(), DenseGemmClass::of(problem).to_string(), why.message()));

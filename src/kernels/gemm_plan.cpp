@@ -171,8 +171,6 @@ Status check_operand(std::string_view what, const void* ptr, DType t, std::int64
   return ok();
 }
 
-/// The most K slices a split-K plan takes (GemmPlanOptions::split_k).
-
 Status check_options(const GemmPlanOptions& options) {
   if (options.max_swizzle < 0 || options.max_swizzle > 8 || (options.max_swizzle & (options.max_swizzle - 1)) != 0)
     return fail(errc::invalid_argument,
@@ -200,18 +198,6 @@ Status check_options(const GemmPlanOptions& options) {
     return fail(errc::invalid_argument,
                 fmt::format("GemmPlan swap_ab=2 with sku_override {}: a swapped plan runs its own kernel",
                             options.sku_override->to_string()));
-  return ok();
-}
-
-/// A forced split (split_k > 1) or swap (swap_ab 2) meets its rules for `problem` on `arch`
-/// (`unsupported` naming the broken one).
-Status check_forced_decode_options(const GemmProblem& problem, GpuArch arch, const GemmPlanOptions& options) {
-  if (options.split_k > 1)
-    if (const std::string broken = detail::split_k_rule(problem, arch, options.split_k); !broken.empty())
-      return fail(errc::unsupported, fmt::format("GemmPlan split_k={}: {}", options.split_k, broken));
-  if (options.swap_ab == 2)
-    if (const std::string broken = detail::swap_ab_rule(problem, arch); !broken.empty())
-      return fail(errc::unsupported, fmt::format("GemmPlan swap_ab=2: {}", broken));
   return ok();
 }
 
@@ -473,7 +459,7 @@ Result<GemmPlan> GemmPlan::make(const GemmProblem& problem, GpuArch device_arch,
   CUACTOR_TRY(check_arch(problem, device_arch));
   // Options are checked before the catalog is searched so that a build without kernels rejects them too.
   CUACTOR_TRY(check_options(options));
-  CUACTOR_TRY(check_forced_decode_options(problem, device_arch, options));
+  CUACTOR_TRY(check_decode_options(problem, device_arch, options));
   const int sm_count = sm_count_of(options);
   const CatalogEntry* chosen = nullptr;
   if (options.sku_override) {
@@ -656,7 +642,7 @@ Result<GemmPlan> GemmPlan::with_instance(const GemmProblem& problem, GpuArch dev
   CUACTOR_TRY(check_problem(problem));
   CUACTOR_TRY(check_arch(problem, device_arch));
   CUACTOR_TRY(check_options(options));
-  CUACTOR_TRY(check_forced_decode_options(problem, device_arch, options));
+  CUACTOR_TRY(check_decode_options(problem, device_arch, options));
   const bool swap = options.swap_ab == 2;
   const int splits = std::max(options.split_k, 1);
   // What the kernel itself computes: the transposed problem when swapped, float32 partial products
@@ -672,6 +658,16 @@ Result<GemmPlan> GemmPlan::with_instance(const GemmProblem& problem, GpuArch dev
     return fail(errc::unsupported, fmt::format("GEMM kernel {}: {} kernels cannot run on a {} device", sku.to_string(),
                                                sku.arch.name(), device_arch.name()));
   return finish(problem, device_arch, sku, instance, std::move(owner), source, options, splits, swap);
+}
+
+Status GemmPlan::check_decode_options(const GemmProblem& problem, GpuArch device_arch, const GemmPlanOptions& options) {
+  if (options.split_k > 1)
+    if (const std::string broken = detail::split_k_rule(problem, device_arch, options.split_k); !broken.empty())
+      return fail(errc::unsupported, fmt::format("GemmPlan split_k={}: {}", options.split_k, broken));
+  if (options.swap_ab == 2)
+    if (const std::string broken = detail::swap_ab_rule(problem, device_arch); !broken.empty())
+      return fail(errc::unsupported, fmt::format("GemmPlan swap_ab=2: {}", broken));
+  return ok();
 }
 
 GemmPlan GemmPlan::finish(const GemmProblem& problem, GpuArch arch, const GemmSku& sku,

@@ -12,6 +12,7 @@
 #include <limits>
 #include <mutex>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "cuactor/core/log.hpp"
@@ -306,10 +307,63 @@ TEST(TuningPlan, TunedSwapOrSplitYieldsToNever) {
       EXPECT_EQ(plan->source(), kernels::PlanSource::heuristic);
     }
   }
+  {
+    Warnings warnings;
+    auto plan = plan_dense_gemm(p, h100(), {}, &db, nullptr);
+    EXPECT_EQ(plan.has_value(), heuristic.has_value());
+    EXPECT_NE(warnings.all().find("not usable"), std::string::npos) << warnings.all();
+  }
+  // "Never" covers only its own option: a tuned split meets swap_ab 1, a tuned swap meets split_k 1,
+  // and each is tried (the warning says its kernel is missing).
+  for (const auto& [tuned_swap, tuned_split, swap_ab, split_k] :
+       {std::tuple{false, 4, 1, 0}, std::tuple{true, 1, 0, 1}}) {
+    decode.swap_ab = tuned_swap;
+    decode.split_k = tuned_split;
+    db.record(h100(), DenseGemmClass::of(p), decode);
+    kernels::GemmPlanOptions o;
+    o.swap_ab = swap_ab;
+    o.split_k = split_k;
+    Warnings warnings;
+    (void)plan_dense_gemm(p, h100(), o, &db, nullptr);
+    EXPECT_NE(warnings.all().find("not usable"), std::string::npos)
+        << "tuned swap " << tuned_swap << " split " << tuned_split << ": " << warnings.all();
+  }
+  // A tuned split whose rule this problem of the class breaks (K not a multiple of 4 x 64): the
+  // heuristic, quietly.
+  decode.swap_ab = false;
+  decode.split_k = 4;
+  db.record(h100(), DenseGemmClass::of(p), decode);
   Warnings warnings;
-  auto plan = plan_dense_gemm(p, h100(), {}, &db, nullptr);
-  EXPECT_EQ(plan.has_value(), heuristic.has_value());
-  EXPECT_NE(warnings.all().find("not usable"), std::string::npos) << warnings.all();
+  auto odd = plan_dense_gemm(problem(16, 8192, 8000), h100(), {}, &db, nullptr);
+  EXPECT_EQ(warnings.all(), "");
+  if (odd) {
+    EXPECT_EQ(odd->source(), kernels::PlanSource::heuristic);
+  }
+}
+
+// A tuned swap and split run as recorded (catalog-gated: the swapped slice kernel must be compiled in).
+TEST(TuningPlan, TunedSwapAndSplitRunAsRecorded) {
+  const GemmProblem p = problem(16, 8192, 8192);
+  // The swapped problem's slice kernel: D^T of float32 partials, column-major, 16 columns (the rows).
+  CUACTOR_ASSERT_OK_AND_ASSIGN(
+      slice, kernels::GemmSku::parse(
+                 "dense:sm_90a:bf16,bf16,f32,f32,f32:row,col,col:64x16x64:1x1x1:s0:pingpong:linear_combination"));
+  const kernels::CatalogEntry* entry = kernels::find_in_catalog(slice);
+  if (entry == nullptr) GTEST_SKIP() << "the swapped slice kernel " << slice.to_string() << " is not in this build";
+  TuningDb db;
+  TunedGemm decode = choice(kernels::GemmSchedule::pingpong);
+  decode.sku = entry->sku;
+  decode.max_swizzle = 0;
+  decode.raster_order = 0;
+  decode.swap_ab = true;
+  decode.split_k = 4;
+  db.record(h100(), DenseGemmClass::of(p), decode);
+  CUACTOR_ASSERT_OK_AND_ASSIGN(plan, plan_dense_gemm(problem(16, 4096, 8192), h100(), {}, &db, nullptr));
+  EXPECT_EQ(plan.source(), kernels::PlanSource::tuned);
+  EXPECT_EQ(plan.sku(), entry->sku);
+  EXPECT_TRUE(plan.swap_ab());
+  EXPECT_EQ(plan.split_k(), 4);
+  EXPECT_GE(plan.workspace_size(), 4u * 16u * 4096u * sizeof(float));
 }
 
 TEST(TuningPlan, PlanCachesMakePlansThroughTheirPlanner) {

@@ -191,6 +191,15 @@ case $case in
     expect_in err "mode 0777"; expect_not_in out "compiled"
     run "$cli" tune grouped --shape 8x8x64x64 --db shared/tuned.json
     expect_failure; expect_in err "mode 0777"; expect_not_in out "compiled"
+    mkdir -p db.d && chmod 0700 db.d
+    run "$cli" tune gemm --shape 16x64x64 --db db.d
+    expect_failure; expect_in err "tuning database 'db.d' is a directory, not a file"; expect_not_in out "compiled"
+    if [[ $(id -u) -ne 0 ]]; then  # root writes anywhere
+      mkdir -p readonly && chmod 0500 readonly
+      run "$cli" tune gemm --shape 16x64x64 --db readonly/tuned.json
+      chmod 0700 readonly
+      expect_failure; expect_in err "cannot write the tuning database into 'readonly'"; expect_not_in out "compiled"
+    fi
     run "$cli" bench gemm --rounds 0
     expect_failure; expect_in err "rounds=0 >= 1"
     for bad in 16x64 16x0x64 16x64x64x2 axbxc "" 99999999999999999999x8x8; do

@@ -105,7 +105,7 @@ TEST(TuneCandidates, DecodeSchedulesCoverSwapAndSplitForAtMost64Rows) {
     for (const std::int64_t m : {1, 16, 32, 64}) {
       const auto full = decode_tune_schedules(problem(t, m, 8192, 8192), false);
       const auto quick = decode_tune_schedules(problem(t, m, 8192, 8192), true);
-      ASSERT_EQ(full.size(), 11u);
+      ASSERT_EQ(full.size(), 15u);
       EXPECT_EQ(full.front(), (DecodeSchedule{true, 1}));
       std::set<std::pair<bool, int>> seen;
       for (const DecodeSchedule& d : full) {

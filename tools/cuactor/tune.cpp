@@ -260,7 +260,7 @@ void add_tune_command(CLI::App& app) {
   cmd->add_option("--layout-b", opt->layout_b, "Layout of B: col (N x K weights, TN) or row (K x N)");
   add_sweep_options(cmd, *opt,
                     "16-bit: 5 instead of 17, 3 instead of 6 for at most 64 columns; e4m3: 5 instead of 12, 2 "
-                    "instead of 4; for at most 64 rows, 3 instead of 11 swap-AB and split-K schedules");
+                    "instead of 4; for at most 64 rows, 3 instead of 15 swap-AB and split-K schedules");
   cmd->callback([opt] {
     if (auto s = run_tune_gemm(*opt); !s) {
       std::cerr << "cuactor tune gemm: " << s.error().to_string() << "\n";

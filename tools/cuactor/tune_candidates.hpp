@@ -112,16 +112,16 @@ inline std::string decode_schedule_name(bool swap_ab, int split_k) {
 }
 
 /// The decode schedules swept for a problem of at most 64 rows (none past that): swapped unsplit;
-/// and for 16-bit inputs (split-K's rule) K split into 2 to 8 slices, swapped and not (the unswapped
-/// unsplit plan is dense_tune_candidates' 64-row tiles). `--quick`: swapped unsplit, and 4 slices each
-/// way. GemmPlan::make builds each from the catalog and names the rule a shape breaks (K not a
-/// multiple of the slices' depth).
+/// and for 16-bit inputs (split-K's rule) K split into 2 to 8 slices (the heuristic's range), swapped and not (the
+/// unswapped unsplit plan is dense_tune_candidates' 64-row tiles). `--quick`: swapped unsplit, and 4 slices each way.
+/// GemmPlan::make builds each from the catalog and names the rule a shape breaks (K not a multiple of the slices'
+/// depth).
 inline std::vector<DecodeSchedule> decode_tune_schedules(const kernels::GemmProblem& p, bool quick) {
   if (p.m > 64) return {};
   std::vector<DecodeSchedule> out{{true, 1}};
   if (p.a != DType::bf16 && p.a != DType::f16) return out;
   for (const bool swap : {true, false})
-    for (const int split : {2, 3, 4, 6, 8})
+    for (const int split : {2, 3, 4, 5, 6, 7, 8})  // every count the heuristic may choose
       if (!quick || split == 4) out.push_back({swap, split});
   return out;
 }

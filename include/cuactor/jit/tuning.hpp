@@ -75,9 +75,10 @@ struct TunedGemm {
   int heuristic_revision = 0;
   /// Dense decode plans: whether the kernel computes D^T = B^T A^T (GemmPlanOptions::swap_ab 2), and
   /// the K slices it runs as (GemmPlanOptions::split_k; 1: not split). Files written before these
-  /// existed hold neither; a binary that predates them runs such an entry's SKU as it is, which
-  /// GemmPlan::with_instance refuses (the swapped and slice SKUs compute another problem), so it
-  /// falls back to its heuristic.
+  /// existed hold neither. A binary that predates them runs such an entry's SKU as it is: for the
+  /// classes `tune gemm` records (C and D of the input type) GemmPlan::with_instance refuses the
+  /// swapped or slice SKU there, so that binary falls back to its heuristic; and if it saves the
+  /// database, it drops these fields, which leaves such entries unusable for newer binaries too.
   bool swap_ab = false;
   int split_k = 1;
 };
@@ -123,9 +124,10 @@ class TuningDb {
   /// Writes the database to `path` atomically (a temporary file in the same directory, mode 0600,
   /// renamed over it); creates the parent directory (0700) when missing. Touches no other file.
   [[nodiscard]] Status save(const std::filesystem::path& path) const;
-  /// What save() checks first: creates `path`'s parent directory (0700) when missing, else requires it
-  /// to belong to this user and not be writable by group or others (`untrusted` naming its mode). A
-  /// sweep calls it before timing, so that an unusable location fails before the work, not after.
+  /// What save() checks first: `path` is not a directory (`invalid_argument`); its parent directory is
+  /// created (0700) when missing, else must belong to this user and not be writable by group or others
+  /// (`untrusted` naming its mode); and this process can write into it (`io_error`). A sweep calls it
+  /// before compiling and timing, so that an unusable location fails before the work, not after.
   static Status prepare_directory(const std::filesystem::path& path);
 
  private:

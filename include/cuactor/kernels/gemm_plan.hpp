@@ -89,10 +89,10 @@ struct GemmOperands {
                                              std::size_t a_bytes, std::size_t b_bytes, std::size_t c_bytes,
                                              std::size_t d_bytes);
 
-/// Options of GemmPlan::make.
 /// The most K slices GemmPlanOptions::split_k may ask for.
 inline constexpr int kMaxSplitK = 16;
 
+/// Options of GemmPlan::make.
 struct GemmPlanOptions {
   /// Use exactly this catalog kernel instead of the heuristic's choice.
   std::optional<GemmSku> sku_override;
@@ -176,6 +176,10 @@ class GemmPlan {
   static Result<GemmPlan> with_instance(const GemmProblem& problem, GpuArch device_arch, const GemmSku& sku,
                                         const cuactor_gemm_instance& instance, std::shared_ptr<const void> owner,
                                         PlanSource source, const GemmPlanOptions& options = {});
+  /// Whether a forced split (GemmPlanOptions::split_k > 1) or swap (swap_ab 2) in `options` meets its
+  /// rules for `problem` on `device_arch` (`unsupported` naming the broken one): what make() and
+  /// with_instance() check first. A tuned choice that swaps or splits asks it of each problem of its class.
+  static Status check_decode_options(const GemmProblem& problem, GpuArch device_arch, const GemmPlanOptions& options);
 
   /// The SKU of the chosen kernel ([K2]).
   [[nodiscard]] const GemmSku& sku() const noexcept { return sku_; }
