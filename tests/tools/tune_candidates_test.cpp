@@ -120,5 +120,37 @@ TEST(TuneCandidates, DecodeSchedulesCoverSwapAndSplitForAtMost64Rows) {
   EXPECT_EQ(decode_schedule_name(false, 8), " split-K 8");
 }
 
+// Grouped lists: the grouped family on sm_90a, B col, C and D of the input type (bf16 for e4m3), the
+// element width's schedules and epilogue, 128-byte K slices (the 64x128 pingpong tile 128 deep), 11 each,
+// renderable JIT requests, no SKU twice, --quick a subset; the catalog's large tile first.
+TEST(TuneCandidates, GroupedListsKeepTheirLengthsAndTypes) {
+  for (const DType in : {DType::bf16, DType::f16, DType::e4m3}) {
+    SCOPED_TRACE(std::string(name(in)));
+    const bool fp8 = in == DType::e4m3;
+    const auto full = grouped_tune_candidates(in, false), quick = grouped_tune_candidates(in, true);
+    EXPECT_EQ(full.size(), 11u);
+    std::set<std::string> names;
+    for (const GemmSku& s : full) {
+      SCOPED_TRACE(s.to_string());
+      EXPECT_TRUE(names.insert(s.to_string()).second) << "listed twice";
+      EXPECT_EQ(s.family, kernels::GemmFamily::grouped);
+      EXPECT_EQ(s.arch, (GpuArch{9, 0, true}));
+      EXPECT_EQ(s.a, in);
+      EXPECT_EQ(s.b, in);
+      EXPECT_EQ(s.d, fp8 ? DType::bf16 : in);
+      EXPECT_EQ(s.layout_b, MatrixLayout::col);
+      EXPECT_EQ(is_fp8_schedule(s.schedule), fp8);
+      EXPECT_EQ(s.epilogue, kernels::EpilogueSpec(fp8 ? GemmEpilogue::scaled_linear_combination
+                                                      : GemmEpilogue::linear_combination));
+      EXPECT_GE(s.tile.k * size_bits(in) / 8, 128);
+      auto request = jit::instance_request(s, GpuArch{9, 0, true});
+      EXPECT_TRUE(request.has_value()) << request.error().to_string();
+    }
+    EXPECT_FALSE(quick.empty());
+    for (const GemmSku& s : quick) EXPECT_EQ(names.count(s.to_string()), 1u) << s.to_string() << " only in --quick";
+    EXPECT_EQ(full.front().tile, fp8 ? (kernels::Shape3{256, 128, 128}) : (kernels::Shape3{128, 256, 64}));
+  }
+}
+
 }  // namespace
 }  // namespace cuactor::cli

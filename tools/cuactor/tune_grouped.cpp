@@ -32,6 +32,7 @@
 #include "cuactor/kernels/catalog.hpp"
 #include "cuactor/kernels/grouped_gemm.hpp"
 #include "gemm_anchor.hpp"
+#include "tune_candidates.hpp"
 #include "tune_common.hpp"
 
 namespace cuactor::cli {
@@ -102,54 +103,6 @@ GroupedGemmSpec spec_of(const Shape& s, DType in, const gpu::DeviceProperties& p
   spec.n_hint = s.n;
   spec.k_hint = s.k;
   return spec;
-}
-
-/// The sm_90a grouped configurations swept for `in` (16-bit: linear combination; e4m3: fast
-/// accumulation with the per-tensor scales folded into alpha).
-std::vector<GemmSku> candidates(DType in, bool quick) {
-  struct Config {
-    kernels::Shape3 tile, cluster;
-    bool pingpong;
-    bool in_quick;
-  };
-  const bool fp8 = in == DType::e4m3;
-  const int k16 = 64, k8 = 128;  // 128-byte K slices
-  const int tk = fp8 ? k8 : k16;
-  // The first: fp8's large tile, the catalog's (256x128, 1x2); for 16-bit, 128x256 in a 2x1 cluster.
-  const std::vector<Config> configs = {
-      {{fp8 ? 256 : 128, fp8 ? 128 : 256, tk}, {fp8 ? 1 : 2, fp8 ? 2 : 1, 1}, false, true},
-      {{128, 256, tk}, {1, 1, 1}, false, !fp8},  // 16-bit: the catalog's large
-      {{128, 128, tk}, {1, 1, 1}, false, true},
-      {{128, 128, tk}, {2, 1, 1}, false, false},
-      {{fp8 ? 128 : 256, fp8 ? 256 : 128, tk}, {fp8 ? 2 : 1, fp8 ? 1 : 2, 1}, false, true},
-      {{64, 128, 128}, {1, 1, 1}, true, true},  // the catalog's small-M
-      {{64, 256, tk}, {1, 1, 1}, true, true},
-      {{64, 128, tk}, {2, 1, 1}, true, false},
-      // Narrower and pingpong-wide tiles for the rows between the classes (100-300 rows per group):
-      // less padding per group than 128x256, more than one tile per SM in flight.
-      {{128, 192, tk}, {1, 1, 1}, false, false},
-      {{64, 192, tk}, {1, 1, 1}, true, false},
-      {{128, 128, tk}, {1, 1, 1}, true, false},
-  };
-  std::vector<GemmSku> out;
-  std::set<std::string> seen;
-  for (const Config& c : configs) {
-    if (quick && !c.in_quick) continue;
-    GemmSku s;
-    s.family = kernels::GemmFamily::grouped;
-    s.arch = GpuArch{9, 0, true};
-    s.a = s.b = in;
-    s.c = s.d = fp8 ? DType::bf16 : in;
-    s.layout_b = kernels::MatrixLayout::col;
-    s.tile = c.tile;
-    s.cluster = c.cluster;
-    s.schedule = fp8 ? (c.pingpong ? GemmSchedule::pingpong_fp8_fast_accum : GemmSchedule::cooperative_fp8_fast_accum)
-                     : (c.pingpong ? GemmSchedule::pingpong : GemmSchedule::cooperative);
-    s.epilogue = kernels::EpilogueSpec(fp8 ? kernels::GemmEpilogue::scaled_linear_combination
-                                           : kernels::GemmEpilogue::linear_combination);
-    if (seen.insert(s.to_string()).second) out.push_back(s);
-  }
-  return out;
 }
 
 /// The data of one problem on the device, the cuBLAS per-group loop that checks and anchors every
@@ -320,7 +273,7 @@ Status run_tune_grouped(const Options& o) {
   jit::GemmJit gemm_jit(*engine);
 
   // 1. Compile every candidate the catalog lacks, all at once.
-  const std::vector<GemmSku> skus = candidates(*dtype, o.quick);
+  const std::vector<GemmSku> skus = grouped_tune_candidates(*dtype, o.quick);
   std::vector<GemmSku> to_compile;
   for (const auto& s : skus)
     if (kernels::find_in_catalog(s) == nullptr) to_compile.push_back(s);
