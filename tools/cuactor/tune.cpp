@@ -7,6 +7,7 @@
 // still beats the heuristic's choice it is recorded for this device and the problem's class, else the
 // class is left to the heuristic. Plans (jit::plan_dense_gemm, `cuactor bench gemm`) consult it first.
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <array>
@@ -189,9 +190,17 @@ Status run_tune_gemm(const TuneOptions& o) {
       }
       consider(measure(*plan, short_sku_name(sku)), *instance);
     }
-    // Decode problems: the catalog's swapped and slice kernels under each swap and split.
+    // Decode problems: the catalog's swapped and slice kernels under each swap and split; those whose
+    // rule the shape breaks (K not a multiple of the slices' depth) are named on one line.
+    std::vector<std::string> broken;
+    std::string broken_rule;
     for (const DecodeSchedule& decode : decode_tune_schedules(p, o.quick)) {
       const std::string what = decode_schedule_name(decode.swap_ab, decode.split_k);
+      if (auto rule = kernels::GemmPlan::check_decode_options(p, session.props.arch, options_of(decode, 0, 0)); !rule) {
+        broken.push_back(what.substr(1));
+        if (broken_rule.empty()) broken_rule = rule.error().message();
+        continue;
+      }
       auto plan = kernels::GemmPlan::make(p, session.props.arch, options_of(decode, 0, 0));
       if (!plan) {
         std::cout << fmt::format("  {:<44} not timed: {}\n", what.substr(1), plan.error().message());
@@ -201,6 +210,9 @@ Status run_tune_gemm(const TuneOptions& o) {
       if (!instance) continue;
       consider(measure(*plan, short_sku_name(plan->sku()) + what), *instance);
     }
+    if (!broken.empty())
+      std::cout << fmt::format("  not timed, against their rules: {} (e.g. {})\n", fmt::join(broken, ", "),
+                               broken_rule);
     if (!best) {
       std::cout << "  no candidate ran correctly: nothing recorded for this class\n";
       continue;
