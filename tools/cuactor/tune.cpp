@@ -207,7 +207,10 @@ Status run_tune_gemm(const TuneOptions& o) {
         continue;
       }
       const auto& instance = gemm_jit.resolve(plan->sku()).get();  // the catalog's
-      if (!instance) continue;
+      if (!instance) {
+        std::cout << fmt::format("  {:<44} error: {}\n", what.substr(1), instance.error().to_string());
+        continue;
+      }
       consider(measure(*plan, short_sku_name(plan->sku()) + what), *instance);
     }
     if (!broken.empty())
