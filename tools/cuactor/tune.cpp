@@ -196,12 +196,13 @@ Status run_tune_gemm(const TuneOptions& o) {
     std::string broken_rule;
     for (const DecodeSchedule& decode : decode_tune_schedules(p, o.quick)) {
       const std::string what = decode_schedule_name(decode.swap_ab, decode.split_k);
-      if (auto rule = kernels::GemmPlan::check_decode_options(p, session.props.arch, options_of(decode, 0, 0)); !rule) {
+      const kernels::GemmPlanOptions options = options_of(decode, 0, 0);
+      if (auto rule = kernels::GemmPlan::check_decode_options(p, session.props.arch, options); !rule) {
         broken.push_back(what.substr(1));
         if (broken_rule.empty()) broken_rule = rule.error().message();
         continue;
       }
-      auto plan = kernels::GemmPlan::make(p, session.props.arch, options_of(decode, 0, 0));
+      auto plan = kernels::GemmPlan::make(p, session.props.arch, options);
       if (!plan) {
         std::cout << fmt::format("  {:<44} not timed: {}\n", what.substr(1), plan.error().message());
         continue;
