@@ -20,6 +20,7 @@ PreparedGroupedGemm made once, run with one workspace tensor (the functional cal
 workspace from the allocator per call).
 
 Usage: bench/grouped_mm_torch.py [--out DIR] [--cuactor PATH] [--reps N] [--overhead-calls N]
+       [--shape GxRxNxK ... [--dtype bf16|e4m3] [--skew S]]
 Needs the cuactor package importable (PYTHONPATH=<build>/python, or `pip install .`).
 """
 import argparse
@@ -166,6 +167,10 @@ def main():
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--overhead-calls", type=int, default=2000)
     parser.add_argument("--all-skus", action="store_true", help="also time the SKUs the plans did not choose (C++)")
+    parser.add_argument("--shape", action="append", default=[],
+                        help="GxRxNxK (groups, rows per group, N, K), repeatable: these problems instead of the list")
+    parser.add_argument("--dtype", default=None, help="bf16 or e4m3: A and B of the --shape rows")
+    parser.add_argument("--skew", default=None, help="rows per group of the --shape rows jittered by +-skew (0 to 0.9)")
     args = parser.parse_args()
 
     try:
@@ -182,8 +187,12 @@ def main():
     binary = args.cuactor or str(build / "tools" / "cuactor")
     # The C++ side times its sides in 3 interleaved rounds of ceil(reps / 3) launches each.
     cxx_reps = ["--reps", str(-(-args.reps // 3)), "--rounds", "3", "--warmup", str(args.warmup)]
-    proc = subprocess.run([binary, "bench", "grouped", "--json", *cxx_reps] + (["--all-skus"] if args.all_skus else []),
-                          capture_output=True, text=True)
+    shapes = [a for shape in args.shape for a in ("--shape", shape)]
+    for flag, value in (("--dtype", args.dtype), ("--skew", args.skew)):
+        if value is not None:
+            shapes += [flag, value]
+    proc = subprocess.run([binary, "bench", "grouped", "--json", *cxx_reps, *shapes] +
+                          (["--all-skus"] if args.all_skus else []), capture_output=True, text=True)
     if proc.returncode != 0:
         print(proc.stdout, proc.stderr, sep="\n")
         sys.exit(f"grouped_mm_torch.py: {binary} bench grouped failed with {proc.returncode}")

@@ -228,6 +228,25 @@ case $case in
     expect_failure; expect_in err "Could not convert: --rounds = x"
     run "$cli" bench grouped --rounds 99999999999
     expect_failure; expect_in err "Could not convert: --rounds = 99999999999" ;;
+  bench_grouped_bad_shape)  # bench grouped --shape: typed errors before any device is touched, JSON with --json
+    run "$cli" bench grouped --shape 32x256x4096
+    expect_failure; expect_in err "shape '32x256x4096' is not GxRxNxK"
+    run "$cli" bench grouped --shape 32x256x4095x7168
+    expect_failure; expect_in err "N=4095 must be a multiple of 8 for bf16"
+    run "$cli" bench grouped --shape 32x256x4096x7176 --dtype e4m3
+    expect_failure; expect_in err "K=7176 must be a multiple of 16 for e4m3"
+    run "$cli" bench grouped --shape 16384x1048576x8x8
+    expect_failure; expect_in err "groups x rows per group = 17179869184 must be at most 16777216"
+    run "$cli" bench grouped --shape 32x256x4096x7168 --dtype f16
+    expect_failure; expect_in err "--dtype 'f16': the grouped benchmark covers bf16 and e4m3"
+    run "$cli" bench grouped --shape 32x256x4096x7168 --skew 0.95
+    expect_failure; expect_in err "skew=0.95 must be in \[0, 0.9\]"
+    run "$cli" bench grouped --shape 32x256x4096x7168 --skew nan --json
+    expect_failure; expect_in err "skew=nan"
+    python3 -c 'import json; j=json.load(open("out")); assert "skew" in j["error"]["message"], j' ||
+      fail "stdout is not a JSON error"
+    run "$cli" bench grouped --skew 0.2
+    expect_failure; expect_in err "requires --shape" ;;
   tune_grouped_bad_input)  # the same for tune grouped: nothing is compiled or timed for bad input
     run "$cli" tune grouped
     expect_failure; expect_in err "nothing to tune"
@@ -237,6 +256,8 @@ case $case in
     expect_failure; expect_in err "rows per group=0 must be in \[1, 1048576\]"
     run "$cli" tune grouped --shape 99999999x8x8x8
     expect_failure; expect_in err "groups=99999999 must be in \[1, 16384\]"
+    run "$cli" tune grouped --shape 16384x1048576x8x8
+    expect_failure; expect_in err "groups x rows per group = 17179869184 must be at most 16777216"
     run "$cli" tune grouped --shape 128x200x1535x2048
     expect_failure; expect_in err "N=1535 must be a multiple of 8 for bf16"
     run "$cli" tune grouped --shape 128x200x1536x2056 --dtype e4m3

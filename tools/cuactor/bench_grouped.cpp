@@ -73,8 +73,40 @@ struct Options {
   int warmup = 5;  ///< Untimed launches per side first.
   bool json = false;
   bool fp8 = true;
-  bool all_skus = false;  ///< Also time every other grouped SKU that computes the row (as "alt" rows).
+  bool all_skus = false;            ///< Also time every other grouped SKU that computes the row (as "alt" rows).
+  std::vector<std::string> shapes;  ///< "GxRxNxK": these problems instead of the list.
+  std::string dtype = "bf16";       ///< A and B of the --shape rows: bf16 or e4m3 (D bf16).
+  double skew = 0.5;                ///< Rows per group of the --shape rows jittered by +-skew.
 };
+
+/// The rows the options name: `opt.shapes` (of `opt.dtype`, rows jittered by `opt.skew`) where given,
+/// else the built-in list. Checked before any device is touched: `invalid_argument` naming the value.
+Result<std::vector<std::pair<GroupedShape, DType>>> bench_cases(const Options& opt) {
+  std::vector<std::pair<GroupedShape, DType>> cases;
+  if (!opt.shapes.empty()) {
+    const auto dtype = parse_dtype(opt.dtype);
+    if (!dtype || (*dtype != DType::bf16 && *dtype != DType::e4m3))
+      return fail(errc::invalid_argument,
+                  fmt::format("--dtype '{}': the grouped benchmark covers bf16 and e4m3 (D bf16)", opt.dtype));
+    if (!(opt.skew >= 0.0 && opt.skew <= 0.9))
+      return fail(errc::invalid_argument, fmt::format("--skew={} must be in [0, 0.9]", opt.skew));
+    for (const auto& text : opt.shapes) {
+      auto size = parse_grouped_size(text, *dtype);
+      if (!size) return fail(size.error());
+      // Another seed than `tune grouped`'s: a benchmark row is never the very problem a sweep tuned.
+      cases.push_back({{fmt::format("{} skew {:g}", size->to_string(), opt.skew), size->rows_per_group(opt.skew, 11u),
+                        size->n, size->k},
+                       *dtype});
+    }
+    return cases;
+  }
+  for (const auto& sh : moe_shapes()) cases.push_back({sh, DType::bf16});
+  if (opt.fp8) {
+    cases.push_back({{"32x2048 N4096 K7168 (ex57)", std::vector<int>(32, 2048), 4096, 7168}, DType::e4m3});
+    for (const auto& sh : moe_shapes()) cases.push_back({sh, DType::e4m3});
+  }
+  return cases;
+}
 
 struct Row {
   std::string shape, dtype, sku;
@@ -322,14 +354,10 @@ Status run_bench(const Options& opt) {
                              "dtype", "cuactor", "cuBLAS-loop", "ratio", "cuBLAS-grp", "ratio", "GB/s(%bw)",
                              "plan source: cuactor SKU");
   }
-  std::vector<std::pair<GroupedShape, DType>> cases;
-  for (const auto& sh : moe_shapes()) cases.push_back({sh, DType::bf16});
-  if (opt.fp8) {
-    cases.push_back({{"32x2048 N4096 K7168 (ex57)", std::vector<int>(32, 2048), 4096, 7168}, DType::e4m3});
-    for (const auto& sh : moe_shapes()) cases.push_back({sh, DType::e4m3});
-  }
+  auto cases = bench_cases(opt);
+  if (!cases) return fail(cases.error());
   std::vector<std::tuple<GroupedShape, DType, std::optional<kernels::GemmSku>>> runs;
-  for (const auto& [shape, dtype] : cases) {
+  for (const auto& [shape, dtype] : *cases) {
     runs.emplace_back(shape, dtype, std::nullopt);
     if (!opt.all_skus) continue;
     for (const kernels::CatalogEntry* e : kernels::catalog_entries(kernels::GemmFamily::grouped))
@@ -386,8 +414,17 @@ void add_bench_grouped_command(CLI::App& app) {
   cmd->add_flag("--json", opt->json, "Print one JSON array instead of the table (for bench/grouped_mm_torch.py)");
   cmd->add_flag("!--no-fp8", opt->fp8, "Skip the fp8 e4m3 rows");
   cmd->add_flag("--all-skus", opt->all_skus, "Also time every other grouped SKU that fits a row (marked alt)");
+  auto* shapes = cmd->add_option(
+      "--shape", opt->shapes,
+      "Problem GxRxNxK, repeatable: groups, rows per group, N, K instead of the list (A rows x K, experts N x K)");
+  cmd->add_option("--dtype", opt->dtype, "Element type of A and B of the --shape rows: bf16 or e4m3 (D bf16)")
+      ->needs(shapes);
+  cmd->add_option("--skew", opt->skew, "Rows per group of the --shape rows jittered by +-skew (0 to 0.9; default 0.5)")
+      ->needs(shapes);
   cmd->callback([opt] {
-    if (auto s = check_timing_options(opt->warmup, opt->rounds, opt->reps); !s) {
+    Status s = check_timing_options(opt->warmup, opt->rounds, opt->reps);
+    if (auto cases = bench_cases(*opt); s && !cases) s = fail(cases.error());
+    if (!s) {
       if (opt->json) print_json_error(s.error());
       std::cerr << "cuactor bench grouped: " << s.error().to_string() << "\n";
       std::exit(1);
@@ -401,9 +438,9 @@ void add_bench_grouped_command(CLI::App& app) {
       std::cout << "cuactor bench grouped: no CUDA GPU is visible; nothing to measure.\n";
       return;
     }
-    if (auto s = run_bench(*opt); !s) {
-      if (opt->json) print_json_error(s.error());
-      std::cerr << "cuactor bench grouped failed: " << s.error().to_string() << "\n";
+    if (auto run = run_bench(*opt); !run) {
+      if (opt->json) print_json_error(run.error());
+      std::cerr << "cuactor bench grouped failed: " << run.error().to_string() << "\n";
       std::exit(1);
     }
   });

@@ -58,40 +58,8 @@ struct Options {
   double tolerance = 2e-2;  ///< Largest relative difference to cuBLAS a candidate may have.
 };
 
-/// One grouped problem: `groups` experts sharing N and K, about `rows` rows each.
-struct Shape {
-  int groups = 0, rows = 0, n = 0, k = 0;
-  [[nodiscard]] std::string to_string() const { return fmt::format("{}x{}x{}x{}", groups, rows, n, k); }
-};
-
-constexpr int kMaxGroups = 1 << 14;
-constexpr int kMaxExtent = 1 << 20;
-
-Result<Shape> parse_shape(std::string text, DType dtype) {
-  std::replace(text.begin(), text.end(), 'x', ' ');
-  std::istringstream in(text);
-  long long v[4] = {};
-  std::string rest;
-  if (!(in >> v[0] >> v[1] >> v[2] >> v[3]) || (in >> rest))
-    return fail(errc::invalid_argument,
-                fmt::format("shape '{}' is not GxRxNxK (groups, rows per group, N, K: four integers)", text));
-  const long long limits[4] = {kMaxGroups, kMaxExtent, kMaxExtent, kMaxExtent};
-  const char* names[4] = {"groups", "rows per group", "N", "K"};
-  for (int i = 0; i < 4; ++i)
-    if (v[i] < 1 || v[i] > limits[i])
-      return fail(errc::invalid_argument,
-                  fmt::format("shape '{}': {}={} must be in [1, {}]", text, names[i], v[i], limits[i]));
-  const int align = kernels::grouped_alignment_elements(dtype);
-  for (int i : {2, 3})
-    if (v[i] % align != 0)
-      return fail(errc::invalid_argument, fmt::format("shape '{}': {}={} must be a multiple of {} for {} (16-byte "
-                                                      "rows for the TMA kernels)",
-                                                      text, names[i], v[i], align, name(dtype)));
-  return Shape{static_cast<int>(v[0]), static_cast<int>(v[1]), static_cast<int>(v[2]), static_cast<int>(v[3])};
-}
-
 /// The spec a caller of this shape would plan with (hints as cuactor.grouped_mm sets them).
-GroupedGemmSpec spec_of(const Shape& s, DType in, const gpu::DeviceProperties& props, int device) {
+GroupedGemmSpec spec_of(const GroupedSize& s, DType in, const gpu::DeviceProperties& props, int device) {
   GroupedGemmSpec spec;
   spec.a = spec.b = in;
   spec.d = in == DType::e4m3 ? DType::bf16 : in;
@@ -111,14 +79,13 @@ class GroupedTimer {
  public:
   using Timing = GemmTimer::Timing;
 
-  static Result<std::unique_ptr<GroupedTimer>> create(const Shape& shape, DType in, double skew,
+  static Result<std::unique_ptr<GroupedTimer>> create(const GroupedSize& shape, DType in, double skew,
                                                       const gpu::Stream& stream, const gpu::MemPool& pool) {
     auto t = std::unique_ptr<GroupedTimer>(new GroupedTimer(stream.get()));
     t->in_ = in;
     t->out_ = in == DType::e4m3 ? DType::bf16 : in;
     t->shape_ = shape;
-    t->rows_ = skew > 0 ? ragged_rows(shape.groups, shape.groups * shape.rows, skew, 0, 7u)
-                        : std::vector<int>(shape.groups, shape.rows);
+    t->rows_ = shape.rows_per_group(skew, 7u);
     t->total_ = std::accumulate(t->rows_.begin(), t->rows_.end(), std::int64_t{0});
     const cudaStream_t s = stream.get();
     const auto ei = storage_bytes(in, 1), eo = storage_bytes(t->out_, 1);
@@ -229,7 +196,7 @@ class GroupedTimer {
 
   cudaStream_t stream_;
   DType in_ = DType::bf16, out_ = DType::bf16;
-  Shape shape_;
+  GroupedSize shape_;
   std::vector<int> rows_;
   std::int64_t total_ = 0;
   gpu::DeviceBuffer a_, b_, d_, ref_, offsets_, scales_, anchor_ws_;
@@ -259,9 +226,9 @@ Status run_tune_grouped(const Options& o) {
   auto texts = shape_texts(o.shapes, o.from);
   if (!texts) return fail(texts.error());
   if (texts->empty()) return fail(errc::invalid_argument, "nothing to tune: give --shape GxRxNxK and/or --from FILE");
-  std::vector<Shape> shapes;
+  std::vector<GroupedSize> shapes;
   for (const auto& t : *texts) {
-    auto s = parse_shape(t, *dtype);
+    auto s = parse_grouped_size(t, *dtype);
     if (!s) return fail(s.error());
     shapes.push_back(*s);
   }
@@ -292,7 +259,7 @@ Status run_tune_grouped(const Options& o) {
       "device: {}; groups sized on the device; rows per group jittered by +-{:.0f}%; median of {}x{} "
       "event-timed launches per side after {} warm-up; anchor: cuBLAS, one GEMM per group\n",
       session.device.to_string(), o.skew * 100, o.rounds, o.reps, o.warmup);
-  for (const Shape& shape : shapes) {
+  for (const GroupedSize& shape : shapes) {
     const GroupedGemmSpec spec = spec_of(shape, *dtype, session.props, 0);
     std::cout << fmt::format("\n{} {} (class {}):\n", shape.to_string(), name(*dtype),
                              jit::GroupedGemmClass::of(spec).to_string());
