@@ -73,7 +73,7 @@ TEST(TuneChoice, TheHeuristicIsKeptUnlessTheWinnerStaysFaster) {
   const auto lucky = confirm(Timed{"256x128", 1.00, 1.1}, heuristic, Timed{"", 1.12, 1.1}, &calls);
   EXPECT_EQ(lucky.verdict, SweepVerdict::heuristic);
   EXPECT_EQ(lucky.measured->config, "128x256");
-  // Faster both times: the winner.
+  // Faster both times by more than the margin: the winner.
   const auto faster = confirm(Timed{"256x128", 1.00, 1.1}, heuristic, Timed{"", 1.01, 1.1}, &calls);
   EXPECT_EQ(faster.verdict, SweepVerdict::record);
   EXPECT_EQ(faster.measured->config, "256x128");
@@ -85,6 +85,26 @@ TEST(TuneChoice, TheHeuristicIsKeptUnlessTheWinnerStaysFaster) {
   EXPECT_EQ(confirm(Timed{"128x256", 0.90, 1.1}, heuristic, Timed{"", 0.90, 1.1}, &calls).verdict,
             SweepVerdict::heuristic);
   EXPECT_EQ(calls, 0);
+}
+
+// A lead within kRecordMargin is noise (two timings of one kernel differ by as much): the heuristic
+// stays. Just past the margin, the winner is recorded.
+TEST(TuneChoice, AWinnerMustLeadByMoreThanTheMargin) {
+  int calls = 0;
+  const Timed heuristic{"128x256", 1.0, 1.0};
+  const double within = 1.0 / (1.0 + kRecordMargin) + 1e-6, past = 1.0 / (1.0 + kRecordMargin) - 1e-3;
+  const auto near = confirm(Timed{"64x256", within, 1.0}, heuristic, Timed{"", within, 1.0}, &calls);
+  EXPECT_EQ(near.verdict, SweepVerdict::heuristic);
+  EXPECT_EQ(near.measured->config, "128x256");
+  // 1.017x, the lead session 44 recorded on an H200 and that did not hold on another shape of its class.
+  EXPECT_EQ(confirm(Timed{"64x256", 1.0 / 1.017, 1.0}, heuristic, Timed{"", 1.0 / 1.017, 1.0}, &calls).verdict,
+            SweepVerdict::heuristic);
+  const auto clear = confirm(Timed{"64x256", past, 1.0}, heuristic, Timed{"", past, 1.0}, &calls);
+  EXPECT_EQ(clear.verdict, SweepVerdict::record);
+  EXPECT_EQ(clear.measured->config, "64x256");
+  // Without a heuristic to compare with (it failed), a confirmed winner is recorded at any lead.
+  EXPECT_EQ(confirm(Timed{"64x256", within, 1.0}, std::nullopt, Timed{"", within, 1.0}, &calls).verdict,
+            SweepVerdict::record);
 }
 
 TEST(TuneChoice, AWinnerThatFailsItsSecondRunIsNeverRecorded) {

@@ -139,10 +139,13 @@ bool settled_without_recording(TuneSession& session, const ProblemClass& problem
     case SweepVerdict::heuristic: {
       const bool this_sweep = session.recorded.count(problem_class.to_string()) != 0;
       const bool dropped = !this_sweep && session.db.erase(session.device, problem_class);
-      std::cout << fmt::format("  => the heuristic's choice is as fast as the winner timed twice: nothing recorded{}\n",
-                               dropped      ? " (the class's older entry dropped)"
-                               : this_sweep ? " (the class keeps what an earlier shape of this sweep recorded)"
-                                            : "");
+      std::cout << fmt::format(
+          "  => the winner timed twice is not {:.0f}% faster than the heuristic's choice: nothing "
+          "recorded{}\n",
+          kRecordMargin * 100,
+          dropped      ? " (the class's older entry dropped)"
+          : this_sweep ? " (the class keeps what an earlier shape of this sweep recorded)"
+                       : "");
       return true;
     }
     case SweepVerdict::unconfirmed:
