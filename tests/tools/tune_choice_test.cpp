@@ -87,8 +87,8 @@ TEST(TuneChoice, TheHeuristicIsKeptUnlessTheWinnerStaysFaster) {
   EXPECT_EQ(calls, 0);
 }
 
-// A lead within kRecordMargin is noise (two timings of one kernel differ by as much): the heuristic
-// stays. Just past the margin, the winner is recorded.
+// A lead within kRecordMargin, in time or relative to the anchors, is noise (two timings of one kernel
+// differ by as much): the heuristic stays. Past the margin in both, the winner is recorded.
 TEST(TuneChoice, AWinnerMustLeadByMoreThanTheMargin) {
   int calls = 0;
   const Timed heuristic{"128x256", 1.0, 1.0};
@@ -102,6 +102,14 @@ TEST(TuneChoice, AWinnerMustLeadByMoreThanTheMargin) {
   const auto clear = confirm(Timed{"64x256", past, 1.0}, heuristic, Timed{"", past, 1.0}, &calls);
   EXPECT_EQ(clear.verdict, SweepVerdict::record);
   EXPECT_EQ(clear.measured->config, "64x256");
+  // 6.7% faster relative to its anchor but 0.9% in time (an anchor run 5% slow, session 44): noise.
+  EXPECT_EQ(confirm(Timed{"64x256", 1.0 / 1.009, 1.0 / 1.009 * 1.067}, heuristic,
+                    Timed{"", 1.0 / 1.009, 1.0 / 1.009 * 1.067}, &calls)
+                .verdict,
+            SweepVerdict::heuristic);
+  // And the other way round: 5% faster in time but not relative to its anchor (the clocks rose between).
+  EXPECT_EQ(confirm(Timed{"64x256", 0.95, 0.95}, heuristic, Timed{"", 0.95, 0.95}, &calls).verdict,
+            SweepVerdict::heuristic);
   // Without a heuristic to compare with (it failed), a confirmed winner is recorded at any lead.
   EXPECT_EQ(confirm(Timed{"64x256", within, 1.0}, std::nullopt, Timed{"", within, 1.0}, &calls).verdict,
             SweepVerdict::record);

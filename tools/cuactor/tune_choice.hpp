@@ -27,20 +27,21 @@ double relative_time(const Measured& m) {
   return m.ms / m.anchor_ms;
 }
 
-/// How much faster than the heuristic's choice a winner must stay, relative to their anchors, to be
-/// recorded: 3%. On an H200, two timings of one grouped kernel in one sweep differed by up to 4%
-/// (573 and 596 TFLOP/s), and a 64x256 pingpong winner recorded at 1.017x the heuristic's 128x256 ran
-/// 5% slower than it on another shape of the same class (session 44): a smaller lead is noise, and a
-/// tuned entry decides every problem of its class.
+/// How much faster than the heuristic's choice a winner must stay to be recorded: 3%, both in time
+/// and relative to their anchors. On an H200 (session 44), two timings of one grouped kernel in one
+/// sweep differed by 4% (573 and 596 TFLOP/s); a cuBLAS anchor run 5% slow made a winner 0.9% faster
+/// in time look 6.7% faster relative to it; and a winner recorded at 1.017x ran 5% slower than the
+/// heuristic's choice on another shape of its class. A tuned entry decides every problem of its class,
+/// so a lead within the noise of either comparison stays unrecorded.
 inline constexpr double kRecordMargin = 0.03;
 
 /// Decides on the sweep's winner `best` after timing it again. `retime(best)` times the winner's
 /// configuration again (none: it failed, or disagreed with the reference); `same_config(a, b)` tells
-/// whether two timings are of one configuration. Timings compare by relative_time(); the winner keeps
-/// the slower of its two, so one lucky timing cannot crown it, and the heuristic's choice stays
-/// unless that timing is more than kRecordMargin faster than the heuristic's. This narrows the noise but does not
-/// remove it: on an H100 one kernel's timings of 8192x4096x14336 ranged 708-823 TFLOP/s within a minute, and two can
-/// both be lucky.
+/// whether two timings are of one configuration. The winner keeps the slower of its two timings by
+/// relative_time(), so one lucky timing cannot crown it, and the heuristic's choice stays unless that
+/// timing is more than kRecordMargin faster than the heuristic's both in time and relative to its
+/// anchor. This narrows the noise but does not remove it: on an H100 one kernel's timings of
+/// 8192x4096x14336 ranged 708-823 TFLOP/s within a minute, and two can both be lucky.
 template <class Measured, class Retime, class SameConfig>
 Confirmed<Measured> confirm_winner(Measured best, const std::optional<Measured>& heuristic, Retime&& retime,
                                    SameConfig&& same_config) {
@@ -51,7 +52,10 @@ Confirmed<Measured> confirm_winner(Measured best, const std::optional<Measured>&
     best.ms = again->ms;
     best.anchor_ms = again->anchor_ms;
   }
-  if (heuristic && relative_time(*heuristic) <= relative_time(best) * (1.0 + kRecordMargin))
+  const auto leads = [](double heuristic_value, double winner_value) {
+    return heuristic_value > winner_value * (1.0 + kRecordMargin);
+  };
+  if (heuristic && !(leads(relative_time(*heuristic), relative_time(best)) && leads(heuristic->ms, best.ms)))
     return {SweepVerdict::heuristic, heuristic};
   return {SweepVerdict::record, best};
 }

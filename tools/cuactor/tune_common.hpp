@@ -140,8 +140,8 @@ bool settled_without_recording(TuneSession& session, const ProblemClass& problem
       const bool this_sweep = session.recorded.count(problem_class.to_string()) != 0;
       const bool dropped = !this_sweep && session.db.erase(session.device, problem_class);
       std::cout << fmt::format(
-          "  => the winner timed twice is not {:.0f}% faster than the heuristic's choice: nothing "
-          "recorded{}\n",
+          "  => the winner timed twice is not {:.0f}% faster than the heuristic's choice, in time and against "
+          "cuBLAS: nothing recorded{}\n",
           kRecordMargin * 100,
           dropped      ? " (the class's older entry dropped)"
           : this_sweep ? " (the class keeps what an earlier shape of this sweep recorded)"
