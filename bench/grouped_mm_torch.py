@@ -172,6 +172,8 @@ def main():
     parser.add_argument("--dtype", default=None, help="bf16 or e4m3: A and B of the --shape rows")
     parser.add_argument("--skew", default=None, help="rows per group of the --shape rows jittered by +-skew (0 to 0.9)")
     args = parser.parse_args()
+    if (args.dtype is not None or args.skew is not None) and not args.shape:
+        parser.error("--dtype and --skew name the type and routing of --shape rows: give --shape too")
 
     try:
         import torch

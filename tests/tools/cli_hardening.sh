@@ -246,12 +246,18 @@ case $case in
     python3 -c 'import json; j=json.load(open("out")); assert "skew" in j["error"]["message"], j' ||
       fail "stdout is not a JSON error"
     run "$cli" bench grouped --skew 0.2
-    expect_failure; expect_in err "requires --shape" ;;
+    expect_failure; expect_in err "requires --shape"
+    run "$cli" bench grouped --dtype e4m3
+    expect_failure; expect_in err "requires --shape"
+    run "$cli" bench grouped --shape 2x8x64x64 --no-fp8
+    expect_failure; expect_in err "excludes"
+    run "$cli" bench grouped --shape 2x8x64x64 --skew -0 --reps 1 --rounds 1 --warmup 0
+    expect_rc 0; expect_not_in out "skew -0" ;;  # accepted: no GPU, or a row measured
   tune_grouped_bad_input)  # the same for tune grouped: nothing is compiled or timed for bad input
     run "$cli" tune grouped
     expect_failure; expect_in err "nothing to tune"
     run "$cli" tune grouped --shape 128x200x1536
-    expect_failure; expect_in err "is not GxRxNxK"
+    expect_failure; expect_in err "shape '128x200x1536' is not GxRxNxK"
     run "$cli" tune grouped --shape 128x0x1536x2048
     expect_failure; expect_in err "rows per group=0 must be in \[1, 1048576\]"
     run "$cli" tune grouped --shape 99999999x8x8x8

@@ -82,9 +82,11 @@ TEST(TuneChoice, TheHeuristicIsKeptUnlessTheWinnerStaysFaster) {
             SweepVerdict::heuristic);
   // A winner that is the heuristic's own configuration is not timed again, and is not recorded.
   calls = 0;
-  EXPECT_EQ(confirm(Timed{"128x256", 0.90, 1.1}, heuristic, Timed{"", 0.90, 1.1}, &calls).verdict,
-            SweepVerdict::heuristic);
+  const auto itself = confirm(Timed{"128x256", 0.90, 1.1}, heuristic, Timed{"", 0.90, 1.1}, &calls);
+  EXPECT_EQ(itself.verdict, SweepVerdict::heuristic);
+  EXPECT_TRUE(itself.winner_is_heuristic) << "the sweep says so, not that a winner fell short";
   EXPECT_EQ(calls, 0);
+  EXPECT_FALSE(lucky.winner_is_heuristic);
 }
 
 // A lead within kRecordMargin, in time or relative to the anchors, is noise (two timings of one kernel

@@ -37,15 +37,16 @@ using kernels::GroupedGemmPlan;
 using kernels::GroupedGemmSpec;
 using kernels::GroupedProblem;
 
-/// One benchmark shape: rows per group (ragged allowed), and N, K shared by the experts.
-struct GroupedShape {
+/// One benchmark row's problem: its name, the rows of each group (ragged allowed), and N, K shared by
+/// the experts (a GroupedSize with its rows spread).
+struct BenchProblem {
   std::string name;
   std::vector<int> rows;
   int n = 0;
   int k = 0;
 };
 
-std::vector<GroupedShape> moe_shapes() {
+std::vector<BenchProblem> moe_shapes() {
   return {
       {"8x2048 N14336 K4096", std::vector<int>(8, 2048), 14336, 4096},
       {"32 ragged~8192 N4096 K7168", ragged_rows(32, 8192, 0.6, 0, 32), 4096, 7168},
@@ -81,8 +82,8 @@ struct Options {
 
 /// The rows the options name: `opt.shapes` (of `opt.dtype`, rows jittered by `opt.skew`) where given,
 /// else the built-in list. Checked before any device is touched: `invalid_argument` naming the value.
-Result<std::vector<std::pair<GroupedShape, DType>>> bench_cases(const Options& opt) {
-  std::vector<std::pair<GroupedShape, DType>> cases;
+Result<std::vector<std::pair<BenchProblem, DType>>> bench_cases(const Options& opt) {
+  std::vector<std::pair<BenchProblem, DType>> cases;
   if (!opt.shapes.empty()) {
     const auto dtype = parse_dtype(opt.dtype);
     if (!dtype || (*dtype != DType::bf16 && *dtype != DType::e4m3))
@@ -94,8 +95,8 @@ Result<std::vector<std::pair<GroupedShape, DType>>> bench_cases(const Options& o
       auto size = parse_grouped_size(text, *dtype);
       if (!size) return fail(size.error());
       // Another seed than `tune grouped`'s: a benchmark row is never the very problem a sweep tuned.
-      cases.push_back({{fmt::format("{} skew {:g}", size->to_string(), opt.skew), size->rows_per_group(opt.skew, 11u),
-                        size->n, size->k},
+      cases.push_back({{fmt::format("{} skew {:g}", size->to_string(), opt.skew + 0.0),  // -0 reads 0
+                        size->rows_per_group(opt.skew, 11u), size->n, size->k},
                        *dtype});
     }
     return cases;
@@ -136,7 +137,7 @@ class GroupedBench {
     return 2.0 * static_cast<double>(bytes) / (*ms * 1e-3) / 1e9;  // read + write
   }
 
-  Result<Row> run(const GroupedShape& shape, DType in, bool with_cublas,
+  Result<Row> run(const BenchProblem& shape, DType in, bool with_cublas,
                   std::optional<kernels::GemmSku> sku_override = std::nullopt) {
     const DType out = DType::bf16;
     const std::size_t ei = storage_bytes(in, 1), eo = storage_bytes(out, 1);
@@ -333,7 +334,7 @@ std::string ratio(double ours_ms, double other_ms) {
   return other_ms > 0 ? fmt::format("{:.2f}x", other_ms / ours_ms) : std::string("-");
 }
 
-Status run_bench(const Options& opt) {
+Status run_bench(const Options& opt, const std::vector<std::pair<BenchProblem, DType>>& cases) {
   auto props = gpu::device_properties(0);
   if (!props) return fail(props.error());
   auto stream = gpu::Stream::create(0);
@@ -354,10 +355,8 @@ Status run_bench(const Options& opt) {
                              "dtype", "cuactor", "cuBLAS-loop", "ratio", "cuBLAS-grp", "ratio", "GB/s(%bw)",
                              "plan source: cuactor SKU");
   }
-  auto cases = bench_cases(opt);
-  if (!cases) return fail(cases.error());
-  std::vector<std::tuple<GroupedShape, DType, std::optional<kernels::GemmSku>>> runs;
-  for (const auto& [shape, dtype] : *cases) {
+  std::vector<std::tuple<BenchProblem, DType, std::optional<kernels::GemmSku>>> runs;
+  for (const auto& [shape, dtype] : cases) {
     runs.emplace_back(shape, dtype, std::nullopt);
     if (!opt.all_skus) continue;
     for (const kernels::CatalogEntry* e : kernels::catalog_entries(kernels::GemmFamily::grouped))
@@ -412,7 +411,7 @@ void add_bench_grouped_command(CLI::App& app) {
   cmd->add_option("--rounds", opt->rounds, "Interleaved rounds (cuactor, cuactor sized on the device, cuBLAS, ...)");
   cmd->add_option("--warmup", opt->warmup, "Untimed warm-up repetitions");
   cmd->add_flag("--json", opt->json, "Print one JSON array instead of the table (for bench/grouped_mm_torch.py)");
-  cmd->add_flag("!--no-fp8", opt->fp8, "Skip the fp8 e4m3 rows");
+  auto* no_fp8 = cmd->add_flag("!--no-fp8", opt->fp8, "Skip the fp8 e4m3 rows of the list");
   cmd->add_flag("--all-skus", opt->all_skus, "Also time every other grouped SKU that fits a row (marked alt)");
   auto* shapes = cmd->add_option(
       "--shape", opt->shapes,
@@ -421,9 +420,11 @@ void add_bench_grouped_command(CLI::App& app) {
       ->needs(shapes);
   cmd->add_option("--skew", opt->skew, "Rows per group of the --shape rows jittered by +-skew (0 to 0.9; default 0.5)")
       ->needs(shapes);
+  no_fp8->excludes(shapes);  // --dtype names the --shape rows' type
   cmd->callback([opt] {
     Status s = check_timing_options(opt->warmup, opt->rounds, opt->reps);
-    if (auto cases = bench_cases(*opt); s && !cases) s = fail(cases.error());
+    auto cases = bench_cases(*opt);
+    if (s && !cases) s = fail(cases.error());
     if (!s) {
       if (opt->json) print_json_error(s.error());
       std::cerr << "cuactor bench grouped: " << s.error().to_string() << "\n";
@@ -438,7 +439,7 @@ void add_bench_grouped_command(CLI::App& app) {
       std::cout << "cuactor bench grouped: no CUDA GPU is visible; nothing to measure.\n";
       return;
     }
-    if (auto run = run_bench(*opt); !run) {
+    if (auto run = run_bench(*opt, *cases); !run) {
       if (opt->json) print_json_error(run.error());
       std::cerr << "cuactor bench grouped failed: " << run.error().to_string() << "\n";
       std::exit(1);

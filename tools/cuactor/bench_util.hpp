@@ -28,7 +28,7 @@
 #include "cuactor/gpu/event.hpp"
 #include "cuactor/gpu/memory.hpp"
 #include "cuactor/gpu/stream.hpp"
-#include "cuactor/kernels/grouped_gemm.hpp"
+#include "grouped_size.hpp"
 
 namespace cuactor::cli {
 
@@ -90,20 +90,6 @@ inline Status fill_random(void* dst, std::size_t bytes, DType t, unsigned seed, 
   return gpu::check(cudaStreamSynchronize(stream), "fill_random");
 }
 
-/// `groups` row counts summing to about `total`, uniformly jittered by +-`spread`, with `empty`
-/// groups set to zero; deterministic so that the torch script can reproduce them.
-inline std::vector<int> ragged_rows(int groups, int total, double spread, int empty, unsigned seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<double> jitter(1.0 - spread, 1.0 + spread);
-  std::vector<double> w(static_cast<std::size_t>(groups));
-  for (auto& v : w) v = jitter(rng);
-  for (int i = 0; i < empty; ++i) w[rng() % w.size()] = 0.0;
-  const double sum = std::accumulate(w.begin(), w.end(), 0.0);
-  std::vector<int> rows;
-  for (double v : w) rows.push_back(static_cast<int>(v / sum * total + 0.5));
-  return rows;
-}
-
 /// The lines of the shape list `from` (one shape per line; '#' starts a comment; blank lines skipped)
 /// after `given`: what `--shape` and `--from` of the tuning commands name.
 inline Result<std::vector<std::string>> shape_texts(std::vector<std::string> given, const std::string& from) {
@@ -116,55 +102,6 @@ inline Result<std::vector<std::string>> shape_texts(std::vector<std::string> giv
     if (line.find_first_not_of(" \t\r") != std::string::npos) given.push_back(line);
   }
   return given;
-}
-
-/// One grouped problem as the tuning and benchmark commands name it ("GxRxNxK"): `groups` experts
-/// sharing N and K, about `rows` rows each.
-struct GroupedSize {
-  int groups = 0, rows = 0, n = 0, k = 0;
-
-  [[nodiscard]] std::string to_string() const { return fmt::format("{}x{}x{}x{}", groups, rows, n, k); }
-
-  /// The rows of each group: `rows` each, or with `skew` > 0 jittered uniformly by +-skew around it
-  /// (routing is never even) with the same total, reproducibly from `seed`.
-  [[nodiscard]] std::vector<int> rows_per_group(double skew, unsigned seed) const {
-    return skew > 0 ? ragged_rows(groups, groups * rows, skew, 0, seed) : std::vector<int>(groups, rows);
-  }
-};
-
-/// The largest group count, rows per group, N and K, and total rows, a GxRxNxK shape may name.
-inline constexpr int kMaxGroups = 1 << 14;
-inline constexpr int kMaxGroupedExtent = 1 << 20;
-inline constexpr long long kMaxGroupedRows = 1 << 24;
-
-/// The grouped problem `text` names ("GxRxNxK" or "G R N K") for inputs of `dtype`:
-/// `invalid_argument` naming the text, the value and the rule otherwise (four integers, each in
-/// range, at most kMaxGroupedRows rows in all, N and K whole 16-byte rows of `dtype`).
-inline Result<GroupedSize> parse_grouped_size(const std::string& text, DType dtype) {
-  std::string spaced = text;
-  std::replace(spaced.begin(), spaced.end(), 'x', ' ');
-  std::istringstream in(spaced);
-  long long v[4] = {};
-  std::string rest;
-  if (!(in >> v[0] >> v[1] >> v[2] >> v[3]) || (in >> rest))
-    return fail(errc::invalid_argument,
-                fmt::format("shape '{}' is not GxRxNxK (groups, rows per group, N, K: four integers)", text));
-  const long long limits[4] = {kMaxGroups, kMaxGroupedExtent, kMaxGroupedExtent, kMaxGroupedExtent};
-  const char* names[4] = {"groups", "rows per group", "N", "K"};
-  for (int i = 0; i < 4; ++i)
-    if (v[i] < 1 || v[i] > limits[i])
-      return fail(errc::invalid_argument,
-                  fmt::format("shape '{}': {}={} must be in [1, {}]", text, names[i], v[i], limits[i]));
-  if (v[0] * v[1] > kMaxGroupedRows)
-    return fail(errc::invalid_argument, fmt::format("shape '{}': groups x rows per group = {} must be at most {}", text,
-                                                    v[0] * v[1], kMaxGroupedRows));
-  const int align = kernels::grouped_alignment_elements(dtype);
-  for (int i : {2, 3})
-    if (v[i] % align != 0)
-      return fail(errc::invalid_argument, fmt::format("shape '{}': {}={} must be a multiple of {} for {} (16-byte "
-                                                      "rows for the TMA kernels)",
-                                                      text, names[i], v[i], align, name(dtype)));
-  return GroupedSize{static_cast<int>(v[0]), static_cast<int>(v[1]), static_cast<int>(v[2]), static_cast<int>(v[3])};
 }
 
 /// {M, N, K} of a dense GEMM shape written "MxNxK" (or "M N K"), each a positive integer:

@@ -4,8 +4,9 @@
 // the catalog's swapped and split-K plans too (decode_tune_schedules). Each is timed with CUDA
 // events after warm-up against cuBLAS on the same data, interleaved, and checked against it. The
 // fastest correct one, with its best raster order and swizzle, is timed again (confirm_winner): if it
-// still beats the heuristic's choice it is recorded for this device and the problem's class, else the
-// class is left to the heuristic. Plans (jit::plan_dense_gemm, `cuactor bench gemm`) consult it first.
+// still beats the heuristic's choice by more than kRecordMargin it is recorded for this device and the
+// problem's class, else the class is left to the heuristic. Plans (jit::plan_dense_gemm, `cuactor bench gemm`) consult
+// it first.
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 

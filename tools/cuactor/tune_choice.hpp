@@ -8,7 +8,7 @@ namespace cuactor::cli {
 
 /// What a sweep does with its winner.
 enum class SweepVerdict {
-  record,      ///< The winner beat the heuristic's choice twice: record it for the class.
+  record,      ///< The winner beat the heuristic's choice by more than kRecordMargin twice: record it.
   heuristic,   ///< The heuristic's choice is as fast, or within kRecordMargin: record nothing, drop an older entry.
   unconfirmed  ///< The winner failed its second run: record nothing, and leave the database as it is.
 };
@@ -18,6 +18,7 @@ template <class Measured>
 struct Confirmed {
   SweepVerdict verdict;
   std::optional<Measured> measured;
+  bool winner_is_heuristic = false;  ///< `heuristic` because the fastest was the heuristic's own choice.
 };
 
 /// A timing's time over its own interleaved anchor's: how sweeps compare timings taken minutes apart
@@ -45,7 +46,7 @@ inline constexpr double kRecordMargin = 0.03;
 template <class Measured, class Retime, class SameConfig>
 Confirmed<Measured> confirm_winner(Measured best, const std::optional<Measured>& heuristic, Retime&& retime,
                                    SameConfig&& same_config) {
-  if (heuristic && same_config(best, *heuristic)) return {SweepVerdict::heuristic, heuristic};
+  if (heuristic && same_config(best, *heuristic)) return {SweepVerdict::heuristic, heuristic, true};
   const std::optional<Measured> again = retime(best);
   if (!again) return {SweepVerdict::unconfirmed, std::nullopt};
   if (relative_time(*again) > relative_time(best)) {

@@ -127,7 +127,8 @@ auto measure_heuristic(const Result<Plan>& plan, Measure&& measure) -> decltype(
 }
 
 /// Settles a verdict that records nothing, printing it: `heuristic` drops the class's entry from an
-/// earlier sweep (plans fall back to the heuristic, which this sweep found as fast) but keeps one that
+/// earlier sweep (plans fall back to the heuristic, which no winner of this sweep beat by more than
+/// kRecordMargin) but keeps one that
 /// another shape of this sweep recorded; `unconfirmed` leaves the database alone. False for `record`:
 /// the caller records the winner.
 template <class ProblemClass, class Measured>
@@ -139,13 +140,17 @@ bool settled_without_recording(TuneSession& session, const ProblemClass& problem
     case SweepVerdict::heuristic: {
       const bool this_sweep = session.recorded.count(problem_class.to_string()) != 0;
       const bool dropped = !this_sweep && session.db.erase(session.device, problem_class);
-      std::cout << fmt::format(
-          "  => the winner timed twice is not {:.0f}% faster than the heuristic's choice, in time and against "
-          "cuBLAS: nothing recorded{}\n",
-          kRecordMargin * 100,
-          dropped      ? " (the class's older entry dropped)"
-          : this_sweep ? " (the class keeps what an earlier shape of this sweep recorded)"
-                       : "");
+      const std::string why =
+          confirmed.winner_is_heuristic
+              ? std::string("the heuristic's choice is the fastest")
+              : fmt::format(
+                    "the winner timed twice is not more than {:.0f}% faster than the heuristic's choice, in "
+                    "time and against cuBLAS",
+                    kRecordMargin * 100);
+      std::cout << fmt::format("  => {}: nothing recorded{}\n", why,
+                               dropped      ? " (the class's older entry dropped)"
+                               : this_sweep ? " (the class keeps what an earlier shape of this sweep recorded)"
+                                            : "");
       return true;
     }
     case SweepVerdict::unconfirmed:

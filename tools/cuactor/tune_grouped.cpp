@@ -5,9 +5,9 @@
 // on the device (offsets, as cuactor.grouped_mm does), timed with CUDA events after warm-up and
 // interleaved with a cuBLAS per-group loop on the same data, and its result is checked against that
 // loop's. The fastest correct one is timed again (confirm_winner) and recorded for this device and the
-// problem's class if it still beats the heuristic's choice, else the class is left to the heuristic;
-// grouped plans (jit::default_tuned_grouped_planner: Python, the worker, `cuactor bench grouped`)
-// consult it first.
+// problem's class if it still beats the heuristic's choice by more than kRecordMargin, else the class
+// is left to the heuristic; grouped plans (jit::default_tuned_grouped_planner: Python, the worker,
+// `cuactor bench grouped`) consult it first.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -17,7 +17,6 @@
 #include <numeric>
 #include <optional>
 #include <set>
-#include <sstream>
 #include <string>
 #include <vector>
 

@@ -1,0 +1,105 @@
+// How the grouped tuning and benchmark commands name a mixture-of-experts problem ("GxRxNxK") and
+// spread its rows over the groups. Free of CUDA calls and printing, so the unit tests check the rules.
+#pragma once
+
+#include <fmt/format.h>
+
+#include <array>
+#include <charconv>
+#include <cstddef>
+#include <numeric>
+#include <random>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "cuactor/core/dtype.hpp"
+#include "cuactor/core/expected.hpp"
+#include "cuactor/kernels/grouped_gemm.hpp"
+
+namespace cuactor::cli {
+
+/// `groups` row counts summing to about `total`, uniformly jittered by +-`spread`, with `empty`
+/// groups set to zero; deterministic so that the torch script can reproduce them.
+inline std::vector<int> ragged_rows(int groups, int total, double spread, int empty, unsigned seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<double> jitter(1.0 - spread, 1.0 + spread);
+  std::vector<double> w(static_cast<std::size_t>(groups));
+  for (auto& v : w) v = jitter(rng);
+  for (int i = 0; i < empty; ++i) w[rng() % w.size()] = 0.0;
+  const double sum = std::accumulate(w.begin(), w.end(), 0.0);
+  std::vector<int> rows;
+  for (double v : w) rows.push_back(static_cast<int>(v / sum * total + 0.5));
+  return rows;
+}
+
+/// One grouped problem as the tuning and benchmark commands name it ("GxRxNxK"): `groups` experts
+/// sharing N and K, about `rows` rows each.
+struct GroupedSize {
+  int groups = 0, rows = 0, n = 0, k = 0;
+
+  [[nodiscard]] std::string to_string() const { return fmt::format("{}x{}x{}x{}", groups, rows, n, k); }
+
+  /// The rows of each group: `rows` each, or with `skew` > 0 jittered uniformly by +-skew around it
+  /// (routing is never even), each rounded, so the total is about groups x rows; reproducible from `seed`.
+  [[nodiscard]] std::vector<int> rows_per_group(double skew, unsigned seed) const {
+    return skew > 0 ? ragged_rows(groups, groups * rows, skew, 0, seed) : std::vector<int>(groups, rows);
+  }
+};
+
+/// The largest group count, rows per group, N and K, and total rows, a GxRxNxK shape may name.
+inline constexpr int kMaxGroups = 1 << 14;
+inline constexpr int kMaxGroupedExtent = 1 << 20;
+inline constexpr long long kMaxGroupedRows = 1 << 24;
+
+/// The grouped problem `text` names ("GxRxNxK", or "G R N K") for inputs of `dtype`:
+/// `invalid_argument` quoting the text, naming the value and the rule otherwise (four fields of
+/// decimal digits, each in range, at most kMaxGroupedRows rows in all, N and K whole 16-byte rows of
+/// `dtype`).
+inline Result<GroupedSize> parse_grouped_size(const std::string& text, DType dtype) {
+  const auto malformed = [&] {
+    return fail(errc::invalid_argument,
+                fmt::format("shape '{}' is not GxRxNxK (groups, rows per group, N, K: four integers)", text));
+  };
+  // Fields between single 'x's, or between runs of spaces when there is no 'x' at all.
+  std::vector<std::string_view> fields;
+  const std::string_view all(text);
+  if (all.find('x') != std::string_view::npos) {
+    for (std::size_t start = 0;;) {
+      const std::size_t end = all.find('x', start);
+      fields.push_back(all.substr(start, end == std::string_view::npos ? std::string_view::npos : end - start));
+      if (end == std::string_view::npos) break;
+      start = end + 1;
+    }
+  } else {
+    for (std::size_t start = all.find_first_not_of(' '); start != std::string_view::npos;) {
+      const std::size_t end = all.find(' ', start);
+      fields.push_back(all.substr(start, end == std::string_view::npos ? std::string_view::npos : end - start));
+      start = end == std::string_view::npos ? end : all.find_first_not_of(' ', end);
+    }
+  }
+  if (fields.size() != 4) return malformed();
+  const std::array<long long, 4> limits = {kMaxGroups, kMaxGroupedExtent, kMaxGroupedExtent, kMaxGroupedExtent};
+  const std::array<const char*, 4> names = {"groups", "rows per group", "N", "K"};
+  std::array<long long, 4> v{};
+  for (std::size_t i = 0; i < 4; ++i) {
+    const std::string_view f = fields[i];
+    if (f.empty() || f.find_first_not_of("0123456789") != std::string_view::npos) return malformed();
+    const auto [end, ec] = std::from_chars(f.data(), f.data() + f.size(), v[i]);
+    if (ec != std::errc{} || v[i] < 1 || v[i] > limits[i])
+      return fail(errc::invalid_argument,
+                  fmt::format("shape '{}': {}={} must be in [1, {}]", text, names[i], f, limits[i]));
+  }
+  if (v[0] * v[1] > kMaxGroupedRows)
+    return fail(errc::invalid_argument, fmt::format("shape '{}': groups x rows per group = {} must be at most {}", text,
+                                                    v[0] * v[1], kMaxGroupedRows));
+  const int align = kernels::grouped_alignment_elements(dtype);
+  for (std::size_t i : {2u, 3u})
+    if (v[i] % align != 0)
+      return fail(errc::invalid_argument, fmt::format("shape '{}': {}={} must be a multiple of {} for {} (16-byte "
+                                                      "rows for the TMA kernels)",
+                                                      text, names[i], v[i], align, name(dtype)));
+  return GroupedSize{static_cast<int>(v[0]), static_cast<int>(v[1]), static_cast<int>(v[2]), static_cast<int>(v[3])};
+}
+
+}  // namespace cuactor::cli
