@@ -28,7 +28,7 @@
 #include "cuactor/gpu/event.hpp"
 #include "cuactor/gpu/memory.hpp"
 #include "cuactor/gpu/stream.hpp"
-#include "grouped_size.hpp"
+#include "shape_text.hpp"
 
 namespace cuactor::cli {
 
@@ -102,20 +102,6 @@ inline Result<std::vector<std::string>> shape_texts(std::vector<std::string> giv
     if (line.find_first_not_of(" \t\r") != std::string::npos) given.push_back(line);
   }
   return given;
-}
-
-/// {M, N, K} of a dense GEMM shape written "MxNxK" (or "M N K"), each a positive integer:
-/// `invalid_argument` naming the text otherwise.
-inline Result<std::array<std::int64_t, 3>> parse_gemm_shape(const std::string& text) {
-  std::string spaced = text;
-  std::replace(spaced.begin(), spaced.end(), 'x', ' ');
-  std::istringstream in(spaced);
-  std::array<std::int64_t, 3> v{};
-  std::string rest;
-  if (!(in >> v[0] >> v[1] >> v[2]) || (in >> rest) || v[0] < 1 || v[1] < 1 || v[2] < 1)
-    return fail(errc::invalid_argument,
-                fmt::format("shape '{}' is not MxNxK (or M N K) with three positive integers", text));
-  return v;
 }
 
 /// `invalid_argument` naming the value unless warmup >= 0, rounds >= 1 and reps >= 1 (a median of no

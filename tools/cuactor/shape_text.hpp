@@ -1,5 +1,6 @@
-// How the grouped tuning and benchmark commands name a mixture-of-experts problem ("GxRxNxK") and
-// spread its rows over the groups. Free of CUDA calls and printing, so the unit tests check the rules.
+// How the tuning and benchmark commands read the shapes they are given: a dense "MxNxK" and a
+// mixture-of-experts "GxRxNxK" (and how its rows spread over the groups). Free of CUDA calls and
+// printing, so the unit tests check the rules.
 #pragma once
 
 #include <fmt/format.h>
@@ -7,7 +8,9 @@
 #include <array>
 #include <charconv>
 #include <cstddef>
+#include <cstdint>
 #include <numeric>
+#include <optional>
 #include <random>
 #include <string>
 #include <string_view>
@@ -31,6 +34,53 @@ inline std::vector<int> ragged_rows(int groups, int total, double spread, int em
   std::vector<int> rows;
   for (double v : w) rows.push_back(static_cast<int>(v / sum * total + 0.5));
   return rows;
+}
+
+/// One field of a shape's text: its digits, and whether they fit the integer they were read into.
+struct ShapeField {
+  std::string_view digits;
+  bool fits = true;
+};
+
+/// The N decimal fields of `text`, between single 'x's, or between runs of spaces when there is no
+/// 'x' at all, read into `values`; none unless there are exactly N fields, each of digits only.
+template <std::size_t N>
+std::optional<std::array<ShapeField, N>> shape_fields(std::string_view text, std::array<long long, N>& values) {
+  std::vector<std::string_view> fields;
+  if (text.find('x') != std::string_view::npos) {
+    for (std::size_t start = 0;;) {
+      const std::size_t end = text.find('x', start);
+      fields.push_back(text.substr(start, end == std::string_view::npos ? std::string_view::npos : end - start));
+      if (end == std::string_view::npos) break;
+      start = end + 1;
+    }
+  } else {
+    for (std::size_t start = text.find_first_not_of(' '); start != std::string_view::npos;) {
+      const std::size_t end = text.find(' ', start);
+      fields.push_back(text.substr(start, end == std::string_view::npos ? std::string_view::npos : end - start));
+      start = end == std::string_view::npos ? end : text.find_first_not_of(' ', end);
+    }
+  }
+  if (fields.size() != N) return std::nullopt;
+  std::array<ShapeField, N> out;
+  for (std::size_t i = 0; i < N; ++i) {
+    const std::string_view f = fields[i];
+    if (f.empty() || f.find_first_not_of("0123456789") != std::string_view::npos) return std::nullopt;
+    const auto result = std::from_chars(f.data(), f.data() + f.size(), values[i]);
+    out[i] = {f, result.ec == std::errc{}};
+  }
+  return out;
+}
+
+/// {M, N, K} of a dense GEMM shape written "MxNxK" (or "M N K"), each a positive integer:
+/// `invalid_argument` quoting the text otherwise.
+inline Result<std::array<std::int64_t, 3>> parse_gemm_shape(const std::string& text) {
+  std::array<long long, 3> v{};
+  const auto fields = shape_fields(text, v);
+  if (!fields || !(*fields)[0].fits || !(*fields)[1].fits || !(*fields)[2].fits || v[0] < 1 || v[1] < 1 || v[2] < 1)
+    return fail(errc::invalid_argument,
+                fmt::format("shape '{}' is not MxNxK (or M N K) with three positive integers", text));
+  return std::array<std::int64_t, 3>{v[0], v[1], v[2]};
 }
 
 /// One grouped problem as the tuning and benchmark commands name it ("GxRxNxK"): `groups` experts
@@ -61,35 +111,15 @@ inline Result<GroupedSize> parse_grouped_size(const std::string& text, DType dty
     return fail(errc::invalid_argument,
                 fmt::format("shape '{}' is not GxRxNxK (groups, rows per group, N, K: four integers)", text));
   };
-  // Fields between single 'x's, or between runs of spaces when there is no 'x' at all.
-  std::vector<std::string_view> fields;
-  const std::string_view all(text);
-  if (all.find('x') != std::string_view::npos) {
-    for (std::size_t start = 0;;) {
-      const std::size_t end = all.find('x', start);
-      fields.push_back(all.substr(start, end == std::string_view::npos ? std::string_view::npos : end - start));
-      if (end == std::string_view::npos) break;
-      start = end + 1;
-    }
-  } else {
-    for (std::size_t start = all.find_first_not_of(' '); start != std::string_view::npos;) {
-      const std::size_t end = all.find(' ', start);
-      fields.push_back(all.substr(start, end == std::string_view::npos ? std::string_view::npos : end - start));
-      start = end == std::string_view::npos ? end : all.find_first_not_of(' ', end);
-    }
-  }
-  if (fields.size() != 4) return malformed();
+  std::array<long long, 4> v{};
+  const auto fields = shape_fields(text, v);
+  if (!fields) return malformed();
   const std::array<long long, 4> limits = {kMaxGroups, kMaxGroupedExtent, kMaxGroupedExtent, kMaxGroupedExtent};
   const std::array<const char*, 4> names = {"groups", "rows per group", "N", "K"};
-  std::array<long long, 4> v{};
-  for (std::size_t i = 0; i < 4; ++i) {
-    const std::string_view f = fields[i];
-    if (f.empty() || f.find_first_not_of("0123456789") != std::string_view::npos) return malformed();
-    const auto [end, ec] = std::from_chars(f.data(), f.data() + f.size(), v[i]);
-    if (ec != std::errc{} || v[i] < 1 || v[i] > limits[i])
+  for (std::size_t i = 0; i < 4; ++i)
+    if (!(*fields)[i].fits || v[i] < 1 || v[i] > limits[i])
       return fail(errc::invalid_argument,
-                  fmt::format("shape '{}': {}={} must be in [1, {}]", text, names[i], f, limits[i]));
-  }
+                  fmt::format("shape '{}': {}={} must be in [1, {}]", text, names[i], (*fields)[i].digits, limits[i]));
   if (v[0] * v[1] > kMaxGroupedRows)
     return fail(errc::invalid_argument, fmt::format("shape '{}': groups x rows per group = {} must be at most {}", text,
                                                     v[0] * v[1], kMaxGroupedRows));

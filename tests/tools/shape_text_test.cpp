@@ -1,8 +1,10 @@
-// How the grouped commands read "GxRxNxK" and spread its rows (tools/cuactor/grouped_size.hpp).
-#include "grouped_size.hpp"
+// How the commands read "MxNxK" and "GxRxNxK" and spread grouped rows (tools/cuactor/shape_text.hpp).
+#include "shape_text.hpp"
 
 #include <gtest/gtest.h>
 
+#include <array>
+#include <cstdint>
 #include <numeric>
 #include <string>
 
@@ -71,6 +73,24 @@ TEST(GroupedSize, SpreadsRowsReproduciblyWithinTheSkew) {
   }
   const int total = std::accumulate(a.begin(), a.end(), 0);
   EXPECT_NEAR(total, 64 * 200, 64);
+}
+
+// Dense shapes follow the same field rules: three positive integers, quoted when refused.
+TEST(GemmShape, ReadsThreePositiveIntegersStrictly) {
+  for (const std::string text : {"16x8192x8192", "16 8192 8192"}) {
+    auto v = parse_gemm_shape(text);
+    ASSERT_TRUE(v.has_value()) << text;
+    EXPECT_EQ(*v, (std::array<std::int64_t, 3>{16, 8192, 8192}));
+  }
+  for (const std::string text : {"16x8192", "0x8x8", "16x8192x8192x", "16xx8192x8192", "+16x8192x8192", "16x8192x-1",
+                                 "16x8192x99999999999999999999", "16x8192x8192 1"}) {
+    SCOPED_TRACE(text);
+    auto v = parse_gemm_shape(text);
+    ASSERT_FALSE(v.has_value());
+    EXPECT_NE(v.error().message().find("shape '" + text + "' is not MxNxK (or M N K) with three positive integers"),
+              std::string::npos)
+        << v.error().message();
+  }
 }
 
 }  // namespace
