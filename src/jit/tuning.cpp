@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <cstring>
 #include <functional>
+#include <limits>
 #include <map>
 #include <mutex>
 #include <nlohmann/json.hpp>
@@ -193,11 +194,17 @@ Result<TuningDb> TuningDb::parse(const std::string& text) {
       return fail(errc::invalid_argument,
                   fmt::format("tuning database: entry {}: field \"{}\" is missing or malformed", index, field));
     };
+    // An integer field within [lo, hi] (all of them fit an int: a larger one would be truncated).
+    const auto int_in = [](const json& o, const char* f, std::int64_t lo, std::int64_t hi) {
+      return o.contains(f) && o[f].is_number_integer() && o[f].get<std::int64_t>() >= lo &&
+             o[f].get<std::int64_t>() <= hi;
+    };
+    constexpr std::int64_t kIntMax = std::numeric_limits<int>::max();
     if (!e.is_object()) return bad("(entry)");
     const json& d = e.contains("device") ? e["device"] : json();
     if (!d.is_object() || !d.contains("model") || !d["model"].is_string()) return bad("device.model");
-    if (!d.contains("sm_count") || !d["sm_count"].is_number_integer()) return bad("device.sm_count");
-    if (!d.contains("driver") || !d["driver"].is_number_integer()) return bad("device.driver");
+    if (!int_in(d, "sm_count", 1, kIntMax)) return bad("device.sm_count");
+    if (!int_in(d, "driver", 0, kIntMax)) return bad("device.driver");
     if (!d.contains("arch") || !d["arch"].is_string()) return bad("device.arch");
     auto arch = parse_arch(d["arch"].get<std::string>());
     if (!arch) return bad("device.arch");
@@ -207,19 +214,27 @@ Result<TuningDb> TuningDb::parse(const std::string& text) {
     if (!sku)
       return fail(errc::invalid_argument,
                   fmt::format("tuning database: entry {}: sku: {}", index, sku.error().message()));
-    for (const char* f : {"max_swizzle", "raster_order"})
-      if (!e.contains(f) || !e[f].is_number_integer()) return bad(f);
+    if (!int_in(e, "max_swizzle", 0, 8) || std::popcount(e["max_swizzle"].get<unsigned>()) > 1)
+      return bad("max_swizzle");  // 0 (the default), 1, 2, 4 or 8
+    if (!int_in(e, "raster_order", 0, 2)) return bad("raster_order");
     for (const char* f : {"tflops", "anchor_tflops"})
       if (!e.contains(f) || !e[f].is_number()) return bad(f);
     if (!e.contains("shape") || !e["shape"].is_string()) return bad("shape");
     // Files written before the field existed were measured against revision 1 of both heuristics.
-    if (e.contains("heuristic_revision") && !e["heuristic_revision"].is_number_integer())
+    if (e.contains("heuristic_revision") && !int_in(e, "heuristic_revision", 1, kIntMax))
       return bad("heuristic_revision");
     // Files written before decode plans were tuned hold neither field: not swapped, not split.
     if (e.contains("swap_ab") && !e["swap_ab"].is_boolean()) return bad("swap_ab");
     if (e.contains("split_k") && (!e["split_k"].is_number_integer() || e["split_k"].get<std::int64_t>() < 1 ||
                                   e["split_k"].get<std::int64_t>() > kernels::kMaxSplitK))
       return bad("split_k");
+    // Grouped plans are never swapped or split: such an entry was not written by a sweep.
+    const bool grouped_class = e["class"].get<std::string>().starts_with(kGroupedClassPrefix);
+    if (grouped_class && (e.value("swap_ab", false) || e.value("split_k", 1) != 1))
+      return fail(errc::invalid_argument,
+                  fmt::format("tuning database: entry {}: a grouped entry is never swapped or split (swap_ab {}, "
+                              "split_k {})",
+                              index, e.value("swap_ab", false), e.value("split_k", 1)));
     TuningDevice device{d["model"].get<std::string>(), d["sm_count"].get<int>(), d["driver"].get<int>(), *arch};
     TunedGemm choice{*sku,
                      e["max_swizzle"].get<int>(),
@@ -271,8 +286,8 @@ Status TuningDb::prepare_directory(const fs::path& path) {
   if (path.has_parent_path()) CUACTOR_TRY(make_private_directory(path.parent_path(), "tuning database directory"));
   const fs::path dir = path.has_parent_path() ? path.parent_path() : fs::path(".");
   if (::access(dir.c_str(), W_OK | X_OK) != 0)
-    return fail(errc::io_error, fmt::format("cannot write the tuning database into '{}': {}", dir.string(),
-                                            std::strerror(errno)));
+    return fail(errc::io_error,
+                fmt::format("cannot write the tuning database into '{}': {}", dir.string(), std::strerror(errno)));
   return ok();
 }
 

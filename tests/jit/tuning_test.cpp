@@ -200,6 +200,30 @@ TEST(TuningDb, ParseNamesTheBadField) {
   ASSERT_FALSE(r.has_value());
   EXPECT_EQ(r.error(), errc::invalid_argument);
   EXPECT_NE(r.error().message().find("max_swizzle"), std::string::npos) << r.error().message();
+  // Integers out of their range (one that an int would truncate to a valid value included) are refused
+  // by name, not loaded as something else.
+  const auto entry = [](const std::string& device, const std::string& fields) {
+    return R"({"format":"cuactor-tuning","version":1,"entries":[{"device":{"model":"x",)" + device +
+           R"(,"arch":"sm_90a"},"class":"c","sku":")" + choice().sku.to_string() + R"(",)" + fields +
+           R"(,"shape":"s","tflops":1,"anchor_tflops":1}]})";
+  };
+  const std::string good_device = R"("sm_count":132,"driver":13000)", good = R"("max_swizzle":0,"raster_order":0)";
+  CUACTOR_ASSERT_OK(TuningDb::parse(entry(good_device, good)));
+  for (const auto& [device, fields, mentions] :
+       {std::tuple{good_device, std::string(R"("max_swizzle":4294967298,"raster_order":0)"), "max_swizzle"},
+        {good_device, R"("max_swizzle":3,"raster_order":0)", "max_swizzle"},
+        {good_device, R"("max_swizzle":-1,"raster_order":0)", "max_swizzle"},
+        {good_device, R"("max_swizzle":0,"raster_order":3)", "raster_order"},
+        {good_device, R"("max_swizzle":0,"raster_order":4294967296)", "raster_order"},
+        {R"("sm_count":4294967428,"driver":13000)", good, "device.sm_count"},
+        {R"("sm_count":0,"driver":13000)", good, "device.sm_count"},
+        {R"("sm_count":132,"driver":-1)", good, "device.driver"},
+        {good_device, good + R"(,"heuristic_revision":0)", "heuristic_revision"}}) {
+    auto bad = TuningDb::parse(entry(device, fields));
+    ASSERT_FALSE(bad.has_value()) << device << fields;
+    EXPECT_NE(bad.error().message().find(std::string("field \"") + mentions + "\""), std::string::npos)
+        << bad.error().message();
+  }
 }
 
 TEST(TuningPlan, ConsultsTheDatabaseBeforeTheHeuristic) {
@@ -471,6 +495,21 @@ TEST(TuningDb, GroupedAndDenseEntriesAreKeptApartAndSavedTogether) {
   ASSERT_TRUE(loaded.find(h100(), moe).has_value());
   EXPECT_EQ(loaded.find(h100(), moe)->sku, g.sku);
   EXPECT_EQ(loaded.find(h100(), moe)->shape, "128x200x1536x2048");
+  // A grouped entry that claims a swap or a split was not written by a sweep: the file is refused.
+  const std::string saved = loaded.to_json();
+  ASSERT_NE(saved.find(R"("swap_ab": false)"), std::string::npos);
+  for (const auto& [from, to] :
+       {std::pair{R"("swap_ab": false)", R"("swap_ab": true)"}, {R"("split_k": 1)", R"("split_k": 4)"}}) {
+    std::string edited = saved;
+    // The grouped entry is the one whose class starts "grouped:"; edit the field after it.
+    const auto at = edited.find(from, edited.find("\"grouped:"));
+    ASSERT_NE(at, std::string::npos);
+    edited.replace(at, std::string(from).size(), to);
+    auto r = TuningDb::parse(edited);
+    ASSERT_FALSE(r.has_value()) << to;
+    EXPECT_NE(r.error().message().find("a grouped entry is never swapped or split"), std::string::npos)
+        << r.error().message();
+  }
 }
 
 // A choice beat the heuristic of its day; once the heuristic changes (kDenseHeuristicRevision), plans
