@@ -74,11 +74,11 @@ struct TunedGemm {
   /// kGroupedHeuristicRevision); TuningDb::record stamps today's.
   int heuristic_revision = 0;
   /// Dense decode plans: whether the kernel computes D^T = B^T A^T (GemmPlanOptions::swap_ab 2), and
-  /// the K slices it runs as (GemmPlanOptions::split_k; 1: not split). Files written before these
-  /// existed hold neither. A binary that predates them runs such an entry's SKU as it is: for the
-  /// classes `tune gemm` records (C and D of the input type) GemmPlan::with_instance refuses the
-  /// swapped or slice SKU there, so that binary falls back to its heuristic; and if it saves the
-  /// database, it drops these fields, which leaves such entries unusable for newer binaries too.
+  /// the K slices it runs as (GemmPlanOptions::split_k; 1: not split); grouped entries are neither. Files written
+  /// before these existed hold neither. A binary that predates them runs such an entry's SKU as it is: for the classes
+  /// `tune gemm` records (C and D of the input type) GemmPlan::with_instance refuses the swapped or slice SKU there, so
+  /// that binary falls back to its heuristic; and if it saves the database, it drops these fields, which leaves such
+  /// entries unusable for newer binaries too.
   bool swap_ab = false;
   int split_k = 1;
 };
@@ -119,7 +119,8 @@ class TuningDb {
 
   /// The database as JSON text (what save() writes).
   [[nodiscard]] std::string to_json() const;
-  /// Parses to_json()'s format; `invalid_argument` naming what is wrong.
+  /// Parses to_json()'s format; `invalid_argument` naming what is wrong: a missing or mistyped field,
+  /// an integer outside its range, or a grouped entry that claims a swap or a split.
   static Result<TuningDb> parse(const std::string& text);
   /// Writes the database to `path` atomically (a temporary file in the same directory, mode 0600,
   /// renamed over it); creates the parent directory (0700) when missing. Touches no other file.
