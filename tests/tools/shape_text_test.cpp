@@ -13,7 +13,8 @@ namespace {
 
 // Both spellings, each field read whole.
 TEST(GroupedSize, ReadsFourFieldsBetweenXsOrSpaces) {
-  for (const std::string text : {"128x200x1536x2048", "128 200 1536 2048", "  128  200 1536 2048 "}) {
+  for (const std::string text : {"128x200x1536x2048", "128 200 1536 2048", "  128  200\t1536 2048 ",
+                                 " 128x200x1536x2048\r", "128x200x1536x2048 "}) {
     SCOPED_TRACE(text);
     auto s = parse_grouped_size(text, DType::bf16);
     ASSERT_TRUE(s.has_value()) << s.error().to_string();
@@ -28,7 +29,7 @@ TEST(GroupedSize, ReadsFourFieldsBetweenXsOrSpaces) {
 // Anything but four fields of decimal digits is refused, quoting the text as given.
 TEST(GroupedSize, RefusesMalformedTextQuotingIt) {
   for (const std::string text : {"", "128x200x1536", "128x200x1536x2048x", "x128x200x1536x2048", "128xx200x1536x2048",
-                                 "+128x200x1536x2048", "128x-200x1536x2048", "128x200x1536x2048 ", "128X200X1536X2048",
+                                 "+128x200x1536x2048", "128x-200x1536x2048", "128 x200x1536x2048", "128X200X1536X2048",
                                  "128x2e2x1536x2048", "128 200x1536 2048", "128 200 1536 2048 8"}) {
     SCOPED_TRACE(text);
     auto s = parse_grouped_size(text, DType::bf16);

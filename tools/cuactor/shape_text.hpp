@@ -42,10 +42,15 @@ struct ShapeField {
   bool fits = true;
 };
 
-/// The N decimal fields of `text`, between single 'x's, or between runs of spaces when there is no
-/// 'x' at all, read into `values`; none unless there are exactly N fields, each of digits only.
+/// The N decimal fields of `text` (blanks around it ignored: a line of a --from file may end in
+/// "\r"), between single 'x's, or between runs of blanks when there is no 'x' at all, read into
+/// `values`; none unless there are exactly N fields, each of digits only.
 template <std::size_t N>
 std::optional<std::array<ShapeField, N>> shape_fields(std::string_view text, std::array<long long, N>& values) {
+  constexpr std::string_view kBlanks = " \t\r\n";
+  const std::size_t first = text.find_first_not_of(kBlanks);
+  text = first == std::string_view::npos ? std::string_view()
+                                         : text.substr(first, text.find_last_not_of(kBlanks) - first + 1);
   std::vector<std::string_view> fields;
   if (text.find('x') != std::string_view::npos) {
     for (std::size_t start = 0;;) {
@@ -55,10 +60,10 @@ std::optional<std::array<ShapeField, N>> shape_fields(std::string_view text, std
       start = end + 1;
     }
   } else {
-    for (std::size_t start = text.find_first_not_of(' '); start != std::string_view::npos;) {
-      const std::size_t end = text.find(' ', start);
+    for (std::size_t start = text.empty() ? std::string_view::npos : 0; start != std::string_view::npos;) {
+      const std::size_t end = text.find_first_of(kBlanks, start);
       fields.push_back(text.substr(start, end == std::string_view::npos ? std::string_view::npos : end - start));
-      start = end == std::string_view::npos ? end : text.find_first_not_of(' ', end);
+      start = end == std::string_view::npos ? end : text.find_first_not_of(kBlanks, end);
     }
   }
   if (fields.size() != N) return std::nullopt;
