@@ -182,7 +182,7 @@ Result<TuningDb> TuningDb::parse(const std::string& text) {
   if (doc.value("format", std::string()) != "cuactor-tuning")
     return fail(errc::invalid_argument, "tuning database: \"format\" is not \"cuactor-tuning\"");
   const json& version = doc.contains("version") ? doc["version"] : json();
-  if (!version.is_number_integer() || version.get<int>() != kVersion)
+  if (!version.is_number_integer() || version.get<std::int64_t>() != kVersion)
     return fail(errc::invalid_argument,
                 fmt::format("tuning database: version {} is not the supported {}", version.dump(), kVersion));
   if (!doc.contains("entries") || !doc["entries"].is_array())

@@ -209,6 +209,9 @@ TEST(TuningDb, ParseNamesTheBadField) {
   };
   const std::string good_device = R"("sm_count":132,"driver":13000)", good = R"("max_swizzle":0,"raster_order":0)";
   CUACTOR_ASSERT_OK(TuningDb::parse(entry(good_device, good)));
+  // The widest values a sweep records load: swizzle 8, raster order 2 (along N).
+  CUACTOR_ASSERT_OK_AND_ASSIGN(widest, TuningDb::parse(entry(good_device, R"("max_swizzle":8,"raster_order":2)")));
+  EXPECT_NE(widest.to_json().find(R"("max_swizzle": 8)"), std::string::npos) << widest.to_json();
   for (const auto& [device, fields, mentions] :
        {std::tuple{good_device, std::string(R"("max_swizzle":4294967298,"raster_order":0)"), "max_swizzle"},
         {good_device, R"("max_swizzle":3,"raster_order":0)", "max_swizzle"},
@@ -218,12 +221,19 @@ TEST(TuningDb, ParseNamesTheBadField) {
         {R"("sm_count":4294967428,"driver":13000)", good, "device.sm_count"},
         {R"("sm_count":0,"driver":13000)", good, "device.sm_count"},
         {R"("sm_count":132,"driver":-1)", good, "device.driver"},
-        {good_device, good + R"(,"heuristic_revision":0)", "heuristic_revision"}}) {
+        {R"("sm_count":132,"driver":4294967296)", good, "device.driver"},
+        {good_device, good + R"(,"heuristic_revision":0)", "heuristic_revision"},
+        {good_device, good + R"(,"heuristic_revision":4294967297)", "heuristic_revision"}}) {
     auto bad = TuningDb::parse(entry(device, fields));
     ASSERT_FALSE(bad.has_value()) << device << fields;
     EXPECT_NE(bad.error().message().find(std::string("field \"") + mentions + "\""), std::string::npos)
         << bad.error().message();
   }
+  // A version an int would truncate to the supported one is not that version.
+  auto wrapped = TuningDb::parse(R"({"format":"cuactor-tuning","version":4294967297,"entries":[]})");
+  ASSERT_FALSE(wrapped.has_value());
+  EXPECT_NE(wrapped.error().message().find("version 4294967297 is not the supported"), std::string::npos)
+      << wrapped.error().message();
 }
 
 TEST(TuningPlan, ConsultsTheDatabaseBeforeTheHeuristic) {

@@ -14,7 +14,7 @@ namespace {
 // Both spellings, each field read whole.
 TEST(GroupedSize, ReadsFourFieldsBetweenXsOrSpaces) {
   for (const std::string text : {"128x200x1536x2048", "128 200 1536 2048", "  128  200\t1536 2048 ",
-                                 " 128x200x1536x2048\r", "128x200x1536x2048 "}) {
+                                 " 128x200x1536x2048\r", "128x200x1536x2048 ", "128 x 200 x 1536 x 2048"}) {
     SCOPED_TRACE(text);
     auto s = parse_grouped_size(text, DType::bf16);
     ASSERT_TRUE(s.has_value()) << s.error().to_string();
@@ -29,7 +29,7 @@ TEST(GroupedSize, ReadsFourFieldsBetweenXsOrSpaces) {
 // Anything but four fields of decimal digits is refused, quoting the text as given.
 TEST(GroupedSize, RefusesMalformedTextQuotingIt) {
   for (const std::string text : {"", "128x200x1536", "128x200x1536x2048x", "x128x200x1536x2048", "128xx200x1536x2048",
-                                 "+128x200x1536x2048", "128x-200x1536x2048", "128 x200x1536x2048", "128X200X1536X2048",
+                                 "+128x200x1536x2048", "128x-200x1536x2048", "128x2 00x1536x2048", "128X200X1536X2048",
                                  "128x2e2x1536x2048", "128 200x1536 2048", "128 200 1536 2048 8"}) {
     SCOPED_TRACE(text);
     auto s = parse_grouped_size(text, DType::bf16);
@@ -78,13 +78,14 @@ TEST(GroupedSize, SpreadsRowsReproduciblyWithinTheSkew) {
 
 // Dense shapes follow the same field rules: three positive integers, quoted when refused.
 TEST(GemmShape, ReadsThreePositiveIntegersStrictly) {
-  for (const std::string text : {"16x8192x8192", "16 8192 8192"}) {
+  for (const std::string text :
+       {"16x8192x8192", "16 8192 8192", "16 x 8192 x 8192", "16x8192x8192\r", " 16\t8192 8192 "}) {
     auto v = parse_gemm_shape(text);
     ASSERT_TRUE(v.has_value()) << text;
     EXPECT_EQ(*v, (std::array<std::int64_t, 3>{16, 8192, 8192}));
   }
   for (const std::string text : {"16x8192", "0x8x8", "16x8192x8192x", "16xx8192x8192", "+16x8192x8192", "16x8192x-1",
-                                 "16x8192x99999999999999999999", "16x8192x8192 1"}) {
+                                 "16x8192x99999999999999999999", "16x8192x8192 1", "16 8192x8192"}) {
     SCOPED_TRACE(text);
     auto v = parse_gemm_shape(text);
     ASSERT_FALSE(v.has_value());

@@ -42,20 +42,24 @@ struct ShapeField {
   bool fits = true;
 };
 
-/// The N decimal fields of `text` (blanks around it ignored: a line of a --from file may end in
-/// "\r"), between single 'x's, or between runs of blanks when there is no 'x' at all, read into
-/// `values`; none unless there are exactly N fields, each of digits only.
+/// The N decimal fields of `text`, between single 'x's ("16 x 8192 x 8192" too), or between runs of
+/// blanks when there is no 'x' at all, read into `values`; blanks around the text and its fields are
+/// ignored (a line of a --from file may end in "\r"). None unless there are exactly N fields, each of
+/// digits only.
 template <std::size_t N>
 std::optional<std::array<ShapeField, N>> shape_fields(std::string_view text, std::array<long long, N>& values) {
   constexpr std::string_view kBlanks = " \t\r\n";
-  const std::size_t first = text.find_first_not_of(kBlanks);
-  text = first == std::string_view::npos ? std::string_view()
-                                         : text.substr(first, text.find_last_not_of(kBlanks) - first + 1);
+  const auto trim = [&](std::string_view s) {
+    const std::size_t first = s.find_first_not_of(kBlanks);
+    return first == std::string_view::npos ? std::string_view()
+                                           : s.substr(first, s.find_last_not_of(kBlanks) - first + 1);
+  };
+  text = trim(text);
   std::vector<std::string_view> fields;
   if (text.find('x') != std::string_view::npos) {
     for (std::size_t start = 0;;) {
       const std::size_t end = text.find('x', start);
-      fields.push_back(text.substr(start, end == std::string_view::npos ? std::string_view::npos : end - start));
+      fields.push_back(trim(text.substr(start, end == std::string_view::npos ? std::string_view::npos : end - start)));
       if (end == std::string_view::npos) break;
       start = end + 1;
     }
