@@ -225,9 +225,7 @@ Result<TuningDb> TuningDb::parse(const std::string& text) {
       return bad("heuristic_revision");
     // Files written before decode plans were tuned hold neither field: not swapped, not split.
     if (e.contains("swap_ab") && !e["swap_ab"].is_boolean()) return bad("swap_ab");
-    if (e.contains("split_k") && (!e["split_k"].is_number_integer() || e["split_k"].get<std::int64_t>() < 1 ||
-                                  e["split_k"].get<std::int64_t>() > kernels::kMaxSplitK))
-      return bad("split_k");
+    if (e.contains("split_k") && !int_in(e, "split_k", 1, kernels::kMaxSplitK)) return bad("split_k");
     // Grouped plans are never swapped or split: such an entry was not written by a sweep.
     const bool grouped_class = e["class"].get<std::string>().starts_with(kGroupedClassPrefix);
     if (grouped_class && (e.value("swap_ab", false) || e.value("split_k", 1) != 1))

@@ -52,6 +52,18 @@ TunedGemm choice(kernels::GemmSchedule schedule = kernels::GemmSchedule::coopera
   return c;
 }
 
+/// A valid device and valid entry fields of a hand-written database (JSON members, no braces).
+const std::string kGoodDevice = R"("sm_count":132,"driver":13000)";
+const std::string kGoodFields = R"("max_swizzle":0,"raster_order":0)";
+
+/// The text of a database of one entry of choice()'s SKU with these device members and entry fields
+/// (shape, tflops and anchor_tflops are added): what the parse tests edit one field of.
+std::string one_entry(const std::string& device, const std::string& fields) {
+  return R"({"format":"cuactor-tuning","version":1,"entries":[{"device":{"model":"x",)" + device +
+         R"(,"arch":"sm_90a"},"class":"c","sku":")" + choice().sku.to_string() + R"(",)" + fields +
+         R"(,"shape":"s","tflops":1,"anchor_tflops":1}]})";
+}
+
 /// Collects warnings while it lives.
 class Warnings {
  public:
@@ -202,29 +214,23 @@ TEST(TuningDb, ParseNamesTheBadField) {
   EXPECT_NE(r.error().message().find("max_swizzle"), std::string::npos) << r.error().message();
   // Integers out of their range (one that an int would truncate to a valid value included) are refused
   // by name, not loaded as something else.
-  const auto entry = [](const std::string& device, const std::string& fields) {
-    return R"({"format":"cuactor-tuning","version":1,"entries":[{"device":{"model":"x",)" + device +
-           R"(,"arch":"sm_90a"},"class":"c","sku":")" + choice().sku.to_string() + R"(",)" + fields +
-           R"(,"shape":"s","tflops":1,"anchor_tflops":1}]})";
-  };
-  const std::string good_device = R"("sm_count":132,"driver":13000)", good = R"("max_swizzle":0,"raster_order":0)";
-  CUACTOR_ASSERT_OK(TuningDb::parse(entry(good_device, good)));
+  CUACTOR_ASSERT_OK(TuningDb::parse(one_entry(kGoodDevice, kGoodFields)));
   // The widest values a sweep records load: swizzle 8, raster order 2 (along N).
-  CUACTOR_ASSERT_OK_AND_ASSIGN(widest, TuningDb::parse(entry(good_device, R"("max_swizzle":8,"raster_order":2)")));
+  CUACTOR_ASSERT_OK_AND_ASSIGN(widest, TuningDb::parse(one_entry(kGoodDevice, R"("max_swizzle":8,"raster_order":2)")));
   EXPECT_NE(widest.to_json().find(R"("max_swizzle": 8)"), std::string::npos) << widest.to_json();
   for (const auto& [device, fields, mentions] :
-       {std::tuple{good_device, std::string(R"("max_swizzle":4294967298,"raster_order":0)"), "max_swizzle"},
-        {good_device, R"("max_swizzle":3,"raster_order":0)", "max_swizzle"},
-        {good_device, R"("max_swizzle":-1,"raster_order":0)", "max_swizzle"},
-        {good_device, R"("max_swizzle":0,"raster_order":3)", "raster_order"},
-        {good_device, R"("max_swizzle":0,"raster_order":4294967296)", "raster_order"},
-        {R"("sm_count":4294967428,"driver":13000)", good, "device.sm_count"},
-        {R"("sm_count":0,"driver":13000)", good, "device.sm_count"},
-        {R"("sm_count":132,"driver":-1)", good, "device.driver"},
-        {R"("sm_count":132,"driver":4294967296)", good, "device.driver"},
-        {good_device, good + R"(,"heuristic_revision":0)", "heuristic_revision"},
-        {good_device, good + R"(,"heuristic_revision":4294967297)", "heuristic_revision"}}) {
-    auto bad = TuningDb::parse(entry(device, fields));
+       {std::tuple{kGoodDevice, std::string(R"("max_swizzle":4294967298,"raster_order":0)"), "max_swizzle"},
+        {kGoodDevice, R"("max_swizzle":3,"raster_order":0)", "max_swizzle"},
+        {kGoodDevice, R"("max_swizzle":-1,"raster_order":0)", "max_swizzle"},
+        {kGoodDevice, R"("max_swizzle":0,"raster_order":3)", "raster_order"},
+        {kGoodDevice, R"("max_swizzle":0,"raster_order":4294967296)", "raster_order"},
+        {R"("sm_count":4294967428,"driver":13000)", kGoodFields, "device.sm_count"},
+        {R"("sm_count":0,"driver":13000)", kGoodFields, "device.sm_count"},
+        {R"("sm_count":132,"driver":-1)", kGoodFields, "device.driver"},
+        {R"("sm_count":132,"driver":4294967296)", kGoodFields, "device.driver"},
+        {kGoodDevice, kGoodFields + R"(,"heuristic_revision":0)", "heuristic_revision"},
+        {kGoodDevice, kGoodFields + R"(,"heuristic_revision":4294967297)", "heuristic_revision"}}) {
+    auto bad = TuningDb::parse(one_entry(device, fields));
     ASSERT_FALSE(bad.has_value()) << device << fields;
     EXPECT_NE(bad.error().message().find(std::string("field \"") + mentions + "\""), std::string::npos)
         << bad.error().message();
@@ -299,11 +305,7 @@ TEST(TuningDb, DecodeChoicesKeepTheirSwapAndSplit) {
   ASSERT_TRUE(large.has_value());
   EXPECT_FALSE(large->swap_ab);
   EXPECT_EQ(large->split_k, 1);
-  const std::string entry = R"({"format":"cuactor-tuning","version":1,"entries":[{"device":{"model":"x",)"
-                            R"("sm_count":1,"driver":1,"arch":"sm_90a"},"class":"c","sku":")" +
-                            choice().sku.to_string() +
-                            R"(","max_swizzle":0,"raster_order":0,"shape":"s","tflops":1,"anchor_tflops":1)";
-  CUACTOR_ASSERT_OK_AND_ASSIGN(older, TuningDb::parse(entry + "}]}"));
+  CUACTOR_ASSERT_OK_AND_ASSIGN(older, TuningDb::parse(one_entry(kGoodDevice, kGoodFields)));
   EXPECT_NE(older.to_json().find(R"("split_k": 1)"), std::string::npos) << older.to_json();
   EXPECT_NE(older.to_json().find(R"("swap_ab": false)"), std::string::npos) << older.to_json();
   for (const auto& [field, mentions] : {std::pair{R"(,"swap_ab":1)", "swap_ab"},
@@ -311,7 +313,7 @@ TEST(TuningDb, DecodeChoicesKeepTheirSwapAndSplit) {
                                         {R"(,"split_k":17)", "split_k"},
                                         {R"(,"split_k":2.5)", "split_k"},
                                         {R"(,"split_k":99999999999)", "split_k"}}) {
-    auto r = TuningDb::parse(entry + field + "}]}");
+    auto r = TuningDb::parse(one_entry(kGoodDevice, kGoodFields + field));
     ASSERT_FALSE(r.has_value()) << field;
     EXPECT_EQ(r.error(), errc::invalid_argument);
     EXPECT_NE(r.error().message().find(std::string("field \"") + mentions + "\""), std::string::npos)

@@ -89,8 +89,7 @@ Result<std::vector<std::pair<BenchProblem, DType>>> bench_cases(const Options& o
     if (!dtype || (*dtype != DType::bf16 && *dtype != DType::e4m3))
       return fail(errc::invalid_argument,
                   fmt::format("--dtype '{}': the grouped benchmark covers bf16 and e4m3 (D bf16)", opt.dtype));
-    if (!(opt.skew >= 0.0 && opt.skew <= 0.9))
-      return fail(errc::invalid_argument, fmt::format("--skew={} must be in [0, 0.9]", opt.skew));
+    CUACTOR_TRY(check_skew(opt.skew));
     for (const auto& text : opt.shapes) {
       auto size = parse_grouped_size(text, *dtype);
       if (!size) return fail(size.error());

@@ -106,6 +106,14 @@ struct GroupedSize {
   }
 };
 
+/// `invalid_argument` naming `skew` unless it is in [0, 0.9] (NaN is not): how far rows per group may
+/// stray from their mean (rows_per_group), checked by every command that takes --skew.
+inline Status check_skew(double skew) {
+  if (!(skew >= 0.0 && skew <= 0.9))
+    return fail(errc::invalid_argument, fmt::format("--skew={} must be in [0, 0.9]", skew));
+  return ok();
+}
+
 /// The largest group count, rows per group, N and K, and total rows, a GxRxNxK shape may name.
 inline constexpr int kMaxGroups = 1 << 14;
 inline constexpr int kMaxGroupedExtent = 1 << 20;

@@ -5,8 +5,8 @@
 // events after warm-up against cuBLAS on the same data, interleaved, and checked against it. The
 // fastest correct one, with its best raster order and swizzle, is timed again (confirm_winner): if it
 // still beats the heuristic's choice by more than kRecordMargin it is recorded for this device and the
-// problem's class, else the class is left to the heuristic. Plans (jit::plan_dense_gemm, `cuactor bench gemm`) consult
-// it first.
+// problem's class, else the class is left to the heuristic. Plans (jit::plan_dense_gemm, `cuactor
+// bench gemm`) consult it first.
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 

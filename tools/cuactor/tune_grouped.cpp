@@ -217,8 +217,7 @@ Status run_tune_grouped(const Options& o) {
     return fail(errc::invalid_argument,
                 fmt::format("--tolerance={} must be in (0, 1): the largest relative difference to cuBLAS accepted",
                             o.tolerance));
-  if (!(o.skew >= 0.0 && o.skew <= 0.9))
-    return fail(errc::invalid_argument, fmt::format("--skew={} must be in [0, 0.9]", o.skew));
+  CUACTOR_TRY(check_skew(o.skew));
   const auto dtype = parse_dtype(o.dtype);
   if (!dtype || (*dtype != DType::bf16 && *dtype != DType::f16 && *dtype != DType::e4m3))
     return fail(errc::invalid_argument, fmt::format("--dtype '{}': grouped tuning covers bf16, f16 and e4m3", o.dtype));

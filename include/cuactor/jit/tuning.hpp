@@ -74,11 +74,12 @@ struct TunedGemm {
   /// kGroupedHeuristicRevision); TuningDb::record stamps today's.
   int heuristic_revision = 0;
   /// Dense decode plans: whether the kernel computes D^T = B^T A^T (GemmPlanOptions::swap_ab 2), and
-  /// the K slices it runs as (GemmPlanOptions::split_k; 1: not split); grouped entries are neither. Files written
-  /// before these existed hold neither. A binary that predates them runs such an entry's SKU as it is: for the classes
-  /// `tune gemm` records (C and D of the input type) GemmPlan::with_instance refuses the swapped or slice SKU there, so
-  /// that binary falls back to its heuristic; and if it saves the database, it drops these fields, which leaves such
-  /// entries unusable for newer binaries too.
+  /// the K slices it runs as (GemmPlanOptions::split_k; 1: not split); grouped entries are neither.
+  /// Files written before these existed hold neither. A binary that predates them runs such an
+  /// entry's SKU as it is: for the classes `tune gemm` records (C and D of the input type)
+  /// GemmPlan::with_instance refuses the swapped or slice SKU there, so that binary falls back to its
+  /// heuristic; and if it saves the database, it drops these fields, which leaves such entries
+  /// unusable for newer binaries too.
   bool swap_ab = false;
   int split_k = 1;
 };
