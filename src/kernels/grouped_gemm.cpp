@@ -247,6 +247,10 @@ GroupedSizeClass grouped_size_class(const GroupedGemmSpec& spec) noexcept {
   // shapes of 100-240 rows (1.08-1.17x). e4m3 keeps pingpong 64x256 to 256 rows (the session-8 sweep)
   // and to N and K of 8192: on 6 shapes of 100-240 rows with N or K of 5120-7168 (64-256 groups, row-wise
   // scales) it ran 0.985-1.17x the cooperative 256x128 kernel, 1.07x in the geometric mean.
+  // Not worth retrying (H200, session 45): giving each group's short last tile (<= 64 rows) to the 64x256
+  // pingpong kernel in a second launch ran 2-28% slower than the cooperative kernel alone on 7 ragged
+  // shapes of 200-400 rows per group, although it cut the padded rows: that launch reads every split
+  // expert's weights again (0.2-2.6 GB), which the one kernel's tiles of a group share in L2.
   constexpr int kDecodeRows = 64;
   const bool fp8 = spec.a == DType::e4m3;
   const int medium_rows = fp8 ? 256 : 192, medium_nk = fp8 ? 8192 : 4096;
