@@ -1,5 +1,5 @@
 // Helpers shared by the `cuactor bench ...` and `cuactor tune ...` subcommands: cuBLAS data types,
-// random device data, routing-like row counts, shape lists, CUDA-event timing and medians.
+// random device data, shape lists, CUDA-event timing and medians (shape text: shape_text.hpp).
 #pragma once
 
 #include <cublas_api.h>
@@ -7,11 +7,9 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
-#include <numeric>
 #include <random>
 #include <span>
 #include <sstream>

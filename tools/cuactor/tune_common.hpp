@@ -128,9 +128,8 @@ auto measure_heuristic(const Result<Plan>& plan, Measure&& measure) -> decltype(
 
 /// Settles a verdict that records nothing, printing it: `heuristic` drops the class's entry from an
 /// earlier sweep (plans fall back to the heuristic, which no winner of this sweep beat by more than
-/// kRecordMargin) but keeps one that
-/// another shape of this sweep recorded; `unconfirmed` leaves the database alone. False for `record`:
-/// the caller records the winner.
+/// kRecordMargin) but keeps one that another shape of this sweep recorded; `unconfirmed` leaves the
+/// database alone. False for `record`: the caller records the winner.
 template <class ProblemClass, class Measured>
 bool settled_without_recording(TuneSession& session, const ProblemClass& problem_class,
                                const Confirmed<Measured>& confirmed) {
